@@ -1,0 +1,435 @@
+//! `Rollout` (`rollouts.kruise.io/v1beta1`): Kruise Rollout v0.6's API with the same JSON
+//! names, so existing Rollout manifests and `kubectl get rollout` output carry over.
+//!
+//! Phases, step states and finalising steps are plain strings in the schema, as upstream's CRD
+//! has them; the accepted values are the constants in [`phase`], [`step_state`] and
+//! [`finalising_step`]. Validations that upstream checks in its webhook and CEL can express are
+//! CEL rules here.
+
+use gateway_api::apis::standard::httproutes::{
+    HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesMatchesHeaders, HttpRouteRulesMatchesPath,
+    HttpRouteRulesMatchesQueryParams,
+};
+use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// API group of Rollout and BatchRelease.
+pub const GROUP: &str = "rollouts.kruise.io";
+
+/// CEL: a percentage string between 0% and 100%.
+/// A regex rather than parsing keeps the rule cheap enough for the CRD cost budget.
+const PERCENT_RULE: &str = "self.matches('^(100|[1-9]?[0-9])%$')";
+
+/// A progressive release plan for one workload.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "rollouts.kruise.io",
+    version = "v1beta1",
+    kind = "Rollout",
+    plural = "rollouts",
+    namespaced,
+    status = "RolloutStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    printcolumn(name = "STATUS", type_ = "string", json_path = ".status.phase", description = "The rollout status phase"),
+    printcolumn(name = "CANARY_STEP", type_ = "integer", json_path = ".status.currentStepIndex", description = "The rollout canary status step"),
+    printcolumn(name = "CANARY_STATE", type_ = "string", json_path = ".status.currentStepState", description = "The rollout canary status step state"),
+    printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", description = "The rollout canary status message"),
+    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutSpec {
+    /// The workload this Rollout releases, in the Rollout's namespace.
+    pub workload_ref: ObjectRef,
+    /// How the release proceeds.
+    pub strategy: RolloutStrategy,
+    /// Turns the Rollout off: the workload updates as if there were no Rollout.
+    #[serde(default)]
+    #[schemars(extend("default" = false))]
+    pub disabled: bool,
+}
+
+/// A reference to an object in the same namespace.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectRef {
+    /// API version of the referent, e.g. `leaderworkerset.x-k8s.io/v1`.
+    pub api_version: String,
+    /// Kind of the referent, e.g. `LeaderWorkerSet`.
+    pub kind: String,
+    /// Name of the referent.
+    pub name: String,
+}
+
+/// Exactly one of `canary` and `blueGreen`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.canary) != has(self.blueGreen)")
+    .message("exactly one of strategy.canary and strategy.blueGreen must be set"))]
+pub struct RolloutStrategy {
+    /// Stops the step machine where it is until set back to false.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// Canary (or partition) release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary: Option<CanaryStrategy>,
+    /// Blue-green release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_green: Option<BlueGreenStrategy>,
+}
+
+/// Canary release: new pods in batches, traffic shifted step by step.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "self.steps.all(s, !has(s.traffic) || s.traffic != '0%')"
+).message("canary step traffic must be greater than 0% (only blue-green steps may send 0%)"))]
+pub struct CanaryStrategy {
+    /// The steps, in order; each one's `replicas` is cumulative.
+    #[schemars(length(max = 50))]
+    #[x_kube(validation = Rule::new("self.size() >= 1").message("canary.steps must have at least one step"))]
+    #[x_kube(validation = Rule::new("self.size() <= 50").message("canary.steps must have at most 50 steps"))]
+    pub steps: Vec<CanaryStep>,
+    /// Where traffic is shifted (at most one entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1))]
+    #[x_kube(validation = Rule::new("self.size() <= 1").message("at most one trafficRoutings entry is supported"))]
+    pub traffic_routings: Option<Vec<TrafficRoutingRef>>,
+    /// Updated pods that may be not ready before a batch counts as ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<IntOrString>,
+    /// Labels and annotations added to the canary workload's pod template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_pod_template_metadata: Option<PatchPodTemplateMetadata>,
+    /// Create a separate canary workload instead of partitioning the stable one.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub enable_extra_workload_for_canary: bool,
+    /// Name of a v1alpha1 TrafficRouting (kept for compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_routing_ref: Option<String>,
+    /// Do not create `<service>-canary`; use the stable Service for both sides.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_generate_canary_service: bool,
+}
+
+/// Blue-green release: the new version at full size beside the old, traffic switched over.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BlueGreenStrategy {
+    /// The steps, in order.
+    #[schemars(length(max = 50))]
+    #[x_kube(validation = Rule::new("self.size() >= 1").message("blueGreen.steps must have at least one step"))]
+    #[x_kube(validation = Rule::new("self.size() <= 50").message("blueGreen.steps must have at most 50 steps"))]
+    pub steps: Vec<CanaryStep>,
+    /// Where traffic is shifted (at most one entry).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1))]
+    #[x_kube(validation = Rule::new("self.size() <= 1").message("at most one trafficRoutings entry is supported"))]
+    pub traffic_routings: Option<Vec<TrafficRoutingRef>>,
+    /// Passed to the BatchRelease; unused by blue-green batches, as upstream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_threshold: Option<IntOrString>,
+    /// Name of a v1alpha1 TrafficRouting (kept for compatibility).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traffic_routing_ref: Option<String>,
+    /// Do not create `<service>-canary`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub disable_generate_canary_service: bool,
+}
+
+/// One step: how many new pods (groups, for an LWS), how much traffic, and the pause after.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStep {
+    /// Share of traffic for the new version, e.g. `"5%"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 4))]
+    #[x_kube(validation = Rule::new(PERCENT_RULE).message("traffic must be a percentage from 0% to 100%, like '5%'"))]
+    pub traffic: Option<String>,
+    /// Header changes for requests routed to the new version (Lua providers only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_header_modifier: Option<HttpRouteRulesFiltersRequestHeaderModifier>,
+    /// Requests matching any of these go to the new version; takes precedence over `traffic`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    pub matches: Option<Vec<HttpRouteMatch>>,
+    /// New replicas after this step: a number or a percentage of the workload's replicas.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 4))]
+    #[x_kube(validation = Rule::new(
+        "type(self) == int ? self > 0 : string(self).matches('^(100|[1-9][0-9]?)%$')"
+    ).message("replicas must be an integer greater than 0 or a percentage from 1% to 100%"))]
+    pub replicas: Option<IntOrString>,
+    /// Pause after the step: absent duration waits for approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pause: Option<RolloutPause>,
+}
+
+/// A match on path, headers and query parameters (Gateway API types).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRouteMatch {
+    /// Path match.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<HttpRouteRulesMatchesPath>,
+    /// Header matches, AND-ed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub headers: Option<Vec<HttpRouteRulesMatchesHeaders>>,
+    /// Query parameter matches, AND-ed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 16))]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
+    pub query_params: Option<Vec<HttpRouteRulesMatchesQueryParams>>,
+}
+
+/// The pause after a step.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutPause {
+    /// Seconds to wait; absent means wait for manual approval, 0 means go on at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self >= 0").message("pause.duration must not be negative"))]
+    pub duration: Option<i32>,
+}
+
+/// Labels and annotations for the canary pod template.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PatchPodTemplateMetadata {
+    /// Annotations to add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<BTreeMap<String, String>>,
+    /// Labels to add.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+/// The Service, and the Ingress, HTTPRoute or custom objects in front of it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.ingress) || has(self.gateway) || has(self.customNetworkRefs)")
+    .message("a trafficRoutings entry needs one of ingress, gateway or customNetworkRefs"))]
+pub struct TrafficRoutingRef {
+    /// The stable Service that fronts the workload's leaders.
+    pub service: String,
+    /// Seconds to wait after each traffic change. Defaults to 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 3))]
+    #[x_kube(validation = Rule::new("self >= 0").message("gracePeriodSeconds must not be negative"))]
+    pub grace_period_seconds: Option<i32>,
+    /// An Ingress to weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingress: Option<IngressTrafficRouting>,
+    /// A Gateway API HTTPRoute to weight.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<GatewayTrafficRouting>,
+    /// Other objects (Lua providers upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub custom_network_refs: Option<Vec<ObjectRef>>,
+}
+
+/// An Ingress used for traffic shifting.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct IngressTrafficRouting {
+    /// Ingress controller flavour. Defaults to `nginx`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "nginx"))]
+    pub class_type: Option<String>,
+    /// Name of the Ingress.
+    pub name: String,
+}
+
+/// A Gateway API route used for traffic shifting.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayTrafficRouting {
+    /// Name of the HTTPRoute in the Rollout's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_route_name: Option<String>,
+}
+
+/// Observed state of a Rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Progress of a canary or partition release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub canary_status: Option<CanaryStatus>,
+    /// Progress of a blue-green release.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blue_green_status: Option<BlueGreenStatus>,
+    /// `Progressing`, `Succeeded`, `Terminating`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Option<Vec<RolloutCondition>>,
+    /// One of [`phase`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<String>,
+    /// Human-readable state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Mirror of the sub-status step index, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step_index: Option<i32>,
+    /// Mirror of the sub-status step state, for `kubectl get`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_step_state: Option<String>,
+}
+
+/// Status fields shared by canary and blue-green releases.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CommonStatus {
+    /// Workload generation observed with the current canary revision.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_workload_generation: Option<i64>,
+    /// Rollout id of the release.
+    #[serde(default, rename = "observedRolloutID", skip_serializing_if = "Option::is_none")]
+    pub observed_rollout_id: Option<String>,
+    /// The strategy hash this status was computed against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout_hash: Option<String>,
+    /// Revision of the stable workload.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stable_revision: Option<String>,
+    /// Revision label value that selects the new pods.
+    #[serde(default)]
+    pub pod_template_hash: String,
+    /// 1-based index of the current step.
+    #[serde(default)]
+    pub current_step_index: i32,
+    /// Step to go to next; writable by users to jump, -1 after the last step.
+    #[serde(default)]
+    pub next_step_index: i32,
+    /// One of [`finalising_step`], while finalising.
+    #[serde(default)]
+    pub finalising_step: String,
+    /// One of [`step_state`].
+    #[serde(default)]
+    pub current_step_state: String,
+    /// Human-readable state of the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the step state last changed: the basis of pause and grace timers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+}
+
+/// Canary progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct CanaryStatus {
+    /// Fields shared with blue-green.
+    #[serde(flatten)]
+    pub common: CommonStatus,
+    /// Revision of the new template.
+    #[serde(default)]
+    pub canary_revision: String,
+    /// New replicas (groups) that exist.
+    #[serde(default)]
+    pub canary_replicas: i32,
+    /// New replicas (groups) that are ready.
+    #[serde(default)]
+    pub canary_ready_replicas: i32,
+}
+
+/// Blue-green progress.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct BlueGreenStatus {
+    /// Fields shared with canary.
+    #[serde(flatten)]
+    pub common: CommonStatus,
+    /// Revision of the new template.
+    #[serde(default)]
+    pub updated_revision: String,
+    /// New replicas (groups) that exist.
+    #[serde(default)]
+    pub updated_replicas: i32,
+    /// New replicas (groups) that are ready.
+    #[serde(default)]
+    pub updated_ready_replicas: i32,
+}
+
+/// A Kruise condition: like metav1.Condition, with `lastUpdateTime` and no generation.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutCondition {
+    /// Condition type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// Last time the condition was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_update_time: Option<Time>,
+    /// Last time the status flipped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+    /// Machine-readable reason.
+    #[serde(default)]
+    pub reason: String,
+    /// Human-readable message.
+    #[serde(default)]
+    pub message: String,
+}
+
+/// Values of `status.phase`.
+pub mod phase {
+    /// Just created; workload not seen yet.
+    pub const INITIAL: &str = "Initial";
+    /// No release in progress.
+    pub const HEALTHY: &str = "Healthy";
+    /// A release is in progress.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Being deleted.
+    pub const TERMINATING: &str = "Terminating";
+    /// Being disabled.
+    pub const DISABLING: &str = "Disabling";
+    /// Disabled.
+    pub const DISABLED: &str = "Disabled";
+}
+
+/// Values of `currentStepState`.
+pub mod step_state {
+    /// Before the step's pods are upgraded.
+    pub const BEFORE_STEP_UPGRADE: &str = "BeforeStepUpgrade";
+    /// Upgrading the step's pods.
+    pub const STEP_UPGRADE: &str = "StepUpgrade";
+    /// Applying the step's traffic.
+    pub const STEP_TRAFFIC_ROUTING: &str = "StepTrafficRouting";
+    /// Metrics analysis (a no-op upstream).
+    pub const STEP_METRICS_ANALYSIS: &str = "StepMetricsAnalysis";
+    /// Paused after the step.
+    pub const STEP_PAUSED: &str = "StepPaused";
+    /// Step done.
+    pub const STEP_READY: &str = "StepReady";
+    /// All steps done.
+    pub const COMPLETED: &str = "Completed";
+}
+
+/// Values of `finalisingStep` (the inconsistent prefixes are upstream's).
+pub mod finalising_step {
+    /// Blue-green: all traffic to the new version.
+    pub const ROUTE_TRAFFIC_TO_NEW: &str = "FinalisingStepRouteTrafficToNew";
+    /// All traffic back to stable.
+    pub const ROUTE_TRAFFIC_TO_STABLE: &str = "FinalisingStepRouteTrafficToStable";
+    /// Restore the stable Service's selector.
+    pub const RESTORE_STABLE_SERVICE: &str = "RestoreStableService";
+    /// Delete the canary Service.
+    pub const REMOVE_CANARY_SERVICE: &str = "RemoveCanaryService";
+    /// Let the workload roll.
+    pub const RESUME_WORKLOAD: &str = "ResumeWorkload";
+    /// Give up control of the workload.
+    pub const RELEASE_WORKLOAD_CONTROL: &str = "ReleaseWorkloadControl";
+    /// Done.
+    pub const END: &str = "END";
+}

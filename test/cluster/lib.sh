@@ -1,0 +1,39 @@
+# Shared helpers for test/cluster scripts. Sourced, not executed.
+# shellcheck shell=bash
+
+CLUSTER_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+. "$CLUSTER_DIR/versions.env"
+
+CACHE_ROOT="${LWS_ROLLOUT_CACHE:-$HOME/.cache/lws-rollout}"
+CP_CACHE="$CACHE_ROOT/cp/${K8S_VERSION}-kwok-${KWOK_VERSION}"
+
+die() { echo "lws-rollout cluster: $*" >&2; exit 1; }
+log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
+
+# bin_dir prints the directory holding all control-plane binaries:
+# $LWS_ROLLOUT_BIN_DIR when the user provides prebuilt binaries, otherwise our cache.
+bin_dir() {
+  if [ -n "${LWS_ROLLOUT_BIN_DIR:-}" ]; then echo "$LWS_ROLLOUT_BIN_DIR"; else echo "$CP_CACHE/bin"; fi
+}
+
+CP_BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
+
+# gateway_crds_dir prints a directory holding the Gateway API standard-channel CRDs:
+# $LWS_ROLLOUT_GATEWAY_CRDS when given, else a cached copy fetched from the Go module proxy.
+gateway_crds_dir() {
+  if [ -n "${LWS_ROLLOUT_GATEWAY_CRDS:-}" ]; then echo "$LWS_ROLLOUT_GATEWAY_CRDS"; return; fi
+  local dir="$CACHE_ROOT/gateway-api-$GATEWAY_API_VERSION"
+  if [ ! -f "$dir/gateway.networking.k8s.io_httproutes.yaml" ]; then
+    command -v go >/dev/null 2>&1 || die "no Go toolchain to fetch Gateway API $GATEWAY_API_VERSION CRDs: install Go or set LWS_ROLLOUT_GATEWAY_CRDS to a directory of them"
+    local mod
+    mod=$(cd "$CACHE_ROOT" && GOFLAGS= GOTOOLCHAIN=local go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" 2>/dev/null \
+      | sed -n 's/.*"Dir": "\(.*\)".*/\1/p') || true
+    [ -n "$mod" ] && [ -d "$mod/config/crd/standard" ] \
+      || die "cannot fetch sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION from the Go module proxy: set LWS_ROLLOUT_GATEWAY_CRDS to a directory of its CRDs"
+    mkdir -p "$dir"
+    cp -f "$mod"/config/crd/standard/*.yaml "$dir/"
+    chmod u+w "$dir"/*.yaml
+  fi
+  echo "$dir"
+}

@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Starts a real Kubernetes control plane on loopback: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler and KWOK with fake nodes.
+#
+#   test/cluster/up.sh [STATE_DIR]      (default: <repo>/target/cluster)
+#
+# Returns when the cluster is usable (nodes Ready and untainted, default ServiceAccount present,
+# Gateway API CRDs established) and prints the kubeconfig path. Every process it starts has its
+# PID in STATE_DIR/pids/; test/cluster/down.sh STATE_DIR stops exactly those.
+set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+REPO="$(cd "$CLUSTER_DIR/../.." && pwd)"
+STATE="${1:-${LWS_CLUSTER_DIR:-$REPO/target/cluster}}"
+NODES="${LWS_CLUSTER_NODES:-4}"
+UP_TIMEOUT="${LWS_CLUSTER_TIMEOUT:-180}"
+
+if [ -f "$STATE/kubeconfig" ] && [ -d "$STATE/pids" ] && [ -n "$(ls -A "$STATE/pids" 2>/dev/null)" ]; then
+  die "a cluster already runs from $STATE: stop it with test/cluster/down.sh $STATE"
+fi
+
+BIN=$("$CLUSTER_DIR/build.sh")
+GW_CRDS=$(gateway_crds_dir)
+rm -rf "$STATE"
+mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok}
+STATE="$(cd "$STATE" && pwd)"
+export PATH="$BIN:$PATH"
+
+# On any failure, stop what was already started so no process leaks.
+trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster start failed; logs in $STATE/logs" >&2; "$CLUSTER_DIR/down.sh" "$STATE" --keep-logs >/dev/null 2>&1 || true; fi' EXIT
+
+# --- free ports ---------------------------------------------------------------------------
+# A port is taken when something accepts on it; taken ports are skipped. We also avoid
+# handing out the same port twice within this run.
+USED_PORTS=" "
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 30000))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      USED_PORTS="$USED_PORTS$p "
+      echo "$p"; return 0
+    fi
+  done
+  die "no free loopback port found after 200 tries"
+}
+ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
+KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
+
+# --- PKI ------------------------------------------------------------------------------------
+PKI="$STATE/pki"
+(
+  cd "$PKI"
+  openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 -subj "/CN=lws-rollout-test-ca" 2>/dev/null
+  cat >admin.cnf <<EOF
+[req]
+distinguished_name = dn
+[dn]
+[ext]
+basicConstraints = CA:FALSE
+keyUsage = critical, digitalSignature, keyEncipherment
+extendedKeyUsage = serverAuth, clientAuth
+subjectAltName = DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local,IP:127.0.0.1,IP:10.96.0.1
+EOF
+  openssl req -newkey rsa:2048 -nodes -keyout admin.key -out admin.csr -subj "/O=system:masters/CN=lws-admin" -config admin.cnf 2>/dev/null
+  openssl x509 -req -in admin.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out admin.crt -days 3650 \
+    -extfile admin.cnf -extensions ext 2>/dev/null
+  openssl genrsa -out sa.key 2048 2>/dev/null
+)
+
+KUBECONFIG_FILE="$STATE/kubeconfig"
+cat >"$KUBECONFIG_FILE" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: lws-rollout
+  cluster:
+    server: https://127.0.0.1:$API_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI/ca.crt")
+users:
+- name: admin
+  user:
+    client-certificate-data: $(base64 -w0 <"$PKI/admin.crt")
+    client-key-data: $(base64 -w0 <"$PKI/admin.key")
+contexts:
+- name: lws-rollout
+  context: {cluster: lws-rollout, user: admin}
+current-context: lws-rollout
+EOF
+export KUBECONFIG="$KUBECONFIG_FILE"
+
+start() { # name, then the command
+  local name=$1; shift
+  "$@" >"$STATE/logs/$name.log" 2>&1 &
+  echo $! >"$STATE/pids/$name.pid"
+}
+alive() { kill -0 "$(cat "$STATE/pids/$1.pid")" 2>/dev/null || die "$1 exited; see $STATE/logs/$1.log: $(tail -n 3 "$STATE/logs/$1.log")"; }
+wait_for() { # description, timeout seconds, component to keep alive, then the check command
+  local what=$1 timeout=$2 comp=$3; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    [ -n "$comp" ] && alive "$comp"
+    [ $SECONDS -lt $deadline ] || die "timed out after ${timeout}s waiting for $what"
+    sleep 0.2
+  done
+}
+
+log "starting etcd on 127.0.0.1:$ETCD_PORT"
+start etcd "$BIN/etcd" --name=node0 --data-dir="$STATE/etcd" \
+  --listen-client-urls="http://127.0.0.1:$ETCD_PORT" --advertise-client-urls="http://127.0.0.1:$ETCD_PORT" \
+  --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+  --initial-cluster="node0=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync=true \
+  --auto-compaction-retention=1 --log-level=warn
+wait_for "etcd health" 30 etcd sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
+
+log "starting kube-apiserver on 127.0.0.1:$API_PORT"
+start kube-apiserver "$BIN/kube-apiserver" \
+  --etcd-servers="http://127.0.0.1:$ETCD_PORT" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
+  --secure-port="$API_PORT" --tls-cert-file="$PKI/admin.crt" --tls-private-key-file="$PKI/admin.key" \
+  --client-ca-file="$PKI/ca.crt" --service-account-issuer=https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file="$PKI/sa.key" --service-account-signing-key-file="$PKI/sa.key" \
+  --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --endpoint-reconciler-type=none \
+  --allow-privileged=true --profiling=false --cert-dir="$PKI/apiserver" \
+  --max-requests-inflight=0 --max-mutating-requests-inflight=0 --enable-priority-and-fairness=false --v=1
+wait_for "kube-apiserver /readyz" 90 kube-apiserver \
+  sh -c "curl -sf --cacert '$PKI/ca.crt' https://127.0.0.1:$API_PORT/readyz | grep -q ok"
+
+log "starting kube-controller-manager and kube-scheduler"
+start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_FILE" \
+  --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
+  --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
+  --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
+  --kube-api-qps=200 --kube-api-burst=400 --node-monitor-period=2s --v=1
+start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
+  --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
+  --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false \
+  --kube-api-qps=200 --kube-api-burst=400 --v=1
+
+# kwok reads ~/.kwok/kwok.yaml unless told otherwise: point it at our state only.
+for f in "$CP_CACHE"/kwok-stages/*.yaml "$CLUSTER_DIR"/stages/*.yaml; do
+  [ -f "$f" ] && { echo "---"; cat "$f"; echo; }
+done >"$STATE/kwok/stages.yaml"
+log "starting kwok"
+KWOK_WORKDIR="$STATE/kwok" start kwok "$BIN/kwok" --kubeconfig="$KUBECONFIG_FILE" \
+  --config="$STATE/kwok/stages.yaml" --manage-nodes-with-label-selector=type=kwok \
+  --node-lease-duration-seconds=40 --cidr=10.244.0.0/16 \
+  --server-address="127.0.0.1:$KWOK_PORT" --tls-cert-file="$PKI/admin.crt" --tls-private-key-file="$PKI/admin.key"
+
+wait_for "ServiceAccount default/default (kube-controller-manager running)" 90 kube-controller-manager \
+  kubectl get serviceaccount default -n default
+
+log "creating $NODES KWOK nodes"
+for i in $(seq 0 $((NODES - 1))); do
+  zone="zone-$(printf "\\x$(printf %x $((97 + i % 2)))")"
+  cat <<EOF
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: "0"
+  labels:
+    type: kwok
+    kubernetes.io/arch: amd64
+    kubernetes.io/os: linux
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/role: agent
+    node-role.kubernetes.io/agent: ""
+    topology.kubernetes.io/zone: $zone
+    topology.kubernetes.io/region: local
+    cloud.google.com/gke-nodepool: pool-$((i / 2))
+spec:
+  podCIDR: 10.244.$i.0/24
+  podCIDRs: [10.244.$i.0/24]
+status:
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+---
+EOF
+done | kubectl apply -f - >/dev/null
+
+nodes_usable() {
+  local out
+  out=$(kubectl get nodes -l type=kwok -o jsonpath='{range .items[*]}{.metadata.name} {.status.conditions[?(@.type=="Ready")].status} {.spec.taints[*].key}{"\n"}{end}')
+  [ "$(echo "$out" | grep -c ' True *$')" -eq "$NODES" ]
+}
+wait_for "$NODES nodes Ready without taints" 90 kwok nodes_usable
+
+log "installing Gateway API $GATEWAY_API_VERSION CRDs"
+kubectl apply --server-side -f "$GW_CRDS" >/dev/null
+wait_for "Gateway API CRDs established" 60 kube-apiserver \
+  kubectl wait --for=condition=Established --timeout=5s crd/httproutes.gateway.networking.k8s.io
+
+cat >"$STATE/env" <<EOF
+export KUBECONFIG=$KUBECONFIG_FILE
+export PATH=$BIN:\$PATH
+export LWS_CLUSTER_DIR=$STATE
+EOF
+trap - EXIT
+log "cluster up in ${SECONDS}s: export KUBECONFIG=$KUBECONFIG_FILE (or: source $STATE/env)"
+echo "$KUBECONFIG_FILE"
