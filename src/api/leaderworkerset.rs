@@ -8,9 +8,12 @@
 use k8s_openapi::{
     api::{
         apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
-        core::v1::{PersistentVolumeClaim, PodTemplateSpec},
+        core::v1::{PersistentVolumeClaimSpec, PersistentVolumeClaimStatus, PodTemplateSpec},
     },
-    apimachinery::pkg::{apis::meta::v1::Condition, util::intstr::IntOrString},
+    apimachinery::pkg::{
+        apis::meta::v1::{Condition, ObjectMeta},
+        util::intstr::IntOrString,
+    },
 };
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -143,11 +146,34 @@ pub struct LeaderWorkerTemplate {
     /// Volume claims added to both the leader and the worker StatefulSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::volume_claim_templates")]
-    pub volume_claim_templates: Option<Vec<PersistentVolumeClaim>>,
+    pub volume_claim_templates: Option<Vec<PersistentVolumeClaimTemplate>>,
 
     /// Retention of the claims above, copied into both StatefulSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub persistent_volume_claim_retention_policy: Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+}
+
+/// A PVC as it appears in a template: like `PersistentVolumeClaim`, but `apiVersion` and `kind`
+/// stay absent unless the user wrote them (k8s-openapi's type always emits them), so manifests
+/// round-trip unchanged.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PersistentVolumeClaimTemplate {
+    /// Usually absent in templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Usually absent in templates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    /// Name (the volume name pods mount), labels and annotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<ObjectMeta>,
+    /// The claim.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec: Option<PersistentVolumeClaimSpec>,
+    /// Ignored in templates; kept so nothing a user wrote is dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<PersistentVolumeClaimStatus>,
 }
 
 /// What the controller does when a pod of a group restarts.

@@ -88,14 +88,14 @@ pub struct RolloutStrategy {
 ).message("canary step traffic must be greater than 0% (only blue-green steps may send 0%)"))]
 pub struct CanaryStrategy {
     /// The steps, in order; each one's `replicas` is cumulative.
+    // maxItems rather than CEL: the API server skips CEL rules once a schema check failed,
+    // and its "must have at most 50 items" is clear on its own.
     #[schemars(length(max = 50))]
     #[x_kube(validation = Rule::new("self.size() >= 1").message("canary.steps must have at least one step"))]
-    #[x_kube(validation = Rule::new("self.size() <= 50").message("canary.steps must have at most 50 steps"))]
     pub steps: Vec<CanaryStep>,
     /// Where traffic is shifted (at most one entry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1))]
-    #[x_kube(validation = Rule::new("self.size() <= 1").message("at most one trafficRoutings entry is supported"))]
     pub traffic_routings: Option<Vec<TrafficRoutingRef>>,
     /// Updated pods that may be not ready before a batch counts as ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -119,14 +119,14 @@ pub struct CanaryStrategy {
 #[serde(rename_all = "camelCase")]
 pub struct BlueGreenStrategy {
     /// The steps, in order.
+    // maxItems rather than CEL: the API server skips CEL rules once a schema check failed,
+    // and its "must have at most 50 items" is clear on its own.
     #[schemars(length(max = 50))]
     #[x_kube(validation = Rule::new("self.size() >= 1").message("blueGreen.steps must have at least one step"))]
-    #[x_kube(validation = Rule::new("self.size() <= 50").message("blueGreen.steps must have at most 50 steps"))]
     pub steps: Vec<CanaryStep>,
     /// Where traffic is shifted (at most one entry).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1))]
-    #[x_kube(validation = Rule::new("self.size() <= 1").message("at most one trafficRoutings entry is supported"))]
     pub traffic_routings: Option<Vec<TrafficRoutingRef>>,
     /// Passed to the BatchRelease; unused by blue-green batches, as upstream.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -1,1 +1,102 @@
-//! manager
+//! The manager process: connects to the cluster, checks that our CRDs are served, and serves
+//! health endpoints until asked to stop. Controllers and webhooks hang off this in later work
+//! (see `docs/architecture.md`).
+
+pub mod health;
+
+use std::{future::Future, net::SocketAddr};
+
+use kube::{
+    Api, Client,
+    api::ListParams,
+};
+use thiserror::Error;
+use tracing::info;
+
+use crate::api::{BatchRelease, LeaderWorkerSet, Rollout};
+
+/// Settings of one manager run.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Where `/healthz` and `/readyz` are served.
+    pub health_addr: SocketAddr,
+}
+
+/// Why the manager could not start or keep running.
+#[derive(Debug, Error)]
+pub enum Error {
+    /// No kubeconfig and not in a cluster, or the config is unusable.
+    #[error("cannot build a Kubernetes client (set KUBECONFIG or run in a cluster): {0}")]
+    Client(#[source] kube::Error),
+    /// The API server did not answer.
+    #[error("the Kubernetes API server is not reachable: {0}")]
+    Unreachable(#[source] kube::Error),
+    /// A CRD of ours is not installed.
+    #[error("the {kind} CRD is not served by the cluster ({source}); install it with: kubectl apply --server-side -f crds/")]
+    CrdMissing {
+        /// Kind whose list failed.
+        kind: &'static str,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+    /// The health server failed.
+    #[error("health server on {addr}: {source}")]
+    Health {
+        /// Listen address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the manager until `shutdown` completes.
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+    let client = Client::try_default().await.map_err(Error::Client)?;
+    let version = client.apiserver_version().await.map_err(Error::Unreachable)?;
+    info!(server = %version.git_version, "connected to the API server");
+    check_crds(&client).await?;
+
+    let health = health::Health::default();
+    let listener = tokio::net::TcpListener::bind(config.health_addr)
+        .await
+        .map_err(|source| Error::Health { addr: config.health_addr, source })?;
+    let addr = listener.local_addr().map_err(|source| Error::Health { addr: config.health_addr, source })?;
+    info!(%addr, "serving /healthz and /readyz");
+    health.set_ready(true);
+
+    let on_stop = {
+        let health = health.clone();
+        async move {
+            shutdown.await;
+            // Stop advertising readiness first so load balancers drain before we exit.
+            health.set_ready(false);
+            info!("shutting down");
+        }
+    };
+    axum::serve(listener, health.router())
+        .with_graceful_shutdown(on_stop)
+        .await
+        .map_err(|source| Error::Health { addr, source })?;
+    info!("stopped");
+    Ok(())
+}
+
+/// Lists one object of each kind: proves the CRDs are installed and we may read them.
+async fn check_crds(client: &Client) -> Result<(), Error> {
+    let lp = ListParams::default().limit(1);
+    Api::<LeaderWorkerSet>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .map_err(|source| Error::CrdMissing { kind: "LeaderWorkerSet", source })?;
+    Api::<Rollout>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .map_err(|source| Error::CrdMissing { kind: "Rollout", source })?;
+    Api::<BatchRelease>::all(client.clone())
+        .list_metadata(&lp)
+        .await
+        .map_err(|source| Error::CrdMissing { kind: "BatchRelease", source })?;
+    Ok(())
+}

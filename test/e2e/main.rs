@@ -1,1 +1,12 @@
+//! End-to-end tests against the real local control plane started by `test/run-tests.sh`
+//! (`test/cluster/up.sh`). Each test works in its own namespace, so they run concurrently.
+//!
+//! The cluster is found through `LWS_E2E_KUBECONFIG`; without it every test fails with a line
+//! saying how to run them, instead of silently passing.
 
+mod harness;
+
+mod cluster;
+mod crds;
+mod manager;
+mod markers;

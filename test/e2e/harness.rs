@@ -1,0 +1,162 @@
+//! Shared e2e helpers: the client, temporary namespaces that dump their objects when a test
+//! fails, and condition waits with timeouts (watch-based, no fixed sleeps).
+
+use std::{
+    fmt::Debug,
+    future::Future,
+    panic::AssertUnwindSafe,
+    time::Duration,
+};
+
+use anyhow::{Context, anyhow, bail};
+use futures::FutureExt;
+use k8s_openapi::{
+    NamespaceResourceScope,
+    api::core::v1::{Namespace, ServiceAccount},
+};
+use kube::{
+    Api, Client, Config, Resource, ResourceExt,
+    api::{DeleteParams, DynamicObject, ListParams, PostParams},
+    config::{KubeConfigOptions, Kubeconfig},
+    discovery::ApiResource,
+    runtime::wait::{Condition, await_condition},
+};
+use serde::de::DeserializeOwned;
+
+/// Environment variable naming the kubeconfig of the test cluster.
+pub const KUBECONFIG_ENV: &str = "LWS_E2E_KUBECONFIG";
+
+/// Path of the test cluster's kubeconfig, or a clear error.
+pub fn kubeconfig_path() -> anyhow::Result<String> {
+    std::env::var(KUBECONFIG_ENV).map_err(|_| {
+        anyhow!("{KUBECONFIG_ENV} is not set: run the e2e tests with test/run-tests.sh, which starts the local cluster")
+    })
+}
+
+/// A client for the test cluster.
+pub async fn client() -> anyhow::Result<Client> {
+    let path = kubeconfig_path()?;
+    let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    config.read_timeout = Some(Duration::from_secs(60));
+    Ok(Client::try_from(config)?)
+}
+
+/// A namespace that exists for one test.
+#[derive(Clone)]
+pub struct TestNs {
+    /// The client.
+    pub client: Client,
+    /// Namespace name.
+    pub name: String,
+}
+
+impl TestNs {
+    /// A namespaced API in this namespace.
+    pub fn api<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        Api::namespaced(self.client.clone(), &self.name)
+    }
+}
+
+/// Runs `test` in a fresh namespace `e2e-<prefix>-<random>`. On failure (error or panic) the
+/// namespace's objects are printed before it is deleted, so CI logs show what went wrong.
+pub async fn with_ns<F, Fut>(prefix: &str, test: F) -> anyhow::Result<()>
+where
+    F: FnOnce(TestNs) -> Fut,
+    Fut: Future<Output = anyhow::Result<()>>,
+{
+    let client = client().await?;
+    let name = format!("e2e-{prefix}-{:08x}", rand_u32());
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let mut ns = Namespace::default();
+    ns.metadata.name = Some(name.clone());
+    namespaces.create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
+    let ctx = TestNs { client: client.clone(), name: name.clone() };
+
+    // Pods are rejected until kube-controller-manager has made the default ServiceAccount.
+    wait_for::<ServiceAccount, _>(&ctx.api(), "default", Duration::from_secs(60), |sa: Option<&ServiceAccount>| sa.is_some())
+        .await
+        .context("default ServiceAccount")?;
+
+    let outcome = AssertUnwindSafe(test(ctx.clone())).catch_unwind().await;
+    let failed = !matches!(outcome, Ok(Ok(())));
+    if failed {
+        dump_namespace(&client, &name).await;
+    }
+    let _ = namespaces.delete(&name, &DeleteParams::background()).await;
+    match outcome {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
+
+/// Waits until `cond` holds for the named object (watch-based), or fails after `timeout`
+/// saying what it waited for.
+pub async fn wait_for<K, C>(api: &Api<K>, name: &str, timeout: Duration, cond: C) -> anyhow::Result<Option<K>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
+    C: Condition<K>,
+{
+    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => {
+            let now = api.get_opt(name).await.ok().flatten();
+            bail!("timed out after {timeout:?} waiting on {name}; last seen: {now:#?}")
+        }
+    }
+}
+
+async fn dump_namespace(client: &Client, ns: &str) {
+    let kinds = [
+        ("", "v1", "Pod", "pods"),
+        ("", "v1", "Service", "services"),
+        ("", "v1", "Event", "events"),
+        ("apps", "v1", "StatefulSet", "statefulsets"),
+        ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"),
+        ("rollouts.kruise.io", "v1beta1", "Rollout", "rollouts"),
+        ("rollouts.kruise.io", "v1beta1", "BatchRelease", "batchreleases"),
+    ];
+    eprintln!("==== objects in namespace {ns} (test failed) ====");
+    for (group, version, kind, plural) in kinds {
+        let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
+        let ar = ApiResource::from_gvk_with_plural(&gvk, plural);
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+        match api.list(&ListParams::default()).await {
+            Ok(list) => {
+                for obj in list.items {
+                    let mut obj = obj;
+                    obj.managed_fields_mut().clear();
+                    eprintln!("--- {kind} {}\n{}", obj.name_any(), serde_yaml::to_string(&obj).unwrap_or_default());
+                }
+            }
+            Err(err) => eprintln!("--- {kind}: cannot list: {err}"),
+        }
+    }
+}
+
+fn rand_u32() -> u32 {
+    use std::{
+        collections::hash_map::RandomState,
+        hash::{BuildHasher, Hasher},
+    };
+    let mut h = RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() as u32
+}
+
+/// Parses a multi-document YAML file of the repository into JSON values.
+pub fn yaml_documents(path: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));
+    let text = std::fs::read_to_string(&full).with_context(|| format!("reading {full}"))?;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: serde_json::Value = serde::Deserialize::deserialize(doc)?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
