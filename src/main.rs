@@ -23,11 +23,20 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     if args.log_json {
-        tracing_subscriber::fmt().json().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .json()
+            .with_env_filter(filter)
+            .init();
     } else {
         tracing_subscriber::fmt().with_env_filter(filter).init();
     }
-    manager::run(Config { health_addr: args.health_addr }, shutdown_signal()).await?;
+    manager::run(
+        Config {
+            health_addr: args.health_addr,
+        },
+        shutdown_signal(),
+    )
+    .await?;
     Ok(())
 }
 

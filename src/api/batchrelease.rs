@@ -1,6 +1,9 @@
 //! `BatchRelease` (`rollouts.kruise.io/v1beta1`): the per-release child of a Rollout that
 //! scales or partitions the workload batch by batch. Same JSON names as Kruise Rollout v0.6.
 
+// `printcolumn(...)` entries repeat keys like `type_`; that is the derive's syntax, not a mistake.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
@@ -21,9 +24,21 @@ use super::rollout::{ObjectRef, PatchPodTemplateMetadata, RolloutCondition};
     derive = "PartialEq",
     printcolumn(name = "KIND", type_ = "string", json_path = ".spec.workloadRef.kind"),
     printcolumn(name = "PHASE", type_ = "string", json_path = ".status.phase"),
-    printcolumn(name = "BATCH", type_ = "integer", json_path = ".status.canaryStatus.currentBatch"),
-    printcolumn(name = "BATCH-STATE", type_ = "string", json_path = ".status.canaryStatus.batchState"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "BATCH",
+        type_ = "integer",
+        json_path = ".status.canaryStatus.currentBatch"
+    ),
+    printcolumn(
+        name = "BATCH-STATE",
+        type_ = "string",
+        json_path = ".status.canaryStatus.batchState"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct BatchReleaseSpec {
@@ -116,7 +131,11 @@ pub struct BatchReleaseStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
     /// The rollout id this status belongs to.
-    #[serde(default, rename = "observedRolloutID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "observedRolloutID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub observed_rollout_id: Option<String>,
     /// Workload replicas seen at the start; -1 when unknown.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,7 +159,11 @@ pub struct BatchReleaseStatus {
 #[serde(rename_all = "camelCase")]
 pub struct BatchReleaseCanaryStatus {
     /// `Upgrading`, `Verifying` or `Ready`.
-    #[serde(default, rename = "batchState", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "batchState",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub current_batch_state: Option<String>,
     /// 0-based index of the current batch.
     #[serde(default)]

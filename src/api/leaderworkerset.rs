@@ -5,6 +5,9 @@
 //! upstream only checks in its webhook are also CEL rules here, the defaults upstream's
 //! defaulting webhook fills in are CRD defaults, and `status.observedGeneration` exists (v0.9).
 
+// `printcolumn(...)` entries repeat keys like `type_`; that is the derive's syntax, not a mistake.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::{
     api::{
         apps::v1::StatefulSetPersistentVolumeClaimRetentionPolicy,
@@ -150,7 +153,8 @@ pub struct LeaderWorkerTemplate {
 
     /// Retention of the claims above, copied into both StatefulSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub persistent_volume_claim_retention_policy: Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
+    pub persistent_volume_claim_retention_policy:
+        Option<StatefulSetPersistentVolumeClaimRetentionPolicy>,
 }
 
 /// A PVC as it appears in a template: like `PersistentVolumeClaim`, but `apiVersion` and `kind`
@@ -196,7 +200,11 @@ pub enum RestartPolicy {
 ).message("subGroupSize is immutable"))]
 pub struct SubGroupPolicy {
     /// Whether the leader counts towards the first subgroup.
-    #[serde(default, rename = "subGroupPolicyType", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "subGroupPolicyType",
+        skip_serializing_if = "Option::is_none"
+    )]
     #[schemars(extend("default" = "LeaderWorker"))]
     pub type_: Option<SubGroupPolicyType>,
 

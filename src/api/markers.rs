@@ -24,15 +24,19 @@ pub fn extract(openapi: &Value, roots: &[&str]) -> MarkerTable {
     let mut map_keys: Vec<(String, Vec<String>)> = Vec::new();
 
     while let Some(def) = queue.pop_front() {
-        let Some(props) = schemas[&def]["properties"].as_object() else { continue };
+        let Some(props) = schemas[&def]["properties"].as_object() else {
+            continue;
+        };
         for (name, prop) in props {
             let child = reference(prop).filter(|c| schemas[c]["properties"].is_object());
             let markers = PropertyMarkers {
                 r#ref: child.clone(),
                 list_type: prop["x-kubernetes-list-type"].as_str().map(str::to_string),
-                list_map_keys: prop["x-kubernetes-list-map-keys"]
-                    .as_array()
-                    .map(|keys| keys.iter().filter_map(|k| k.as_str().map(str::to_string)).collect()),
+                list_map_keys: prop["x-kubernetes-list-map-keys"].as_array().map(|keys| {
+                    keys.iter()
+                        .filter_map(|k| k.as_str().map(str::to_string))
+                        .collect()
+                }),
                 map_type: prop["x-kubernetes-map-type"].as_str().map(str::to_string),
                 default: None,
             };
@@ -47,7 +51,10 @@ pub fn extract(openapi: &Value, roots: &[&str]) -> MarkerTable {
             {
                 queue.push_back(child.clone());
             }
-            table.entry(def.clone()).or_default().insert(name.clone(), markers);
+            table
+                .entry(def.clone())
+                .or_default()
+                .insert(name.clone(), markers);
         }
     }
 
@@ -55,7 +62,11 @@ pub fn extract(openapi: &Value, roots: &[&str]) -> MarkerTable {
         for key in keys {
             let default = &schemas[&def]["properties"][&key]["default"];
             if default.is_string() || default.is_number() || default.is_boolean() {
-                let entry = table.entry(def.clone()).or_default().entry(key).or_default();
+                let entry = table
+                    .entry(def.clone())
+                    .or_default()
+                    .entry(key)
+                    .or_default();
                 entry.default = Some(default.clone());
             }
         }
@@ -65,13 +76,15 @@ pub fn extract(openapi: &Value, roots: &[&str]) -> MarkerTable {
 
 /// The definition a property refers to, directly or through its items or map values.
 fn reference(prop: &Value) -> Option<String> {
-    [prop, &prop["items"], &prop["additionalProperties"]].into_iter().find_map(|p| {
-        p["$ref"]
-            .as_str()
-            .or_else(|| p["allOf"][0]["$ref"].as_str())
-            .and_then(|r| r.strip_prefix(REF_PREFIX))
-            .map(str::to_string)
-    })
+    [prop, &prop["items"], &prop["additionalProperties"]]
+        .into_iter()
+        .find_map(|p| {
+            p["$ref"]
+                .as_str()
+                .or_else(|| p["allOf"][0]["$ref"].as_str())
+                .and_then(|r| r.strip_prefix(REF_PREFIX))
+                .map(str::to_string)
+        })
 }
 
 #[cfg(test)]
@@ -97,7 +110,10 @@ mod tests {
         let table = extract(&doc, &["Pod"]);
         assert_eq!(table["Pod"]["containers"].r#ref.as_deref(), Some("C"));
         assert!(!table["Pod"].contains_key("plain"));
-        assert_eq!(table["C"]["ports"].list_map_keys, Some(vec!["port".into(), "protocol".into()]));
+        assert_eq!(
+            table["C"]["ports"].list_map_keys,
+            Some(vec!["port".into(), "protocol".into()])
+        );
         assert_eq!(table["P"]["protocol"].default, Some(json!("TCP")));
         assert_eq!(table["C"]["name"].default, Some(json!("main")));
         assert!(!table["P"].contains_key("port"));

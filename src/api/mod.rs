@@ -16,7 +16,10 @@ pub use rollout::{Rollout, RolloutSpec, RolloutStatus};
 /// Every CRD this project serves, with the file name it is checked in under in `crds/`.
 pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
     vec![
-        ("leaderworkerset.x-k8s.io_leaderworkersets.yaml", LeaderWorkerSet::crd()),
+        (
+            "leaderworkerset.x-k8s.io_leaderworkersets.yaml",
+            LeaderWorkerSet::crd(),
+        ),
         ("rollouts.kruise.io_rollouts.yaml", Rollout::crd()),
         ("rollouts.kruise.io_batchreleases.yaml", BatchRelease::crd()),
     ]
@@ -44,7 +47,8 @@ mod tests {
 
     /// Deserializing into our types and serializing back must not lose or change a field.
     fn round_trips<K: serde::de::DeserializeOwned + serde::Serialize>(doc: &Value) {
-        let typed: K = serde_json::from_value(doc.clone()).unwrap_or_else(|e| panic!("{}: {e}", doc["metadata"]["name"]));
+        let typed: K = serde_json::from_value(doc.clone())
+            .unwrap_or_else(|e| panic!("{}: {e}", doc["metadata"]["name"]));
         let back = serde_json::to_value(&typed).expect("serializes");
         assert_eq!(&back, doc, "round trip changed {}", doc["metadata"]["name"]);
     }
@@ -52,8 +56,14 @@ mod tests {
     #[test]
     fn every_example_round_trips_without_losing_a_field() {
         let mut seen = 0;
-        for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples")).expect("examples/") {
-            let name = entry.expect("dir entry").file_name().to_string_lossy().into_owned();
+        for entry in
+            std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples")).expect("examples/")
+        {
+            let name = entry
+                .expect("dir entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned();
             for doc in documents(&name) {
                 match doc["kind"].as_str() {
                     Some("LeaderWorkerSet") => round_trips::<LeaderWorkerSet>(&doc),
@@ -64,7 +74,10 @@ mod tests {
                 seen += 1;
             }
         }
-        assert!(seen >= 5, "expected at least 5 example objects of our kinds, found {seen}");
+        assert!(
+            seen >= 5,
+            "expected at least 5 example objects of our kinds, found {seen}"
+        );
     }
 
     #[test]
@@ -93,7 +106,10 @@ mod tests {
         for (file, crd) in crds() {
             let path = format!("{}/crds/{file}", env!("CARGO_MANIFEST_DIR"));
             let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
-            assert!(on_disk == crd_yaml(&crd), "{path} is out of date: run `cargo run --bin crdgen`");
+            assert!(
+                on_disk == crd_yaml(&crd),
+                "{path} is out of date: run `cargo run --bin crdgen`"
+            );
         }
     }
 
@@ -102,12 +118,23 @@ mod tests {
         let crd = LeaderWorkerSet::crd();
         assert_eq!(crd.spec.names.short_names, Some(vec!["lws".to_string()]));
         let version = &crd.spec.versions[0];
-        let scale = version.subresources.as_ref().and_then(|s| s.scale.as_ref()).expect("scale subresource");
+        let scale = version
+            .subresources
+            .as_ref()
+            .and_then(|s| s.scale.as_ref())
+            .expect("scale subresource");
         assert_eq!(scale.spec_replicas_path, ".spec.replicas");
         assert_eq!(scale.status_replicas_path, ".status.replicas");
-        assert_eq!(scale.label_selector_path.as_deref(), Some(".status.hpaPodSelector"));
-        let columns: Vec<_> =
-            version.additional_printer_columns.iter().flatten().map(|c| c.name.as_str()).collect();
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.hpaPodSelector")
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
         assert_eq!(columns, ["Ready", "Desired", "Up-to-date", "Age"]);
     }
 
@@ -116,8 +143,16 @@ mod tests {
         let crd = serde_json::to_value(LeaderWorkerSet::crd()).expect("json");
         let meta = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
             ["leaderWorkerTemplate"]["properties"]["workerTemplate"]["properties"]["metadata"]["properties"];
-        let mut keys: Vec<_> = meta.as_object().expect("metadata properties").keys().cloned().collect();
+        let mut keys: Vec<_> = meta
+            .as_object()
+            .expect("metadata properties")
+            .keys()
+            .cloned()
+            .collect();
         keys.sort();
-        assert_eq!(keys, ["annotations", "finalizers", "labels", "name", "namespace"]);
+        assert_eq!(
+            keys,
+            ["annotations", "finalizers", "labels", "name", "namespace"]
+        );
     }
 }

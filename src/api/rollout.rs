@@ -6,9 +6,12 @@
 //! [`finalising_step`]. Validations that upstream checks in its webhook and CEL can express are
 //! CEL rules here.
 
+// `printcolumn(...)` entries repeat keys like `type_`; that is the derive's syntax, not a mistake.
+#![allow(clippy::duplicated_attributes)]
+
 use gateway_api::apis::standard::httproutes::{
-    HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesMatchesHeaders, HttpRouteRulesMatchesPath,
-    HttpRouteRulesMatchesQueryParams,
+    HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesMatchesHeaders,
+    HttpRouteRulesMatchesPath, HttpRouteRulesMatchesQueryParams,
 };
 use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString};
 use kube::{CustomResource, KubeSchema};
@@ -33,11 +36,35 @@ const PERCENT_RULE: &str = "self.matches('^(100|[1-9]?[0-9])%$')";
     status = "RolloutStatus",
     derive = "Default",
     derive = "PartialEq",
-    printcolumn(name = "STATUS", type_ = "string", json_path = ".status.phase", description = "The rollout status phase"),
-    printcolumn(name = "CANARY_STEP", type_ = "integer", json_path = ".status.currentStepIndex", description = "The rollout canary status step"),
-    printcolumn(name = "CANARY_STATE", type_ = "string", json_path = ".status.currentStepState", description = "The rollout canary status step state"),
-    printcolumn(name = "MESSAGE", type_ = "string", json_path = ".status.message", description = "The rollout canary status message"),
-    printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn(
+        name = "STATUS",
+        type_ = "string",
+        json_path = ".status.phase",
+        description = "The rollout status phase"
+    ),
+    printcolumn(
+        name = "CANARY_STEP",
+        type_ = "integer",
+        json_path = ".status.currentStepIndex",
+        description = "The rollout canary status step"
+    ),
+    printcolumn(
+        name = "CANARY_STATE",
+        type_ = "string",
+        json_path = ".status.currentStepState",
+        description = "The rollout canary status step state"
+    ),
+    printcolumn(
+        name = "MESSAGE",
+        type_ = "string",
+        json_path = ".status.message",
+        description = "The rollout canary status message"
+    ),
+    printcolumn(
+        name = "AGE",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
@@ -292,7 +319,11 @@ pub struct CommonStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_workload_generation: Option<i64>,
     /// Rollout id of the release.
-    #[serde(default, rename = "observedRolloutID", skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        rename = "observedRolloutID",
+        skip_serializing_if = "Option::is_none"
+    )]
     pub observed_rollout_id: Option<String>,
     /// The strategy hash this status was computed against.
     #[serde(default, skip_serializing_if = "Option::is_none")]

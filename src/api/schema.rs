@@ -46,7 +46,8 @@ pub type MarkerTable = BTreeMap<String, BTreeMap<String, PropertyMarkers>>;
 
 /// The checked-in marker table.
 pub static LIST_MARKERS: LazyLock<MarkerTable> = LazyLock::new(|| {
-    serde_json::from_str(include_str!("k8s_list_markers.json")).expect("k8s_list_markers.json is valid")
+    serde_json::from_str(include_str!("k8s_list_markers.json"))
+        .expect("k8s_list_markers.json is valid")
 });
 
 /// Definition name of a pod template in the Kubernetes OpenAPI document.
@@ -89,10 +90,16 @@ pub fn annotate(schema: &mut Schema, def: &str, table: &MarkerTable) {
 }
 
 fn annotate_object(obj: &mut Map<String, Value>, def: &str, table: &MarkerTable) {
-    let Some(props_markers) = table.get(def) else { return };
-    let Some(Value::Object(props)) = obj.get_mut("properties") else { return };
+    let Some(props_markers) = table.get(def) else {
+        return;
+    };
+    let Some(Value::Object(props)) = obj.get_mut("properties") else {
+        return;
+    };
     for (name, markers) in props_markers {
-        let Some(Value::Object(prop)) = props.get_mut(name) else { continue };
+        let Some(Value::Object(prop)) = props.get_mut(name) else {
+            continue;
+        };
         if let Some(list_type) = &markers.list_type {
             prop.insert("x-kubernetes-list-type".into(), json!(list_type));
         }
@@ -105,7 +112,9 @@ fn annotate_object(obj: &mut Map<String, Value>, def: &str, table: &MarkerTable)
         if let Some(default) = &markers.default {
             prop.insert("default".into(), default.clone());
         }
-        let Some(child) = &markers.r#ref else { continue };
+        let Some(child) = &markers.r#ref else {
+            continue;
+        };
         // Arrays carry the definition in `items`, maps in `additionalProperties`.
         let target = if let Some(Value::Object(items)) = prop.get_mut("items") {
             Some(items)
@@ -123,7 +132,8 @@ fn annotate_object(obj: &mut Map<String, Value>, def: &str, table: &MarkerTable)
 /// controller-gen's embedded ObjectMeta for templates: only these five fields survive; the
 /// apiserver prunes anything else (e.g. `generateName`) exactly as it does for upstream's CRD.
 fn restrict_template_metadata(schema: &mut Schema) {
-    let Some(Value::Object(props)) = schema.as_object_mut().and_then(|o| o.get_mut("properties")) else {
+    let Some(Value::Object(props)) = schema.as_object_mut().and_then(|o| o.get_mut("properties"))
+    else {
         return;
     };
     let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
@@ -149,11 +159,17 @@ mod tests {
     #[test]
     fn table_is_non_trivial_and_covers_pod_spec_lists() {
         let pod_spec = &LIST_MARKERS["io.k8s.api.core.v1.PodSpec"];
-        assert_eq!(pod_spec["containers"].list_map_keys.as_deref(), Some(&["name".to_string()][..]));
+        assert_eq!(
+            pod_spec["containers"].list_map_keys.as_deref(),
+            Some(&["name".to_string()][..])
+        );
         let container = &LIST_MARKERS["io.k8s.api.core.v1.Container"];
         assert_eq!(container["env"].list_type.as_deref(), Some("map"));
         let ports = container["ports"].list_map_keys.clone().unwrap_or_default();
-        assert_eq!(ports, vec!["containerPort".to_string(), "protocol".to_string()]);
+        assert_eq!(
+            ports,
+            vec!["containerPort".to_string(), "protocol".to_string()]
+        );
     }
 
     #[test]
@@ -170,7 +186,10 @@ mod tests {
         );
         table.entry("B".into()).or_default().insert(
             "k".into(),
-            PropertyMarkers { default: Some(json!("x")), ..Default::default() },
+            PropertyMarkers {
+                default: Some(json!("x")),
+                ..Default::default()
+            },
         );
         let mut schema = Schema::try_from(json!({
             "type": "object",
@@ -180,7 +199,13 @@ mod tests {
         annotate(&mut schema, "A", &table);
         let v = schema.as_value();
         assert_eq!(v["properties"]["things"]["x-kubernetes-list-type"], "map");
-        assert_eq!(v["properties"]["things"]["x-kubernetes-list-map-keys"], json!(["k"]));
-        assert_eq!(v["properties"]["things"]["items"]["properties"]["k"]["default"], "x");
+        assert_eq!(
+            v["properties"]["things"]["x-kubernetes-list-map-keys"],
+            json!(["k"])
+        );
+        assert_eq!(
+            v["properties"]["things"]["items"]["properties"]["k"]["default"],
+            "x"
+        );
     }
 }

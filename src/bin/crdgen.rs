@@ -14,13 +14,22 @@ use lws_rollout::api::{self, markers, schema};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         [] => write_or_check(false),
         ["--check"] => write_or_check(true),
         ["list-markers", path] => {
-            let doc: serde_json::Value =
-                serde_json::from_slice(&std::fs::read(path).with_context(|| format!("reading {path}"))?)?;
-            let table = markers::extract(&doc, &[schema::POD_TEMPLATE_SPEC, schema::PERSISTENT_VOLUME_CLAIM]);
+            let doc: serde_json::Value = serde_json::from_slice(
+                &std::fs::read(path).with_context(|| format!("reading {path}"))?,
+            )?;
+            let table = markers::extract(
+                &doc,
+                &[schema::POD_TEMPLATE_SPEC, schema::PERSISTENT_VOLUME_CLAIM],
+            );
             println!("{}", serde_json::to_string_pretty(&table)?);
             Ok(())
         }
@@ -44,7 +53,10 @@ fn write_or_check(check: bool) -> anyhow::Result<()> {
         }
     }
     if !stale.is_empty() {
-        bail!("CRDs out of date, run `cargo run --bin crdgen`: {}", stale.join(", "));
+        bail!(
+            "CRDs out of date, run `cargo run --bin crdgen`: {}",
+            stale.join(", ")
+        );
     }
     Ok(())
 }

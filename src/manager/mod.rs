@@ -6,10 +6,7 @@ pub mod health;
 
 use std::{future::Future, net::SocketAddr};
 
-use kube::{
-    Api, Client,
-    api::ListParams,
-};
+use kube::{Api, Client, api::ListParams};
 use thiserror::Error;
 use tracing::info;
 
@@ -32,7 +29,9 @@ pub enum Error {
     #[error("the Kubernetes API server is not reachable: {0}")]
     Unreachable(#[source] kube::Error),
     /// A CRD of ours is not installed.
-    #[error("the {kind} CRD is not served by the cluster ({source}); install it with: kubectl apply --server-side -f crds/")]
+    #[error(
+        "the {kind} CRD is not served by the cluster ({source}); install it with: kubectl apply --server-side -f crds/"
+    )]
     CrdMissing {
         /// Kind whose list failed.
         kind: &'static str,
@@ -52,17 +51,29 @@ pub enum Error {
 }
 
 /// Runs the manager until `shutdown` completes.
-pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
+pub async fn run(
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
     let client = Client::try_default().await.map_err(Error::Client)?;
-    let version = client.apiserver_version().await.map_err(Error::Unreachable)?;
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(Error::Unreachable)?;
     info!(server = %version.git_version, "connected to the API server");
     check_crds(&client).await?;
 
     let health = health::Health::default();
     let listener = tokio::net::TcpListener::bind(config.health_addr)
         .await
-        .map_err(|source| Error::Health { addr: config.health_addr, source })?;
-    let addr = listener.local_addr().map_err(|source| Error::Health { addr: config.health_addr, source })?;
+        .map_err(|source| Error::Health {
+            addr: config.health_addr,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| Error::Health {
+        addr: config.health_addr,
+        source,
+    })?;
     info!(%addr, "serving /healthz and /readyz");
     health.set_ready(true);
 
@@ -89,14 +100,23 @@ async fn check_crds(client: &Client) -> Result<(), Error> {
     Api::<LeaderWorkerSet>::all(client.clone())
         .list_metadata(&lp)
         .await
-        .map_err(|source| Error::CrdMissing { kind: "LeaderWorkerSet", source })?;
+        .map_err(|source| Error::CrdMissing {
+            kind: "LeaderWorkerSet",
+            source,
+        })?;
     Api::<Rollout>::all(client.clone())
         .list_metadata(&lp)
         .await
-        .map_err(|source| Error::CrdMissing { kind: "Rollout", source })?;
+        .map_err(|source| Error::CrdMissing {
+            kind: "Rollout",
+            source,
+        })?;
     Api::<BatchRelease>::all(client.clone())
         .list_metadata(&lp)
         .await
-        .map_err(|source| Error::CrdMissing { kind: "BatchRelease", source })?;
+        .map_err(|source| Error::CrdMissing {
+            kind: "BatchRelease",
+            source,
+        })?;
     Ok(())
 }

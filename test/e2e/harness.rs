@@ -1,12 +1,7 @@
 //! Shared e2e helpers: the client, temporary namespaces that dump their objects when a test
 //! fails, and condition waits with timeouts (watch-based, no fixed sleeps).
 
-use std::{
-    fmt::Debug,
-    future::Future,
-    panic::AssertUnwindSafe,
-    time::Duration,
-};
+use std::{fmt::Debug, future::Future, panic::AssertUnwindSafe, time::Duration};
 
 use anyhow::{Context, anyhow, bail};
 use futures::FutureExt;
@@ -37,7 +32,8 @@ pub fn kubeconfig_path() -> anyhow::Result<String> {
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path()?;
     let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let mut config =
+        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     config.read_timeout = Some(Duration::from_secs(60));
     Ok(Client::try_from(config)?)
 }
@@ -55,7 +51,10 @@ impl TestNs {
     /// A namespaced API in this namespace.
     pub fn api<K>(&self) -> Api<K>
     where
-        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug,
     {
         Api::namespaced(self.client.clone(), &self.name)
     }
@@ -73,13 +72,24 @@ where
     let namespaces: Api<Namespace> = Api::all(client.clone());
     let mut ns = Namespace::default();
     ns.metadata.name = Some(name.clone());
-    namespaces.create(&PostParams::default(), &ns).await.with_context(|| format!("creating namespace {name}"))?;
-    let ctx = TestNs { client: client.clone(), name: name.clone() };
+    namespaces
+        .create(&PostParams::default(), &ns)
+        .await
+        .with_context(|| format!("creating namespace {name}"))?;
+    let ctx = TestNs {
+        client: client.clone(),
+        name: name.clone(),
+    };
 
     // Pods are rejected until kube-controller-manager has made the default ServiceAccount.
-    wait_for::<ServiceAccount, _>(&ctx.api(), "default", Duration::from_secs(60), |sa: Option<&ServiceAccount>| sa.is_some())
-        .await
-        .context("default ServiceAccount")?;
+    wait_for::<ServiceAccount, _>(
+        &ctx.api(),
+        "default",
+        Duration::from_secs(60),
+        |sa: Option<&ServiceAccount>| sa.is_some(),
+    )
+    .await
+    .context("default ServiceAccount")?;
 
     let outcome = AssertUnwindSafe(test(ctx.clone())).catch_unwind().await;
     let failed = !matches!(outcome, Ok(Ok(())));
@@ -95,7 +105,12 @@ where
 
 /// Waits until `cond` holds for the named object (watch-based), or fails after `timeout`
 /// saying what it waited for.
-pub async fn wait_for<K, C>(api: &Api<K>, name: &str, timeout: Duration, cond: C) -> anyhow::Result<Option<K>>
+pub async fn wait_for<K, C>(
+    api: &Api<K>,
+    name: &str,
+    timeout: Duration,
+    cond: C,
+) -> anyhow::Result<Option<K>>
 where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Condition<K>,
@@ -115,9 +130,19 @@ async fn dump_namespace(client: &Client, ns: &str) {
         ("", "v1", "Service", "services"),
         ("", "v1", "Event", "events"),
         ("apps", "v1", "StatefulSet", "statefulsets"),
-        ("leaderworkerset.x-k8s.io", "v1", "LeaderWorkerSet", "leaderworkersets"),
+        (
+            "leaderworkerset.x-k8s.io",
+            "v1",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+        ),
         ("rollouts.kruise.io", "v1beta1", "Rollout", "rollouts"),
-        ("rollouts.kruise.io", "v1beta1", "BatchRelease", "batchreleases"),
+        (
+            "rollouts.kruise.io",
+            "v1beta1",
+            "BatchRelease",
+            "batchreleases",
+        ),
     ];
     eprintln!("==== objects in namespace {ns} (test failed) ====");
     for (group, version, kind, plural) in kinds {
@@ -129,7 +154,11 @@ async fn dump_namespace(client: &Client, ns: &str) {
                 for obj in list.items {
                     let mut obj = obj;
                     obj.managed_fields_mut().clear();
-                    eprintln!("--- {kind} {}\n{}", obj.name_any(), serde_yaml::to_string(&obj).unwrap_or_default());
+                    eprintln!(
+                        "--- {kind} {}\n{}",
+                        obj.name_any(),
+                        serde_yaml::to_string(&obj).unwrap_or_default()
+                    );
                 }
             }
             Err(err) => eprintln!("--- {kind}: cannot list: {err}"),
@@ -143,7 +172,12 @@ fn rand_u32() -> u32 {
         hash::{BuildHasher, Hasher},
     };
     let mut h = RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
     h.finish() as u32
 }
 

@@ -15,14 +15,19 @@ use crate::harness::kubeconfig_path;
 /// Status code of `GET path` on a plain HTTP/1.0 server, or None if nothing answers.
 async fn http_status(addr: &str, path: &str) -> Option<u16> {
     let mut stream = TcpStream::connect(addr).await.ok()?;
-    stream.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes()).await.ok()?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .ok()?;
     let mut response = String::new();
     stream.read_to_string(&mut response).await.ok()?;
     response.split_whitespace().nth(1)?.parse().ok()
 }
 
 fn free_port() -> anyhow::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
 }
 
 #[tokio::test]
@@ -56,7 +61,9 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
     assert_eq!(http_status(&addr, "/nope").await, Some(404));
 
     let pid = child.id().context("manager pid")?;
-    let kill = std::process::Command::new("kill").args(["-TERM", &pid.to_string()]).status()?;
+    let kill = std::process::Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()?;
     assert!(kill.success());
     let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
         .await
@@ -79,6 +86,9 @@ async fn manager_without_a_cluster_fails_with_one_clear_line() -> anyhow::Result
         .await?;
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("cannot build a Kubernetes client"), "stderr: {stderr}");
+    assert!(
+        stderr.contains("cannot build a Kubernetes client"),
+        "stderr: {stderr}"
+    );
     Ok(())
 }

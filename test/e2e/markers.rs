@@ -12,7 +12,10 @@ async fn list_marker_table_matches_the_live_api_server() -> anyhow::Result<()> {
     let client = client().await?;
     let req = http::Request::get("/openapi/v3/api/v1").body(Vec::new())?;
     let doc: serde_json::Value = client.request(req).await?;
-    let live = markers::extract(&doc, &[schema::POD_TEMPLATE_SPEC, schema::PERSISTENT_VOLUME_CLAIM]);
+    let live = markers::extract(
+        &doc,
+        &[schema::POD_TEMPLATE_SPEC, schema::PERSISTENT_VOLUME_CLAIM],
+    );
     assert!(
         live == *schema::LIST_MARKERS,
         "src/api/k8s_list_markers.json is stale for this Kubernetes version: regenerate it with \

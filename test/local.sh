@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The main job: brings up the local control plane, installs the CRDs, applies the worked
+# example and runs the lws-rollout manager against it in the foreground. Ctrl-C stops the
+# manager and the cluster (LWS_KEEP_CLUSTER=1 keeps the cluster running).
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$REPO"
+. test/cluster/lib.sh
+command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 (rustup) to build lws-rollout"
+
+STATE="${LWS_CLUSTER_DIR:-$REPO/target/cluster}"
+test/cluster/build.sh >/dev/null
+log "building the manager"
+cargo build --locked --bin lws-rollout
+
+[ -d "$STATE/pids" ] && test/cluster/down.sh "$STATE"
+KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
+export KUBECONFIG="$KUBECONFIG_FILE"
+on_exit() {
+  if [ "${LWS_KEEP_CLUSTER:-0}" = 1 ]; then
+    log "cluster left running: source $STATE/env; stop it with test/cluster/down.sh $STATE"
+  else
+    test/cluster/down.sh "$STATE"
+  fi
+}
+trap on_exit EXIT
+KUBECTL="$(bin_dir)/kubectl"
+
+"$KUBECTL" apply --server-side -f crds/ >/dev/null
+"$KUBECTL" wait --for=condition=Established --timeout=60s crd/leaderworkersets.leaderworkerset.x-k8s.io >/dev/null
+"$KUBECTL" create namespace demo >/dev/null
+# Pods are refused until the namespace's default ServiceAccount exists.
+until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do sleep 0.2; done
+"$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml
+
+cat >&2 <<MSG
+
+  Local cluster is up ($(ls "$STATE/pids" | wc -l) processes, $("$KUBECTL" get nodes --no-headers | wc -l) KWOK nodes).
+  In another shell:
+      source $STATE/env
+      kubectl -n demo get lws vllm -o yaml     # the worked example, defaulted by the CRD
+      kubectl get nodes
+  The manager runs below; Ctrl-C stops it and the cluster.
+
+MSG
+target/debug/lws-rollout --health-addr=127.0.0.1:0
