@@ -9,7 +9,7 @@ cd "$REPO"
 command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 (rustup) to build lws-rollout"
 
 STATE="${LWS_CLUSTER_DIR:-$REPO/target/cluster}"
-test/cluster/build.sh >/dev/null
+BIN=$(test/cluster/build.sh)
 log "building the manager"
 cargo build --locked --bin lws-rollout
 
@@ -24,7 +24,7 @@ on_exit() {
   fi
 }
 trap on_exit EXIT
-KUBECTL="$(bin_dir)/kubectl"
+KUBECTL="$BIN/kubectl"
 
 "$KUBECTL" apply --server-side -f crds/ >/dev/null
 "$KUBECTL" wait --for=condition=Established --timeout=60s crd/leaderworkersets.leaderworkerset.x-k8s.io >/dev/null

@@ -12,7 +12,7 @@ command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 
 START=$SECONDS
 
 # 1. Control-plane binaries (cold: a Go build of ~7 min; warm: instant).
-test/cluster/build.sh >/dev/null
+BIN=$(test/cluster/build.sh)
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -34,11 +34,11 @@ cleanup() {
 }
 trap cleanup EXIT
 KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
-"$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" apply --server-side -f crds/ >/dev/null
-"$(bin_dir)/kubectl" --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established --timeout=60s \
+"$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" apply --server-side -f crds/ >/dev/null
+"$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established --timeout=60s \
   crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io >/dev/null
 
 # 4. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" cargo test --locked --all-targets "$@"
+LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" cargo test --locked --all-targets "$@"
 log "all tests passed in $((SECONDS - START))s"

@@ -4,8 +4,9 @@
 #
 # Order of preference:
 #   1. $LWS_ROLLOUT_BIN_DIR, a directory of prebuilt binaries you provide;
-#   2. the cache ~/.cache/lws-rollout/cp/<k8s>-kwok-<kwok>/bin from an earlier build;
-#   3. a build from pinned Go modules through the Go module proxy (cold: ~15-30 min on 2 cores).
+#   2. binaries on PATH, when all are there and kube-apiserver is the pinned version;
+#   3. the cache ~/.cache/lws-rollout/cp/<k8s>-kwok-<kwok>/bin from an earlier build;
+#   4. a build from pinned Go modules through the Go module proxy (cold: ~15-30 min on 2 cores).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -17,6 +18,17 @@ have_all() {
 if [ -n "${LWS_ROLLOUT_BIN_DIR:-}" ]; then
   have_all "$LWS_ROLLOUT_BIN_DIR" || die "LWS_ROLLOUT_BIN_DIR=$LWS_ROLLOUT_BIN_DIR must contain: $CP_BINARIES"
   echo "$LWS_ROLLOUT_BIN_DIR"; exit 0
+fi
+
+# Binaries already on PATH are used when every one is there and kube-apiserver is the pinned
+# version (an unrelated older kubectl on PATH alone does not count).
+on_path=1
+for b in $CP_BINARIES; do command -v "$b" >/dev/null 2>&1 || on_path=0; done
+if [ $on_path = 1 ] && kube-apiserver --version 2>/dev/null | grep -q "$K8S_VERSION\$"; then
+  LINKS="$CACHE_ROOT/path-bin"
+  mkdir -p "$LINKS"
+  for b in $CP_BINARIES; do ln -sf "$(command -v "$b")" "$LINKS/$b"; done
+  echo "$LINKS"; exit 0
 fi
 
 BIN="$CP_CACHE/bin"

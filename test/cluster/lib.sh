@@ -11,12 +11,6 @@ CP_CACHE="$CACHE_ROOT/cp/${K8S_VERSION}-kwok-${KWOK_VERSION}"
 die() { echo "lws-rollout cluster: $*" >&2; exit 1; }
 log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 
-# bin_dir prints the directory holding all control-plane binaries:
-# $LWS_ROLLOUT_BIN_DIR when the user provides prebuilt binaries, otherwise our cache.
-bin_dir() {
-  if [ -n "${LWS_ROLLOUT_BIN_DIR:-}" ]; then echo "$LWS_ROLLOUT_BIN_DIR"; else echo "$CP_CACHE/bin"; fi
-}
-
 CP_BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
 
 # gateway_crds_dir prints a directory holding the Gateway API standard-channel CRDs:

@@ -10,3 +10,4 @@ mod cluster;
 mod crds;
 mod manager;
 mod markers;
+mod scripts;
