@@ -3,4 +3,5 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod lws;
 pub mod manager;

@@ -11,3 +11,4 @@ mod crds;
 mod manager;
 mod markers;
 mod scripts;
+mod upstream_reference;

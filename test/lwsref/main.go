@@ -1,0 +1,198 @@
+// Command lwsref prints reference data from upstream LeaderWorkerSet v0.8.0 (its own Go code)
+// for lws-rollout's tests. It is test tooling only; the product is Rust.
+//
+//	lwsref hash <lws-objects.json>   one JSON line per object: {"name", "key", "raw"}
+//	lwsref gotypes                   the Go JSON shape of every type reachable from an LWS spec
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"reflect"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	sigsjson "sigs.k8s.io/json"
+	leaderworkerset "sigs.k8s.io/lws/api/leaderworkerset/v1"
+	revisionutils "sigs.k8s.io/lws/pkg/utils/revision"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fail("usage: lwsref hash <file> | lwsref gotypes")
+	}
+	switch os.Args[1] {
+	case "hash":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref hash <file>")
+		}
+		hash(os.Args[2])
+	case "gotypes":
+		gotypes()
+	default:
+		fail("unknown command " + os.Args[1])
+	}
+}
+
+func fail(msg string) {
+	fmt.Fprintln(os.Stderr, "lwsref:", msg)
+	os.Exit(2)
+}
+
+// hash decodes each object the way controller-runtime does (case-sensitive, ints preserved)
+// and asks upstream's NewRevision for the ControllerRevision it would create.
+func hash(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(data, &items); err != nil {
+		fail("input must be a JSON array of LeaderWorkerSet objects: " + err.Error())
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = leaderworkerset.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	out := json.NewEncoder(os.Stdout)
+	for i, item := range items {
+		var lws leaderworkerset.LeaderWorkerSet
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(item, &lws); err != nil {
+			fail(fmt.Sprintf("object %d: %v", i, err))
+		}
+		cr, err := revisionutils.NewRevision(context.Background(), c, &lws, "")
+		if err != nil {
+			fail(fmt.Sprintf("object %d: %v", i, err))
+		}
+		_ = out.Encode(map[string]string{
+			"name": lws.Name,
+			"key":  revisionutils.GetRevisionKey(cr),
+			"raw":  string(cr.Data.Raw),
+		})
+	}
+}
+
+// Field is one JSON field of a Go struct, after inlining embedded structs.
+type Field struct {
+	Name      string `json:"name"`
+	Type      string `json:"type"`
+	OmitEmpty bool   `json:"omitempty,omitempty"`
+	OmitZero  bool   `json:"omitzero,omitempty"`
+}
+
+// Types with their own MarshalJSON: described by what they print, not their fields.
+var custom = map[string]string{
+	"k8s.io/apimachinery/pkg/api/resource.Quantity":        "!quantity",
+	"k8s.io/apimachinery/pkg/util/intstr.IntOrString":      "!intorstring",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.Time":            "!time",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.MicroTime":       "!microtime",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.Duration":        "!duration",
+	"k8s.io/apimachinery/pkg/runtime.RawExtension":         "!raw",
+	"k8s.io/apimachinery/pkg/apis/meta/v1.FieldsV1":        "!raw",
+}
+
+// gotypes walks the Go types of an LWS spec and prints, for every struct, its JSON fields.
+// Type strings: "*T", "[]T", "map[]T", "string", "int", "float", "bool", "bytes", a struct's
+// "pkgpath.Name", or a custom marshaller's "!name".
+func gotypes() {
+	structs := map[string][]Field{}
+	describe(reflect.TypeOf(leaderworkerset.LeaderWorkerSetSpec{}), structs)
+	names := make([]string, 0, len(structs))
+	for n := range structs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	ordered := make([]map[string]any, 0, len(names))
+	for _, n := range names {
+		ordered = append(ordered, map[string]any{"type": n, "fields": structs[n]})
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", " ")
+	_ = enc.Encode(ordered)
+}
+
+func typeName(t reflect.Type) string { return t.PkgPath() + "." + t.Name() }
+
+func describe(t reflect.Type, structs map[string][]Field) string {
+	if t.Name() != "" {
+		if c, ok := custom[typeName(t)]; ok {
+			return c
+		}
+	}
+	switch t.Kind() {
+	case reflect.Ptr:
+		return "*" + describe(t.Elem(), structs)
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			return "bytes"
+		}
+		return "[]" + describe(t.Elem(), structs)
+	case reflect.Map:
+		return "map[]" + describe(t.Elem(), structs)
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "bool"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "int"
+	case reflect.Float32, reflect.Float64:
+		return "float"
+	case reflect.Interface:
+		return "any"
+	case reflect.Struct:
+		name := typeName(t)
+		if _, seen := structs[name]; !seen {
+			structs[name] = nil // mark before recursing: types can be recursive
+			structs[name] = fields(t, structs)
+		}
+		return name
+	}
+	fail("unsupported kind " + t.Kind().String() + " in " + typeName(t))
+	return ""
+}
+
+func fields(t reflect.Type, structs map[string][]Field) []Field {
+	var out []Field
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("json")
+		if tag == "-" {
+			continue
+		}
+		parts := strings.Split(tag, ",")
+		name := parts[0]
+		inline := false
+		for _, p := range parts[1:] {
+			if p == "inline" {
+				inline = true
+			}
+		}
+		if (f.Anonymous && name == "") || inline {
+			out = append(out, fields(f.Type, structs)...)
+			continue
+		}
+		if name == "" {
+			name = f.Name
+		}
+		field := Field{Name: name, Type: describe(f.Type, structs)}
+		for _, p := range parts[1:] {
+			switch p {
+			case "omitempty":
+				field.OmitEmpty = true
+			case "omitzero":
+				field.OmitZero = true
+			}
+		}
+		out = append(out, field)
+	}
+	return out
+}
