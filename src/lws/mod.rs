@@ -6,3 +6,4 @@
 pub mod gojson;
 pub mod quantity;
 pub mod revision;
+pub mod rolling;
