@@ -4,6 +4,9 @@
 //! quantity canonicalisation it rests on. The reconcilers build on these.
 
 pub mod gojson;
+pub mod labels;
+pub mod objects;
 pub mod quantity;
 pub mod revision;
 pub mod rolling;
+pub mod status;

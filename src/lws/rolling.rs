@@ -71,7 +71,11 @@ pub fn scaled(value: &IntOrString, total: i32, round_up: bool) -> Result<i32, In
                 .and_then(|n| n.parse().ok())
                 .ok_or_else(|| InvalidIntOrPercent(s.clone()))?;
             let product = pct * i64::from(total);
-            let scaled = if round_up { (product + 99).div_euclid(100) } else { product.div_euclid(100) };
+            let scaled = if round_up {
+                (product + 99).div_euclid(100)
+            } else {
+                product.div_euclid(100)
+            };
             i32::try_from(scaled).map_err(|_| InvalidIntOrPercent(s.clone()))
         }
     }
@@ -80,32 +84,58 @@ pub fn scaled(value: &IntOrString, total: i32, round_up: bool) -> Result<i32, In
 /// Computes the next step. See the module docs for the shape of the algorithm.
 pub fn next_step(input: &Input<'_>) -> Result<Step, InvalidIntOrPercent> {
     let step = compute(input)?;
-    Ok(Step { partition: step.partition.max(input.user_partition), ..step })
+    Ok(Step {
+        partition: step.partition.max(input.user_partition),
+        ..step
+    })
 }
 
 fn compute(input: &Input<'_>) -> Result<Step, InvalidIntOrPercent> {
     let r = input.replicas;
     let Some(sts) = input.leader_sts else {
-        return Ok(Step { partition: 0, replicas: r });
+        return Ok(Step {
+            partition: 0,
+            replicas: r,
+        });
     };
     let surge = scaled(input.max_surge, r, true)?.min(r);
     let burst = r + surge;
     // Once no more than `surge` groups are unready, surge groups are released one by one.
-    let want_replicas = |unready: i32| if unready <= surge { r + (unready - 1).max(0) } else { burst };
+    let want_replicas = |unready: i32| {
+        if unready <= surge {
+            r + (unready - 1).max(0)
+        } else {
+            burst
+        }
+    };
 
     if input.template_changed {
-        return Ok(Step { partition: r.min(sts.replicas), replicas: want_replicas(r) });
+        return Ok(Step {
+            partition: r.min(sts.replicas),
+            replicas: want_replicas(r),
+        });
     }
     if sts.partition == 0 && sts.replicas == r {
-        return Ok(Step { partition: 0, replicas: r });
+        return Ok(Step {
+            partition: 0,
+            replicas: r,
+        });
     }
 
     let unready = (0..r)
-        .filter(|&i| input.groups.get(i as usize).is_none_or(|g| !(g.ready && g.updated)))
+        .filter(|&i| {
+            input
+                .groups
+                .get(i as usize)
+                .is_none_or(|g| !(g.ready && g.updated))
+        })
         .count() as i32;
     if sts.recorded_lws_replicas != Some(r) {
         // Replicas changed mid-update: hold the partition, adjust the surge.
-        return Ok(Step { partition: sts.partition.min(burst), replicas: want_replicas(unready) });
+        return Ok(Step {
+            partition: sts.partition.min(burst),
+            replicas: want_replicas(unready),
+        });
     }
 
     // Surge already reclaimed shrinks the budget, so maxUnavailable is never exceeded.
@@ -117,10 +147,18 @@ fn compute(input: &Input<'_>) -> Result<Step, InvalidIntOrPercent> {
 }
 
 /// Where the partition can go given the groups' states and a budget of `rolling_step` groups.
-fn rolling_partition(groups: &[GroupState], sts_replicas: i32, rolling_step: i32, current: i32) -> i32 {
+fn rolling_partition(
+    groups: &[GroupState],
+    sts_replicas: i32,
+    rolling_step: i32,
+    current: i32,
+) -> i32 {
     let state = |i: i32| groups.get(i as usize).copied().unwrap_or_default();
     // Groups at the top that are already done.
-    let done_tail = (0..sts_replicas).rev().take_while(|&i| state(i).ready && state(i).updated).count() as i32;
+    let done_tail = (0..sts_replicas)
+        .rev()
+        .take_while(|&i| state(i).ready && state(i).updated)
+        .count() as i32;
     let base = (sts_replicas - done_tail - rolling_step).max(0);
     // Old groups below the window that are unready already use up budget.
     let unavailable_below = (0..base).filter(|&i| !state(i).ready).count() as i32;
@@ -152,9 +190,24 @@ mod tests {
     /// StatefulSet controller brings groups at or above the partition (and below replicas) to
     /// the new revision, and they become ready one reconcile later. Returns the
     /// (partition, replicas) sequence until it settles.
-    fn simulate(r: i32, surge: IntOrString, unavailable: IntOrString, user_partition: i32) -> Vec<(i32, i32)> {
-        let mut sts = LeaderSts { replicas: r, partition: 0, recorded_lws_replicas: Some(r) };
-        let mut groups: Vec<GroupState> = vec![GroupState { ready: true, updated: false }; r as usize];
+    fn simulate(
+        r: i32,
+        surge: IntOrString,
+        unavailable: IntOrString,
+        user_partition: i32,
+    ) -> Vec<(i32, i32)> {
+        let mut sts = LeaderSts {
+            replicas: r,
+            partition: 0,
+            recorded_lws_replicas: Some(r),
+        };
+        let mut groups: Vec<GroupState> = vec![
+            GroupState {
+                ready: true,
+                updated: false
+            };
+            r as usize
+        ];
         let mut seen = Vec::new();
         let mut template_changed = true;
         for _ in 0..50 {
@@ -170,7 +223,10 @@ mod tests {
             .unwrap();
             template_changed = false;
             seen.push((step.partition, step.replicas));
-            if seen.len() > 2 && seen[seen.len() - 1] == seen[seen.len() - 2] && seen[seen.len() - 2] == seen[seen.len() - 3] {
+            if seen.len() > 2
+                && seen[seen.len() - 1] == seen[seen.len() - 2]
+                && seen[seen.len() - 2] == seen[seen.len() - 3]
+            {
                 break;
             }
             // Groups replaced in the previous round have become ready by now; then the
@@ -178,13 +234,26 @@ mod tests {
             for g in groups.iter_mut().filter(|g| g.updated) {
                 g.ready = true;
             }
-            groups.resize(step.replicas as usize, GroupState { ready: false, updated: true });
+            groups.resize(
+                step.replicas as usize,
+                GroupState {
+                    ready: false,
+                    updated: true,
+                },
+            );
             for (i, g) in groups.iter_mut().enumerate() {
                 if i as i32 >= step.partition && !g.updated {
-                    *g = GroupState { ready: false, updated: true };
+                    *g = GroupState {
+                        ready: false,
+                        updated: true,
+                    };
                 }
             }
-            sts = LeaderSts { replicas: step.replicas, partition: step.partition, recorded_lws_replicas: Some(r) };
+            sts = LeaderSts {
+                replicas: step.replicas,
+                partition: step.partition,
+                recorded_lws_replicas: Some(r),
+            };
         }
         seen.dedup();
         seen
@@ -192,7 +261,10 @@ mod tests {
 
     #[test]
     fn default_strategy_moves_the_partition_one_group_at_a_time() {
-        assert_eq!(simulate(4, int(0), int(1), 0), vec![(4, 4), (3, 4), (2, 4), (1, 4), (0, 4)]);
+        assert_eq!(
+            simulate(4, int(0), int(1), 0),
+            vec![(4, 4), (3, 4), (2, 4), (1, 4), (0, 4)]
+        );
     }
 
     #[test]
@@ -204,7 +276,11 @@ mod tests {
     #[test]
     fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() {
         let seq = simulate(4, int(4), int(1), 0);
-        assert_eq!(seq.first(), Some(&(4, 7)), "upstream's e2e expects 7, not 8: {seq:?}");
+        assert_eq!(
+            seq.first(),
+            Some(&(4, 7)),
+            "upstream's e2e expects 7, not 8: {seq:?}"
+        );
         assert_eq!(seq.last(), Some(&(0, 4)), "{seq:?}");
     }
 
@@ -235,20 +311,36 @@ mod tests {
             groups: &[],
         })
         .unwrap();
-        assert_eq!(step, Step { partition: 0, replicas: 3 });
+        assert_eq!(
+            step,
+            Step {
+                partition: 0,
+                replicas: 3
+            }
+        );
     }
 
     #[test]
     fn unready_old_groups_do_not_block_the_update() {
         // All old groups broken: the partition jumps over the broken ones in the window
         // instead of waiting for them to become ready (upstream #567).
-        let groups = vec![GroupState { ready: false, updated: false }; 4];
+        let groups = vec![
+            GroupState {
+                ready: false,
+                updated: false
+            };
+            4
+        ];
         let step = next_step(&Input {
             replicas: 4,
             max_surge: &int(0),
             max_unavailable: &int(1),
             user_partition: 0,
-            leader_sts: Some(LeaderSts { replicas: 4, partition: 4, recorded_lws_replicas: Some(4) }),
+            leader_sts: Some(LeaderSts {
+                replicas: 4,
+                partition: 4,
+                recorded_lws_replicas: Some(4),
+            }),
             template_changed: false,
             groups: &groups,
         })

@@ -1,0 +1,44 @@
+//! Label, annotation and field-manager names, exactly upstream LWS's (see
+//! `../shared/docs/lws-upstream.md` §2.6): tools and users select on them.
+
+/// LWS name, on every object the controller makes.
+pub const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+/// Revision key of the template a group runs.
+pub const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
+/// Position of a pod in its group; the leader is `"0"`.
+pub const WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+/// Index of the group.
+pub const GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+/// sha1 of `<namespace>/<leader pod name>`: unique per group incarnation.
+pub const GROUP_KEY: &str = "leaderworkerset.sigs.k8s.io/group-key";
+/// Subgroup index of a pod.
+pub const SUBGROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/subgroup-index";
+/// sha1 of `<leader pod name>/<subgroup index>`.
+pub const SUBGROUP_KEY: &str = "leaderworkerset.sigs.k8s.io/subgroup-key";
+
+/// Group size, on pod templates.
+pub const SIZE: &str = "leaderworkerset.sigs.k8s.io/size";
+/// LWS replicas when the leader StatefulSet was last written.
+pub const REPLICAS: &str = "leaderworkerset.sigs.k8s.io/replicas";
+/// Leader pod name, on worker pods.
+pub const LEADER_NAME: &str = "leaderworkerset.sigs.k8s.io/leader-name";
+/// Topology key a whole group must share and own exclusively.
+pub const EXCLUSIVE_TOPOLOGY: &str = "leaderworkerset.sigs.k8s.io/exclusive-topology";
+/// Topology key a subgroup must share and own exclusively.
+pub const SUBGROUP_EXCLUSIVE_TOPOLOGY: &str =
+    "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology";
+/// Subgroup size, on pod templates.
+pub const SUBGROUP_SIZE: &str = "leaderworkerset.sigs.k8s.io/subgroup-size";
+/// Subgroup policy type, on the leader template.
+pub const SUBGROUP_POLICY_TYPE: &str = "leaderworkerset.sigs.k8s.io/subgroup-policy-type";
+/// `UniquePerReplica` on leader pods that get their own subdomain.
+pub const SUBDOMAIN_POLICY: &str = "leaderworkerset.sigs.k8s.io/subdomainPolicy";
+/// Set on worker templates when the leader requests TPUs.
+pub const LEADER_REQUESTS_TPUS: &str = "leaderworkerset.sigs.k8s.io/leader-requests-tpus";
+
+/// Pod index label the StatefulSet controller sets (Kubernetes ≥ 1.28).
+pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
+
+/// Field manager of every write the LWS controller makes. Upstream's name, so that taking over
+/// from the upstream controller re-applies the same managed fields instead of conflicting.
+pub const FIELD_MANAGER: &str = "lws";

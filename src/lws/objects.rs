@@ -1,0 +1,503 @@
+//! The objects an LWS owns, built from its spec: the leader StatefulSet, the shared headless
+//! Service, ControllerRevisions, and one worker StatefulSet per group. Pure functions; names,
+//! labels, selectors and annotations are upstream LWS v0.8's.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{
+            ControllerRevision, RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetOrdinals,
+            StatefulSetSpec, StatefulSetUpdateStrategy,
+        },
+        core::v1::{
+            PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodTemplateSpec, Service,
+            ServiceSpec,
+        },
+    },
+    apimachinery::pkg::{
+        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        runtime::RawExtension,
+        util::intstr::IntOrString,
+    },
+};
+use kube::{Resource, ResourceExt};
+use sha1::{Digest, Sha1};
+
+use super::labels;
+use crate::api::leaderworkerset::{LeaderWorkerSet, SubGroupPolicyType, SubdomainPolicy};
+
+fn map<const N: usize>(entries: [(&str, String); N]) -> BTreeMap<String, String> {
+    entries
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect()
+}
+
+/// Owner reference making `owner` the controller of an object (GC and blockOwnerDeletion).
+pub fn controller_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Option<OwnerReference> {
+    owner.controller_owner_ref(&())
+}
+
+/// Group size (`size`, default 1).
+pub fn size(lws: &LeaderWorkerSet) -> i32 {
+    lws.spec.leader_worker_template.size.unwrap_or(1)
+}
+
+/// Desired groups (`replicas`, default 1).
+pub fn replicas(lws: &LeaderWorkerSet) -> i32 {
+    lws.spec.replicas.unwrap_or(1)
+}
+
+/// The subdomain policy (default Shared).
+pub fn subdomain_policy(lws: &LeaderWorkerSet) -> SubdomainPolicy {
+    lws.spec
+        .network_config
+        .as_ref()
+        .and_then(|n| n.subdomain_policy)
+        .unwrap_or_default()
+}
+
+/// `sha1(<namespace>/<leader pod name>)` in hex: the group-key label.
+pub fn group_key(namespace: &str, leader_pod: &str) -> String {
+    let digest = Sha1::digest(format!("{namespace}/{leader_pod}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Group index of a leader pod: its group-index label, else the StatefulSet's pod-index label,
+/// else the ordinal at the end of its name.
+pub fn group_index(pod: &Pod) -> Option<i32> {
+    let labels = pod.labels();
+    labels
+        .get(labels::GROUP_INDEX)
+        .or_else(|| labels.get(labels::POD_INDEX))
+        .and_then(|v| v.parse().ok())
+        .or_else(|| {
+            pod.name_any()
+                .rsplit_once('-')
+                .and_then(|(_, n)| n.parse().ok())
+        })
+}
+
+/// Annotations both pod templates carry.
+fn common_template_annotations(lws: &LeaderWorkerSet) -> BTreeMap<String, String> {
+    let mut out = map([(labels::SIZE, size(lws).to_string())]);
+    if let Some(topology) = lws.annotations().get(labels::EXCLUSIVE_TOPOLOGY) {
+        out.insert(labels::EXCLUSIVE_TOPOLOGY.into(), topology.clone());
+    }
+    if let Some(policy) = &lws.spec.leader_worker_template.sub_group_policy {
+        if let Some(sgs) = policy.sub_group_size {
+            out.insert(labels::SUBGROUP_SIZE.into(), sgs.to_string());
+        }
+        if let Some(topology) = lws.annotations().get(labels::SUBGROUP_EXCLUSIVE_TOPOLOGY) {
+            out.insert(labels::SUBGROUP_EXCLUSIVE_TOPOLOGY.into(), topology.clone());
+        }
+    }
+    out
+}
+
+fn merge_into(target: &mut Option<BTreeMap<String, String>>, extra: BTreeMap<String, String>) {
+    target.get_or_insert_with(BTreeMap::new).extend(extra);
+}
+
+/// PVC templates as upstream copies them: name, accessModes, storageClassName, volumeMode and
+/// resources only.
+fn claim_templates(lws: &LeaderWorkerSet, namespace: &str) -> Option<Vec<PersistentVolumeClaim>> {
+    let templates = lws
+        .spec
+        .leader_worker_template
+        .volume_claim_templates
+        .as_ref()?;
+    Some(
+        templates
+            .iter()
+            .map(|t| {
+                let spec = t.spec.clone().unwrap_or_default();
+                PersistentVolumeClaim {
+                    metadata: ObjectMeta {
+                        name: t.metadata.as_ref().and_then(|m| m.name.clone()),
+                        namespace: Some(namespace.to_string()),
+                        ..Default::default()
+                    },
+                    spec: Some(PersistentVolumeClaimSpec {
+                        access_modes: spec.access_modes,
+                        storage_class_name: spec.storage_class_name,
+                        volume_mode: spec.volume_mode,
+                        resources: spec.resources,
+                        ..Default::default()
+                    }),
+                    status: None,
+                }
+            })
+            .collect(),
+    )
+}
+
+/// The leader StatefulSet `<lws>` for revision `key` at the given partition and replicas.
+///
+/// `maxUnavailable` is `max(1, maxUnavailable + maxSurge)` scaled against replicas (upstream's
+/// post-0.8 fix #781): v0.8 passed `maxUnavailable` through, which Kubernetes ≥ 1.35 rejects
+/// when it is 0 (MaxUnavailableStatefulSet is on by default there).
+pub fn leader_statefulset(
+    lws: &LeaderWorkerSet,
+    key: &str,
+    partition: i32,
+    sts_replicas: i32,
+    max_unavailable: i32,
+) -> StatefulSet {
+    let name = lws.name_any();
+    let namespace = lws.namespace().unwrap_or_default();
+    let ltpl = &lws.spec.leader_worker_template;
+    let mut template: PodTemplateSpec = ltpl
+        .leader_template
+        .clone()
+        .unwrap_or_else(|| ltpl.worker_template.clone());
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    merge_into(
+        &mut meta.labels,
+        map([
+            (labels::WORKER_INDEX, "0".into()),
+            (labels::NAME, name.clone()),
+            (labels::REVISION, key.into()),
+        ]),
+    );
+    let mut annotations = common_template_annotations(lws);
+    if let Some(policy) = &ltpl.sub_group_policy {
+        let policy_type = match policy.type_.unwrap_or_default() {
+            SubGroupPolicyType::LeaderWorker => "LeaderWorker",
+            SubGroupPolicyType::LeaderExcluded => "LeaderExcluded",
+        };
+        annotations.insert(labels::SUBGROUP_POLICY_TYPE.into(), policy_type.into());
+    }
+    if subdomain_policy(lws) == SubdomainPolicy::UniquePerReplica {
+        annotations.insert(labels::SUBDOMAIN_POLICY.into(), "UniquePerReplica".into());
+    }
+    merge_into(&mut meta.annotations, annotations);
+
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(namespace.clone()),
+            labels: Some(map([
+                (labels::NAME, name.clone()),
+                (labels::REVISION, key.into()),
+            ])),
+            annotations: Some(map([(labels::REPLICAS, replicas(lws).to_string())])),
+            owner_references: controller_ref(lws).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(sts_replicas),
+            service_name: Some(name.clone()),
+            pod_management_policy: Some("Parallel".into()),
+            selector: LabelSelector {
+                match_labels: Some(map([
+                    (labels::NAME, name.clone()),
+                    (labels::WORKER_INDEX, "0".into()),
+                ])),
+                ..Default::default()
+            },
+            update_strategy: Some(StatefulSetUpdateStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateStatefulSetStrategy {
+                    partition: Some(partition),
+                    max_unavailable: Some(IntOrString::Int(max_unavailable.max(1))),
+                }),
+            }),
+            template,
+            volume_claim_templates: claim_templates(lws, &namespace),
+            persistent_volume_claim_retention_policy: ltpl
+                .persistent_volume_claim_retention_policy
+                .clone(),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The shared headless Service `<lws>` (Shared subdomain policy): selects every pod of the
+/// LWS, publishes not-ready addresses so groups can find each other while starting.
+pub fn shared_headless_service(lws: &LeaderWorkerSet) -> Service {
+    let name = lws.name_any();
+    headless_service(
+        &name,
+        lws.namespace(),
+        map([(labels::NAME, name.clone())]),
+        controller_ref(lws),
+    )
+}
+
+/// The per-group headless Service `<lws>-<i>` (UniquePerReplica), owned by the leader pod.
+pub fn group_headless_service(lws: &LeaderWorkerSet, leader: &Pod, index: i32) -> Service {
+    headless_service(
+        &leader.name_any(),
+        lws.namespace(),
+        map([
+            (labels::NAME, lws.name_any()),
+            (labels::GROUP_INDEX, index.to_string()),
+        ]),
+        controller_ref(leader),
+    )
+}
+
+fn headless_service(
+    name: &str,
+    namespace: Option<String>,
+    selector: BTreeMap<String, String>,
+    owner: Option<OwnerReference>,
+) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace,
+            labels: Some(map([(labels::NAME, selector[labels::NAME].clone())])),
+            owner_references: owner.map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            selector: Some(selector),
+            publish_not_ready_addresses: Some(true),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// ControllerRevision `<lws>-<key>-<number>` holding `data` (see [`super::revision`]).
+pub fn controller_revision(
+    lws: &LeaderWorkerSet,
+    key: &str,
+    number: i64,
+    data: &str,
+) -> Result<ControllerRevision, serde_json::Error> {
+    Ok(ControllerRevision {
+        metadata: ObjectMeta {
+            name: Some(super::revision::revision_name(&lws.name_any(), key, number)),
+            namespace: lws.namespace(),
+            labels: Some(map([
+                (labels::NAME, lws.name_any()),
+                (labels::REVISION, key.into()),
+            ])),
+            owner_references: controller_ref(lws).map(|r| vec![r]),
+            ..Default::default()
+        },
+        data: Some(RawExtension(serde_json::from_str(data)?)),
+        revision: number,
+    })
+}
+
+/// The worker template stored in a revision's data.
+pub fn revision_worker_template(
+    revision: &ControllerRevision,
+) -> Result<PodTemplateSpec, serde_json::Error> {
+    let data = revision
+        .data
+        .as_ref()
+        .map(|d| d.0.clone())
+        .unwrap_or_default();
+    serde_json::from_value(data["spec"]["leaderWorkerTemplate"]["workerTemplate"].clone())
+}
+
+/// The worker StatefulSet of one group: named like its leader pod, owned by it, ordinals
+/// `1..size`, template from the revision the leader runs (so an old group keeps old workers).
+pub fn worker_statefulset(
+    lws: &LeaderWorkerSet,
+    leader: &Pod,
+    index: i32,
+    key: &str,
+    mut template: PodTemplateSpec,
+    node_selector: Option<(String, String)>,
+) -> StatefulSet {
+    let leader_name = leader.name_any();
+    let namespace = leader.namespace().unwrap_or_default();
+    let group_key = leader
+        .labels()
+        .get(labels::GROUP_KEY)
+        .cloned()
+        .unwrap_or_else(|| group_key(&namespace, &leader_name));
+    let selector = map([
+        (labels::GROUP_INDEX, index.to_string()),
+        (labels::NAME, lws.name_any()),
+        (labels::GROUP_KEY, group_key),
+    ]);
+    let mut pod_labels = selector.clone();
+    pod_labels.insert(labels::REVISION.into(), key.into());
+
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    merge_into(&mut meta.labels, pod_labels.clone());
+    let mut annotations = common_template_annotations(lws);
+    annotations.insert(labels::LEADER_NAME.into(), leader_name.clone());
+    if leader_requests_tpus(leader) {
+        annotations.insert(labels::LEADER_REQUESTS_TPUS.into(), "true".into());
+    }
+    merge_into(&mut meta.annotations, annotations);
+    if let Some((key, value)) = node_selector {
+        let spec = template.spec.get_or_insert_with(Default::default);
+        spec.node_selector
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key, value);
+    }
+    let service_name = match subdomain_policy(lws) {
+        SubdomainPolicy::Shared => lws.name_any(),
+        SubdomainPolicy::UniquePerReplica => leader_name.clone(),
+    };
+    StatefulSet {
+        metadata: ObjectMeta {
+            name: Some(leader_name),
+            namespace: Some(namespace.clone()),
+            labels: Some(pod_labels),
+            owner_references: controller_ref(leader).map(|r| vec![r]),
+            ..Default::default()
+        },
+        spec: Some(StatefulSetSpec {
+            replicas: Some(size(lws) - 1),
+            service_name: Some(service_name),
+            pod_management_policy: Some("Parallel".into()),
+            ordinals: Some(StatefulSetOrdinals { start: Some(1) }),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            template,
+            volume_claim_templates: claim_templates(lws, &namespace),
+            persistent_volume_claim_retention_policy: lws
+                .spec
+                .leader_worker_template
+                .persistent_volume_claim_retention_policy
+                .clone(),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+fn leader_requests_tpus(pod: &Pod) -> bool {
+    let Some(spec) = &pod.spec else { return false };
+    spec.containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .any(|c| {
+            c.resources.as_ref().is_some_and(|r| {
+                [&r.limits, &r.requests]
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m.contains_key("google.com/tpu"))
+            })
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    pub(crate) fn lws(spec: serde_json::Value) -> LeaderWorkerSet {
+        let mut lws: LeaderWorkerSet = serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "vllm", "namespace": "ns", "uid": "u-1"},
+            "spec": spec,
+        }))
+        .unwrap();
+        lws.metadata.annotations = Some(map([(
+            labels::EXCLUSIVE_TOPOLOGY,
+            "topology.kubernetes.io/zone".into(),
+        )]));
+        lws
+    }
+
+    #[test]
+    fn leader_statefulset_matches_upstream_shape() {
+        let lws = lws(json!({"replicas": 3, "leaderWorkerTemplate": {"size": 4,
+            "workerTemplate": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}}}}));
+        let sts = leader_statefulset(&lws, "abc", 2, 4, 0);
+        let v = serde_json::to_value(&sts).unwrap();
+        assert_eq!(
+            v["metadata"]["labels"],
+            json!({labels::NAME: "vllm", labels::REVISION: "abc"})
+        );
+        assert_eq!(v["metadata"]["annotations"], json!({labels::REPLICAS: "3"}));
+        assert_eq!(
+            v["metadata"]["ownerReferences"][0]["kind"],
+            "LeaderWorkerSet"
+        );
+        assert_eq!(v["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(
+            v["spec"]["selector"]["matchLabels"],
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0"})
+        );
+        assert_eq!(v["spec"]["podManagementPolicy"], "Parallel");
+        assert_eq!(v["spec"]["serviceName"], "vllm");
+        assert_eq!(v["spec"]["replicas"], 4);
+        assert_eq!(
+            v["spec"]["updateStrategy"]["rollingUpdate"],
+            json!({"partition": 2, "maxUnavailable": 1})
+        );
+        let tpl = &v["spec"]["template"]["metadata"];
+        assert_eq!(
+            tpl["labels"],
+            json!({"app": "x", labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"})
+        );
+        assert_eq!(tpl["annotations"][labels::SIZE], "4");
+        assert_eq!(
+            tpl["annotations"][labels::EXCLUSIVE_TOPOLOGY],
+            "topology.kubernetes.io/zone"
+        );
+    }
+
+    #[test]
+    fn group_key_is_sha1_of_namespace_and_leader() {
+        // sha1("default/vllm-0")
+        assert_eq!(group_key("default", "vllm-0").len(), 40);
+        assert_ne!(
+            group_key("default", "vllm-0"),
+            group_key("default", "vllm-1")
+        );
+    }
+
+    #[test]
+    fn worker_statefulset_starts_at_ordinal_one_and_is_owned_by_the_leader() {
+        let lws = lws(
+            json!({"leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {"containers": [{"name": "c"}]}}},
+                              "networkConfig": {"subdomainPolicy": "UniquePerReplica"}}),
+        );
+        let leader: Pod = serde_json::from_value(
+            json!({"metadata": {"name": "vllm-1", "namespace": "ns", "uid": "p-1"}}),
+        )
+        .unwrap();
+        let tpl = PodTemplateSpec::default();
+        let sts = worker_statefulset(
+            &lws,
+            &leader,
+            1,
+            "abc",
+            tpl,
+            Some(("zone".into(), "a".into())),
+        );
+        let v = serde_json::to_value(&sts).unwrap();
+        assert_eq!(v["metadata"]["name"], "vllm-1");
+        assert_eq!(v["metadata"]["ownerReferences"][0]["kind"], "Pod");
+        assert_eq!(v["spec"]["replicas"], 2);
+        assert_eq!(v["spec"]["ordinals"]["start"], 1);
+        assert_eq!(
+            v["spec"]["serviceName"], "vllm-1",
+            "UniquePerReplica uses the leader's own Service"
+        );
+        assert_eq!(
+            v["spec"]["selector"]["matchLabels"][labels::GROUP_KEY],
+            group_key("ns", "vllm-1")
+        );
+        assert_eq!(
+            v["spec"]["template"]["metadata"]["annotations"][labels::LEADER_NAME],
+            "vllm-1"
+        );
+        assert_eq!(
+            v["spec"]["template"]["spec"]["nodeSelector"],
+            json!({"zone": "a"})
+        );
+        assert_eq!(
+            v["spec"]["template"]["metadata"]["labels"][labels::REVISION],
+            "abc"
+        );
+    }
+}

@@ -1,0 +1,320 @@
+//! LWS status and conditions from the observed groups. Pure; upstream's counters, condition
+//! texts and flip semantics (`../shared/docs/lws-upstream.md` §3.5), with two deliberate
+//! differences: a group is ready only when its leader **and every worker** are ready (v0.9's
+//! fix), and all conditions of one evaluation are applied in one write (upstream stops after the
+//! first changed condition and needs a second reconcile to get to the same state).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+use crate::api::leaderworkerset::LeaderWorkerSetStatus;
+
+/// What one group looks like (for groups whose leader pod exists).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedGroup {
+    /// Group index.
+    pub index: i32,
+    /// Leader pod is Running and Ready.
+    pub leader_ready: bool,
+    /// Revision key on the leader pod.
+    pub leader_revision: Option<String>,
+    /// The worker StatefulSet, when the group has workers: (all workers ready, its revision key).
+    pub workers: Option<(bool, Option<String>)>,
+}
+
+/// Inputs besides the groups.
+#[derive(Debug, Clone)]
+pub struct StatusInput<'a> {
+    /// LWS name (for the HPA selector).
+    pub name: &'a str,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `size`.
+    pub size: i32,
+    /// The user's partition.
+    pub partition: i32,
+    /// Current revision key.
+    pub revision: &'a str,
+    /// Leader StatefulSet `status.replicas`.
+    pub sts_replicas: i32,
+    /// The status as stored.
+    pub current: &'a LeaderWorkerSetStatus,
+    /// Clock, for lastTransitionTime.
+    pub now: Time,
+}
+
+/// The status to write, and what to tell users about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusOutcome {
+    /// New status.
+    pub status: LeaderWorkerSetStatus,
+    /// An event (reason, message) when a condition changed.
+    pub event: Option<(String, String)>,
+    /// Every desired group is updated and ready and the user's partition is 0: old revisions
+    /// may go.
+    pub update_done: bool,
+}
+
+/// Condition type: all groups ready.
+pub const AVAILABLE: &str = "Available";
+/// Condition type: groups are being created or recovering.
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: a rolling update is running.
+pub const UPDATE_IN_PROGRESS: &str = "UpdateInProgress";
+
+fn make_condition(type_: &str, generation: Option<i64>, now: &Time) -> Condition {
+    let (reason, message) = match type_ {
+        AVAILABLE => ("AllGroupsReady", "All replicas are ready"),
+        UPDATE_IN_PROGRESS => ("GroupsUpdating", "Rolling Upgrade is in progress"),
+        _ => ("GroupsProgressing", "Replicas are progressing"),
+    };
+    Condition {
+        type_: type_.into(),
+        status: "True".into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: now.clone(),
+        observed_generation: generation,
+    }
+}
+
+fn exclusive(a: &str, b: &str) -> bool {
+    matches!(
+        (a, b),
+        (AVAILABLE, PROGRESSING)
+            | (PROGRESSING, AVAILABLE)
+            | (AVAILABLE, UPDATE_IN_PROGRESS)
+            | (UPDATE_IN_PROGRESS, AVAILABLE)
+    )
+}
+
+/// Upstream's `setCondition`: a True condition replaces one of the same type with another
+/// status, is added when absent, and flips only the *status* of a True exclusive condition to
+/// False (keeping its reason and message). Returns whether anything changed.
+pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
+    let mut changed = false;
+    let mut found = false;
+    for current in conditions.iter_mut() {
+        if current.type_ == new.type_ {
+            found = true;
+            if current.status != new.status {
+                *current = new.clone();
+                changed = true;
+            }
+        } else if exclusive(&current.type_, &new.type_)
+            && new.status == "True"
+            && current.status == "True"
+        {
+            current.status = "False".into();
+            changed = true;
+        }
+    }
+    if !found && new.status == "True" {
+        conditions.push(new);
+        changed = true;
+    }
+    changed
+}
+
+/// Computes the status.
+pub fn compute(input: &StatusInput<'_>, groups: &[ObservedGroup]) -> StatusOutcome {
+    let (mut ready_count, mut updated_count) = (0, 0);
+    let (mut current_nonburst, mut updated_nonburst, mut ready_nonburst, mut updated_and_ready) =
+        (0, 0, 0, 0);
+    for g in groups {
+        let (workers_ready, workers_updated) = match &g.workers {
+            _ if input.size == 1 => (true, true),
+            None => continue, // no worker StatefulSet yet: the group is not counted at all
+            Some((ready, revision)) => (*ready, revision.as_deref() == Some(input.revision)),
+        };
+        let ready = workers_ready && g.leader_ready;
+        let updated = workers_updated && g.leader_revision.as_deref() == Some(input.revision);
+        let in_window = g.index < input.replicas && g.index >= input.partition;
+        ready_count += i32::from(ready);
+        updated_count += i32::from(updated);
+        current_nonburst += i32::from(in_window);
+        updated_nonburst += i32::from(in_window && updated);
+        ready_nonburst += i32::from(g.index < input.replicas && ready);
+        updated_and_ready += i32::from(in_window && ready && updated);
+    }
+
+    let wanted: &[&str] = if updated_nonburst < current_nonburst {
+        &[UPDATE_IN_PROGRESS, PROGRESSING]
+    } else if ready_nonburst == input.replicas && updated_and_ready == current_nonburst {
+        &[AVAILABLE]
+    } else {
+        &[PROGRESSING]
+    };
+    let mut conditions = input.current.conditions.clone().unwrap_or_default();
+    let mut changed = false;
+    for type_ in wanted {
+        changed |= set_condition(
+            &mut conditions,
+            make_condition(type_, input.generation, &input.now),
+        );
+    }
+    let event = changed.then(|| {
+        let first = make_condition(wanted[0], None, &input.now);
+        (
+            first.reason,
+            format!(
+                "{}, with {ready_count} groups ready of total {} groups",
+                first.message, input.replicas
+            ),
+        )
+    });
+
+    let status = LeaderWorkerSetStatus {
+        conditions: Some(conditions),
+        ready_replicas: Some(ready_count),
+        updated_replicas: Some(updated_count),
+        replicas: Some(input.sts_replicas),
+        hpa_pod_selector: input.current.hpa_pod_selector.clone().or_else(|| {
+            Some(format!(
+                "leaderworkerset.sigs.k8s.io/name={},leaderworkerset.sigs.k8s.io/worker-index=0",
+                input.name
+            ))
+        }),
+        observed_generation: input.generation,
+    };
+    StatusOutcome {
+        status,
+        event,
+        update_done: input.partition == 0 && updated_and_ready == input.replicas,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(1_795_327_200).unwrap())
+    }
+
+    fn group(index: i32, ready: bool, revision: &str) -> ObservedGroup {
+        ObservedGroup {
+            index,
+            leader_ready: ready,
+            leader_revision: Some(revision.into()),
+            workers: Some((ready, Some(revision.into()))),
+        }
+    }
+
+    fn input<'a>(
+        current: &'a LeaderWorkerSetStatus,
+        replicas: i32,
+        partition: i32,
+    ) -> StatusInput<'a> {
+        StatusInput {
+            name: "vllm",
+            generation: Some(2),
+            replicas,
+            size: 2,
+            partition,
+            revision: "new",
+            sts_replicas: replicas,
+            current,
+            now: now(),
+        }
+    }
+
+    #[test]
+    fn all_groups_ready_is_available_with_upstream_texts() {
+        let current = LeaderWorkerSetStatus::default();
+        let out = compute(
+            &input(&current, 2, 0),
+            &[group(0, true, "new"), group(1, true, "new")],
+        );
+        let conditions = out.status.conditions.clone().unwrap();
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(
+            (conditions[0].type_.as_str(), conditions[0].reason.as_str()),
+            (AVAILABLE, "AllGroupsReady")
+        );
+        assert_eq!(
+            out.event,
+            Some((
+                "AllGroupsReady".into(),
+                "All replicas are ready, with 2 groups ready of total 2 groups".into()
+            ))
+        );
+        assert_eq!(out.status.ready_replicas, Some(2));
+        assert_eq!(
+            out.status.hpa_pod_selector.as_deref(),
+            Some(
+                "leaderworkerset.sigs.k8s.io/name=vllm,leaderworkerset.sigs.k8s.io/worker-index=0"
+            )
+        );
+        assert!(out.update_done);
+    }
+
+    #[test]
+    fn a_group_with_an_unready_worker_is_not_ready() {
+        let current = LeaderWorkerSetStatus::default();
+        let mut g = group(1, true, "new");
+        g.workers = Some((false, Some("new".into())));
+        let out = compute(&input(&current, 2, 0), &[group(0, true, "new"), g]);
+        assert_eq!(out.status.ready_replicas, Some(1));
+        assert_eq!(out.status.conditions.unwrap()[0].type_, PROGRESSING);
+    }
+
+    #[test]
+    fn update_flips_available_status_only_and_keeps_its_message() {
+        let empty = LeaderWorkerSetStatus::default();
+        let before = StatusInput {
+            revision: "old",
+            ..input(&empty, 2, 0)
+        };
+        let current = compute(&before, &[group(0, true, "old"), group(1, true, "old")]);
+        // The template changed: both groups on "old" while the revision is "new".
+        let out = compute(
+            &input(&current.status, 2, 0),
+            &[group(0, true, "old"), group(1, true, "old")],
+        );
+        let conditions = out.status.conditions.unwrap();
+        let available = conditions.iter().find(|c| c.type_ == AVAILABLE).unwrap();
+        assert_eq!(
+            (available.status.as_str(), available.message.as_str()),
+            ("False", "All replicas are ready")
+        );
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == UPDATE_IN_PROGRESS && c.status == "True")
+        );
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.type_ == PROGRESSING && c.status == "True")
+        );
+        assert_eq!(out.event.unwrap().0, "GroupsUpdating");
+    }
+
+    #[test]
+    fn unchanged_conditions_emit_no_event() {
+        let first = compute(
+            &input(&LeaderWorkerSetStatus::default(), 1, 0),
+            &[group(0, true, "new")],
+        );
+        let second = compute(&input(&first.status, 1, 0), &[group(0, true, "new")]);
+        assert_eq!(second.event, None);
+        assert_eq!(second.status, first.status);
+    }
+
+    #[test]
+    fn partitioned_groups_do_not_block_availability() {
+        // Partition 1: group 0 stays old, group 1 updated → Available, updatedReplicas 1.
+        let current = LeaderWorkerSetStatus::default();
+        let out = compute(
+            &input(&current, 2, 1),
+            &[group(0, true, "old"), group(1, true, "new")],
+        );
+        assert_eq!(out.status.conditions.unwrap()[0].type_, AVAILABLE);
+        assert_eq!(out.status.updated_replicas, Some(1));
+        assert!(
+            !out.update_done,
+            "old revision still in use below the partition"
+        );
+    }
+}
