@@ -25,7 +25,8 @@ STATE=$(mktemp -d "${TMPDIR:-/tmp}/lws-rollout-e2e.XXXXXX")
 cleanup() {
   rc=$?
   if [ $rc -ne 0 ]; then
-    echo "tests failed; control-plane logs kept in $STATE/logs" >&2
+    echo "tests failed; control-plane and manager logs kept in $STATE/logs; last manager lines:" >&2
+    tail -n 20 "$STATE/logs/manager.log" >&2 2>/dev/null || true
     test/cluster/down.sh "$STATE" --keep-logs
   else
     test/cluster/down.sh "$STATE"
@@ -38,7 +39,12 @@ KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
 "$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established --timeout=60s \
   crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io >/dev/null
 
-# 4. Unit and e2e tests. E2E tests run concurrently, one namespace each.
+# 4. The manager under test, against the same cluster; its PID joins the cluster's so
+#    down.sh stops it, and its log sits with the control-plane logs.
+KUBECONFIG="$KUBECONFIG_FILE" target/debug/lws-rollout --health-addr=127.0.0.1:0 >"$STATE/logs/manager.log" 2>&1 &
+echo $! >"$STATE/pids/manager.pid"
+
+# 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
 LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" cargo test --locked --all-targets "$@"
 log "all tests passed in $((SECONDS - START))s"

@@ -1,8 +1,10 @@
 //! The LeaderWorkerSet group controller: a drop-in for upstream LWS v0.8.
 //!
-//! So far: the revision hash (byte-identical to upstream) and the Go-JSON re-encoding and
-//! quantity canonicalisation it rests on. The reconcilers build on these.
+//! `controller` observes and applies; everything it decides comes from the pure modules:
+//! `revision` (the template hash, byte-identical to upstream, on `gojson` and `quantity`),
+//! `rolling` (partition and surge), `objects` (what to create) and `status` (conditions).
 
+pub mod controller;
 pub mod gojson;
 pub mod labels;
 pub mod objects;

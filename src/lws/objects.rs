@@ -501,3 +501,27 @@ mod tests {
         );
     }
 }
+#[cfg(test)]
+mod revision_tests {
+    use super::*;
+    #[test]
+    fn revision_serializes_its_data() {
+        let lws = super::tests::lws(
+            serde_json::json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c"}]}}}}),
+        );
+        let rev = controller_revision(
+            &lws,
+            "k",
+            1,
+            r#"{"spec":{"leaderWorkerTemplate":{"workerTemplate":{"spec":{}}}}}"#,
+        )
+        .unwrap();
+        let v = serde_json::to_value(&rev).unwrap();
+        assert_eq!(
+            v["data"]["spec"]["leaderWorkerTemplate"]["workerTemplate"],
+            serde_json::json!({"spec": {}})
+        );
+        let back: ControllerRevision = serde_json::from_value(v).unwrap();
+        assert!(revision_worker_template(&back).is_ok());
+    }
+}

@@ -1,6 +1,5 @@
-//! The manager process: connects to the cluster, checks that our CRDs are served, and serves
-//! health endpoints until asked to stop. Controllers and webhooks hang off this in later work
-//! (see `docs/architecture.md`).
+//! The manager process: connects to the cluster, checks that our CRDs are served, runs the
+//! controllers and serves health endpoints until asked to stop (see `docs/architecture.md`).
 
 pub mod health;
 
@@ -61,7 +60,18 @@ pub async fn run(
         .await
         .map_err(Error::Unreachable)?;
     info!(server = %version.git_version, "connected to the API server");
-    check_crds(&client).await?;
+    // A CRD applied a moment ago can be Established before its endpoint answers: retry briefly.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match check_crds(&client).await {
+            Ok(()) => break,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %err, "waiting for the CRDs");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
 
     let health = health::Health::default();
     let listener = tokio::net::TcpListener::bind(config.health_addr)
@@ -77,10 +87,23 @@ pub async fn run(
     info!(%addr, "serving /healthz and /readyz");
     health.set_ready(true);
 
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let controllers = tokio::spawn({
+        let client = client.clone();
+        let mut stop = stop_rx.clone();
+        async move {
+            crate::lws::controller::run(client, async move {
+                let _ = stop.wait_for(|stopped| *stopped).await;
+            })
+            .await
+        }
+    });
+
     let on_stop = {
         let health = health.clone();
         async move {
             shutdown.await;
+            let _ = stop_tx.send(true);
             // Stop advertising readiness first so load balancers drain before we exit.
             health.set_ready(false);
             info!("shutting down");
@@ -90,6 +113,8 @@ pub async fn run(
         .with_graceful_shutdown(on_stop)
         .await
         .map_err(|source| Error::Health { addr, source })?;
+    // Let in-flight reconciles finish (graceful shutdown of the controllers).
+    let _ = controllers.await;
     info!("stopped");
     Ok(())
 }

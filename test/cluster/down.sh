@@ -14,7 +14,7 @@ done
 [ -d "$STATE" ] || exit 0
 
 # Stop in reverse start order so nothing logs errors about a dependency that vanished.
-for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+for name in manager kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
   f="$STATE/pids/$name.pid"
   [ -f "$f" ] || continue
   pid=$(cat "$f")

@@ -32,9 +32,7 @@ pub fn kubeconfig_path() -> anyhow::Result<String> {
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path()?;
     let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
-    let mut config =
-        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    config.read_timeout = Some(Duration::from_secs(60));
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
     Ok(Client::try_from(config)?)
 }
 

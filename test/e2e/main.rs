@@ -8,6 +8,7 @@ mod harness;
 
 mod cluster;
 mod crds;
+mod lws;
 mod manager;
 mod markers;
 mod scripts;

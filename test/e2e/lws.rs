@@ -1,0 +1,296 @@
+//! The LWS controller (run by test/run-tests.sh against the shared cluster) turns an LWS into
+//! groups: leader StatefulSet, one worker StatefulSet per group, headless Service, revision,
+//! status — and rolls and scales them.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::{ControllerRevision, StatefulSet},
+    core::v1::{Pod, Service},
+};
+use kube::api::{ListParams, Patch, PatchParams};
+use lws_rollout::api::LeaderWorkerSet;
+use serde_json::json;
+
+use crate::harness::{TestNs, wait_for, with_ns};
+
+const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
+
+fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size,
+            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}}
+    })
+}
+
+async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ns.api::<LeaderWorkerSet>()
+        .patch(&name, &PatchParams::apply("e2e-user"), &Patch::Apply(obj))
+        .await?;
+    Ok(())
+}
+
+fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+    move |l: Option<&LeaderWorkerSet>| {
+        let Some(status) = l.and_then(|l| l.status.as_ref()) else {
+            return false;
+        };
+        status.ready_replicas == Some(ready)
+            && status.updated_replicas == Some(updated)
+            && status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Available" && c.status == "True")
+            && status.observed_generation == l.and_then(|l| l.metadata.generation)
+    }
+}
+
+async fn pods_of(ns: &TestNs, name: &str) -> anyhow::Result<Vec<Pod>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("{NAME}={name}")))
+        .await?
+        .items)
+}
+
+/// Names of the ControllerRevisions an LWS controls (StatefulSets keep their own beside them).
+async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
+    let all = ns
+        .api::<ControllerRevision>()
+        .list(&ListParams::default())
+        .await?;
+    Ok(all
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "LeaderWorkerSet")
+        })
+        .filter_map(|r| r.metadata.name)
+        .collect())
+}
+
+#[tokio::test]
+async fn lws_becomes_groups_of_ready_pods_with_upstream_objects() -> anyhow::Result<()> {
+    with_ns("lws-create", |ns| async move {
+        apply(&ns, &lws("vllm", 2, 3, "vllm:1")).await?;
+        let lws = wait_for(
+            &ns.api(),
+            "vllm",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?
+        .expect("lws");
+        let status = lws.status.clone().unwrap_or_default();
+        assert_eq!(status.replicas, Some(2));
+        assert_eq!(
+            status.hpa_pod_selector.as_deref(),
+            Some(
+                "leaderworkerset.sigs.k8s.io/name=vllm,leaderworkerset.sigs.k8s.io/worker-index=0"
+            )
+        );
+
+        let leader = ns.api::<StatefulSet>().get("vllm").await?;
+        let key = leader
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(REVISION))
+            .cloned()
+            .expect("revision label");
+        let spec = leader.spec.clone().expect("spec");
+        assert_eq!(spec.replicas, Some(2));
+        assert_eq!(spec.pod_management_policy.as_deref(), Some("Parallel"));
+        for i in 0..2 {
+            let worker = ns.api::<StatefulSet>().get(&format!("vllm-{i}")).await?;
+            let wspec = worker.spec.expect("spec");
+            assert_eq!(wspec.replicas, Some(2), "size 3 = leader + 2 workers");
+            assert_eq!(wspec.ordinals.and_then(|o| o.start), Some(1));
+            let owner = &worker.metadata.owner_references.expect("owner")[0];
+            assert_eq!(
+                (owner.kind.as_str(), owner.name.as_str()),
+                ("Pod", format!("vllm-{i}").as_str())
+            );
+        }
+
+        let mut names: Vec<_> = pods_of(&ns, "vllm")
+            .await?
+            .iter()
+            .map(|p| p.metadata.name.clone().unwrap_or_default())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                "vllm-0", "vllm-0-1", "vllm-0-2", "vllm-1", "vllm-1-1", "vllm-1-2"
+            ]
+        );
+        for pod in pods_of(&ns, "vllm").await? {
+            assert_eq!(
+                pod.metadata.labels.as_ref().and_then(|l| l.get(REVISION)),
+                Some(&key),
+                "every pod runs the current revision"
+            );
+        }
+
+        let svc = ns.api::<Service>().get("vllm").await?;
+        let svc_spec = svc.spec.expect("spec");
+        assert_eq!(svc_spec.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(svc_spec.publish_not_ready_addresses, Some(true));
+        assert_eq!(
+            ns.api::<Service>()
+                .list(&ListParams::default())
+                .await?
+                .items
+                .len(),
+            1,
+            "no extra Services"
+        );
+
+        let revisions = lws_revisions(&ns).await?;
+        assert_eq!(revisions, [format!("vllm-{key}-1")]);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<()> {
+    with_ns("lws-roll", |ns| async move {
+        apply(&ns, &lws("roll", 3, 2, "vllm:1")).await?;
+        wait_for(
+            &ns.api(),
+            "roll",
+            Duration::from_secs(90),
+            available_with(3, 3),
+        )
+        .await?;
+        let old_key = ns
+            .api::<StatefulSet>()
+            .get("roll")
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default()[REVISION]
+            .clone();
+
+        apply(&ns, &lws("roll", 3, 2, "vllm:2")).await?;
+        let sts_api = ns.api::<StatefulSet>();
+        wait_for(
+            &sts_api,
+            "roll",
+            Duration::from_secs(30),
+            |s: Option<&StatefulSet>| {
+                s.and_then(|s| s.metadata.labels.as_ref())
+                    .and_then(|l| l.get(REVISION))
+                    .is_some_and(|k| *k != old_key)
+            },
+        )
+        .await?;
+        wait_for(
+            &ns.api(),
+            "roll",
+            Duration::from_secs(120),
+            available_with(3, 3),
+        )
+        .await?;
+
+        let pods = pods_of(&ns, "roll").await?;
+        assert_eq!(pods.len(), 6);
+        for pod in &pods {
+            let image = pod
+                .spec
+                .as_ref()
+                .map(|s| s.containers[0].image.clone().unwrap_or_default());
+            assert_eq!(
+                image.as_deref(),
+                Some("vllm:2"),
+                "{} runs the new image",
+                pod.metadata.name.clone().unwrap_or_default()
+            );
+        }
+        // The default strategy moves the partition down one group at a time: 3 → 2 → 1 → 0.
+        let events = ns
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await?;
+        let mut steps: Vec<_> = events
+            .items
+            .iter()
+            .filter_map(|e| e.note.clone())
+            .filter(|n| n.starts_with("Updating replicas"))
+            .collect();
+        steps.sort();
+        assert_eq!(
+            steps,
+            [
+                "Updating replicas 1 to 0",
+                "Updating replicas 2 to 1",
+                "Updating replicas 3 to 2"
+            ]
+        );
+        // Old revisions are truncated once the update is done.
+        let new_key = ns
+            .api::<StatefulSet>()
+            .get("roll")
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default()[REVISION]
+            .clone();
+        assert_eq!(lws_revisions(&ns).await?, [format!("roll-{new_key}-2")]);
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn scale_subresource_scales_groups_down_to_zero_and_back() -> anyhow::Result<()> {
+    with_ns("lws-scale", |ns| async move {
+        apply(&ns, &lws("sc", 2, 2, "vllm:1")).await?;
+        let api = ns.api::<LeaderWorkerSet>();
+        wait_for(&api, "sc", Duration::from_secs(90), available_with(2, 2)).await?;
+
+        let scale = |n: i32| json!({"spec": {"replicas": n}});
+        api.patch_scale("sc", &PatchParams::default(), &Patch::Merge(scale(0)))
+            .await?;
+        wait_for(
+            &api,
+            "sc",
+            Duration::from_secs(60),
+            |l: Option<&LeaderWorkerSet>| {
+                l.and_then(|l| l.status.as_ref())
+                    .is_some_and(|s| s.replicas == Some(0) && s.ready_replicas == Some(0))
+            },
+        )
+        .await?;
+        assert!(
+            pods_of(&ns, "sc").await?.is_empty(),
+            "no pods at 0 replicas"
+        );
+
+        api.patch_scale("sc", &PatchParams::default(), &Patch::Merge(scale(3)))
+            .await?;
+        wait_for(&api, "sc", Duration::from_secs(90), available_with(3, 3)).await?;
+        assert_eq!(pods_of(&ns, "sc").await?.len(), 6);
+        let scale_view = api.get_scale("sc").await?;
+        assert_eq!(
+            scale_view.status.and_then(|s| s.selector).as_deref(),
+            Some("leaderworkerset.sigs.k8s.io/name=sc,leaderworkerset.sigs.k8s.io/worker-index=0")
+        );
+        Ok(())
+    })
+    .await
+}
