@@ -814,6 +814,12 @@ async fn recreate_restarted_groups(
         {
             continue;
         }
+        // A worker counts only if it belongs to this leader's current worker StatefulSet: a
+        // straggler of the group's previous incarnation (same names, same labels) being
+        // garbage-collected must not take the new group down again.
+        if !is_leader && !worker_of_current_group(pod, leader, observed) {
+            continue;
+        }
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Foreground),
             ..Default::default()
@@ -844,6 +850,22 @@ async fn recreate_restarted_groups(
         recreated.push(leader_name);
     }
     Ok(())
+}
+
+fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+/// worker pod → owned by the worker StatefulSet named after the leader → owned by that leader.
+fn worker_of_current_group(worker: &Pod, leader: &Pod, observed: &Observed) -> bool {
+    let Some(sts) = observed.worker_sts.get(&leader.name_any()) else {
+        return false;
+    };
+    controller_uid(worker) == sts.metadata.uid.as_deref()
+        && controller_uid(sts.as_ref()) == leader.metadata.uid.as_deref()
 }
 
 async fn create_if_absent(

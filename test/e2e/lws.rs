@@ -294,3 +294,126 @@ async fn scale_subresource_scales_groups_down_to_zero_and_back() -> anyhow::Resu
     })
     .await
 }
+
+async fn uids(
+    ns: &TestNs,
+    name: &str,
+) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
+    Ok(pods_of(ns, name)
+        .await?
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+fn pod_replaced_and_ready(old_uid: String) -> impl Fn(Option<&Pod>) -> bool {
+    move |p: Option<&Pod>| {
+        p.is_some_and(|p| {
+            p.metadata.uid.as_deref() != Some(old_uid.as_str())
+                && p.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+    }
+}
+
+#[tokio::test]
+async fn deleting_a_worker_recreates_its_whole_group_and_only_that_group() -> anyhow::Result<()> {
+    with_ns("lws-restart", |ns| async move {
+        apply(&ns, &lws("rs", 2, 3, "vllm:1")).await?;
+        wait_for(
+            &ns.api(),
+            "rs",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
+        let before = uids(&ns, "rs").await?;
+
+        ns.api::<Pod>()
+            .delete("rs-0-1", &Default::default())
+            .await?;
+        // The leader of group 0 is replaced (foreground delete takes its workers with it)…
+        for pod in ["rs-0", "rs-0-1", "rs-0-2"] {
+            wait_for(
+                &ns.api::<Pod>(),
+                pod,
+                Duration::from_secs(60),
+                pod_replaced_and_ready(before[pod].clone()),
+            )
+            .await?;
+        }
+        wait_for(
+            &ns.api(),
+            "rs",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
+        let after = uids(&ns, "rs").await?;
+        assert_eq!(after.len(), 6, "the group came back whole: {after:?}");
+        // …and group 1 is untouched.
+        for pod in ["rs-1", "rs-1-1", "rs-1-2"] {
+            assert_eq!(before[pod], after[pod], "{pod} kept running");
+        }
+        let events = ns
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await?;
+        let recreations: Vec<_> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+            .collect();
+        assert_eq!(recreations.len(), 1, "one recreation per incident");
+        assert_eq!(
+            recreations[0].note.as_deref(),
+            Some("Worker pod rs-0-1 failed, deleted leader pod rs-0 to recreate group rs")
+        );
+        assert_eq!(
+            recreations[0].series.as_ref().map_or(1, |s| s.count),
+            1,
+            "one recreation per incident"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn restart_policy_none_replaces_only_the_deleted_pod() -> anyhow::Result<()> {
+    with_ns("lws-none", |ns| async move {
+        let mut obj = lws("nr", 1, 3, "vllm:1");
+        obj["spec"]["leaderWorkerTemplate"]["restartPolicy"] = json!("None");
+        apply(&ns, &obj).await?;
+        wait_for(
+            &ns.api(),
+            "nr",
+            Duration::from_secs(90),
+            available_with(1, 1),
+        )
+        .await?;
+        let before = uids(&ns, "nr").await?;
+        ns.api::<Pod>()
+            .delete("nr-0-2", &Default::default())
+            .await?;
+        wait_for(
+            &ns.api::<Pod>(),
+            "nr-0-2",
+            Duration::from_secs(60),
+            pod_replaced_and_ready(before["nr-0-2"].clone()),
+        )
+        .await?;
+        let after = uids(&ns, "nr").await?;
+        assert_eq!(before["nr-0"], after["nr-0"], "leader kept");
+        assert_eq!(before["nr-0-1"], after["nr-0-1"], "other worker kept");
+        Ok(())
+    })
+    .await
+}
