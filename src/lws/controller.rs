@@ -515,6 +515,9 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
 
     // --- services -------------------------------------------------------------------------
     let svc_api = Api::<Service>::namespaced(client.clone(), &ns);
+    // A failure here (typically a Service of that name the user owns) is reported and retried,
+    // but does not hold back the groups or the status.
+    let mut deferred: Option<Error> = None;
     if objects::subdomain_policy(&lws) == SubdomainPolicy::Shared
         && !observed.services.iter().any(|s| s.name_any() == name)
         && let Err(source) = svc_api
@@ -532,8 +535,8 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
             format!("Failed to create headless service for error: {source}"),
         )
         .await;
-        return Err(Error::Api {
-            action: "applying headless Service".into(),
+        deferred = Some(Error::Api {
+            action: format!("applying headless Service {name}"),
             source,
         });
     }
@@ -628,6 +631,9 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
                 }
             }
         }
+    }
+    if let Some(err) = deferred {
+        return Err(err);
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
 }

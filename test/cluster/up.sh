@@ -174,9 +174,10 @@ metadata:
 spec:
   podCIDR: 10.244.$i.0/24
   podCIDRs: [10.244.$i.0/24]
+# Fake accelerators, so model-server manifests schedule as they would on a GPU/TPU pool.
 status:
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110"}
-  capacity: {cpu: "32", memory: 256Gi, pods: "110"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "16", google.com/tpu: "16"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "16", google.com/tpu: "16"}
 ---
 EOF
 done | kubectl apply -f - >/dev/null

@@ -417,3 +417,28 @@ async fn restart_policy_none_replaces_only_the_deleted_pod() -> anyhow::Result<(
     })
     .await
 }
+
+#[tokio::test]
+async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_groups() -> anyhow::Result<()> {
+    with_ns("lws-clash", |ns| async move {
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "clash"},
+            "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}
+        }))?;
+        ns.api::<Service>().create(&Default::default(), &svc).await?;
+        apply(&ns, &lws("clash", 2, 2, "vllm:1")).await?;
+        wait_for(&ns.api(), "clash", Duration::from_secs(90), available_with(2, 2)).await?;
+
+        let user_svc = ns.api::<Service>().get("clash").await?;
+        assert_ne!(user_svc.spec.and_then(|s| s.cluster_ip).as_deref(), Some("None"), "the user's Service is left alone");
+        let events = ns.api::<k8s_openapi::api::events::v1::Event>().list(&ListParams::default()).await?;
+        assert!(
+            events.items.iter().any(|e| e.reason.as_deref() == Some("FailedCreate")
+                && e.type_.as_deref() == Some("Warning")
+                && e.note.as_deref().is_some_and(|n| n.starts_with("Failed to create headless service"))),
+            "a Warning event tells the user why DNS for the group is missing"
+        );
+        Ok(())
+    })
+    .await
+}
