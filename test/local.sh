@@ -26,8 +26,7 @@ on_exit() {
 trap on_exit EXIT
 KUBECTL="$BIN/kubectl"
 
-"$KUBECTL" apply --server-side -f crds/ >/dev/null
-"$KUBECTL" wait --for=condition=Established --timeout=60s crd/leaderworkersets.leaderworkerset.x-k8s.io >/dev/null
+install_crds "$KUBECTL"
 "$KUBECTL" create namespace demo >/dev/null
 # Pods are refused until the namespace's default ServiceAccount exists.
 until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do sleep 0.2; done

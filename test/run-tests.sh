@@ -35,9 +35,7 @@ cleanup() {
 }
 trap cleanup EXIT
 KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
-"$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" apply --server-side -f crds/ >/dev/null
-"$BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" wait --for=condition=Established --timeout=60s \
-  crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io >/dev/null
+KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
 #    down.sh stops it, and its log sits with the control-plane logs.

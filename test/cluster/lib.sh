@@ -31,3 +31,18 @@ gateway_crds_dir() {
   fi
   echo "$dir"
 }
+
+# install_crds KUBECTL: server-side applies crds/ and returns once every CRD is Established.
+# (`kubectl wait` errors out instead of waiting while a new CRD has no conditions yet, hence
+# the retry loop.)
+install_crds() {
+  local kubectl=$1 repo deadline
+  repo="$(cd "$CLUSTER_DIR/../.." && pwd)"
+  "$kubectl" apply --server-side -f "$repo/crds/" >/dev/null
+  deadline=$((SECONDS + 60))
+  until "$kubectl" wait --for=condition=Established --timeout=10s \
+      crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || die "CRDs in crds/ not Established after 60s"
+    sleep 0.5
+  done
+}
