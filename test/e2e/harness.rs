@@ -58,6 +58,16 @@ impl TestNs {
     }
 }
 
+impl TestNs {
+    /// A cluster-scoped API.
+    pub fn api_all<K>(&self) -> Api<K>
+    where
+        K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+    {
+        Api::all(self.client.clone())
+    }
+}
+
 /// Runs `test` in a fresh namespace `e2e-<prefix>-<random>`. On failure (error or panic) the
 /// namespace's objects are printed before it is deleted, so CI logs show what went wrong.
 pub async fn with_ns<F, Fut>(prefix: &str, test: F) -> anyhow::Result<()>

@@ -442,3 +442,65 @@ async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_gr
     })
     .await
 }
+
+#[tokio::test]
+async fn unique_per_replica_gives_each_group_its_own_headless_service() -> anyhow::Result<()> {
+    with_ns("lws-upr", |ns| async move {
+        let mut obj = lws("upr", 2, 2, "vllm:1");
+        obj["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
+        apply(&ns, &obj).await?;
+        wait_for(&ns.api(), "upr", Duration::from_secs(90), available_with(2, 2)).await?;
+        let mut services: Vec<_> = ns.api::<Service>().list(&ListParams::default()).await?.items;
+        services.sort_by_key(|s| s.metadata.name.clone());
+        let names: Vec<_> = services.iter().filter_map(|s| s.metadata.name.clone()).collect();
+        assert_eq!(names, ["upr-0", "upr-1"], "one Service per group and no shared one");
+        for (i, svc) in services.iter().enumerate() {
+            let spec = svc.spec.clone().expect("spec");
+            assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
+            let selector = spec.selector.expect("selector");
+            assert_eq!(selector.get("leaderworkerset.sigs.k8s.io/group-index"), Some(&i.to_string()));
+            let owner = &svc.metadata.owner_references.clone().expect("owner")[0];
+            assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", format!("upr-{i}").as_str()));
+            let worker = ns.api::<StatefulSet>().get(&format!("upr-{i}")).await?;
+            assert_eq!(worker.spec.and_then(|s| s.service_name).as_deref(), Some(format!("upr-{i}").as_str()));
+        }
+        let leader = ns.api::<StatefulSet>().get("upr").await?;
+        let annotations = leader.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).unwrap_or_default();
+        assert_eq!(annotations.get("leaderworkerset.sigs.k8s.io/subdomainPolicy").map(String::as_str), Some("UniquePerReplica"));
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn exclusive_topology_keeps_each_groups_workers_in_its_leaders_zone() -> anyhow::Result<()> {
+    with_ns("lws-excl", |ns| async move {
+        let mut obj = lws("ex", 2, 3, "vllm:1");
+        obj["metadata"]["annotations"] = json!({"leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"});
+        apply(&ns, &obj).await?;
+        wait_for(&ns.api(), "ex", Duration::from_secs(90), available_with(2, 2)).await?;
+        let nodes = ns.api_all::<k8s_openapi::api::core::v1::Node>().list(&ListParams::default()).await?;
+        let zone_of = |node: &str| {
+            nodes.items.iter().find(|n| n.metadata.name.as_deref() == Some(node)).and_then(|n| {
+                n.metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone").cloned())
+            })
+        };
+        let pods = pods_of(&ns, "ex").await?;
+        for group in 0..2 {
+            let zones: std::collections::BTreeSet<_> = pods
+                .iter()
+                .filter(|p| {
+                    let name = p.metadata.name.clone().unwrap_or_default();
+                    name == format!("ex-{group}") || name.starts_with(&format!("ex-{group}-"))
+                })
+                .map(|p| zone_of(p.spec.as_ref().and_then(|s| s.node_name.as_deref()).unwrap_or_default()))
+                .collect();
+            assert_eq!(zones.len(), 1, "group {group} spans zones {zones:?}");
+            let worker = ns.api::<StatefulSet>().get(&format!("ex-{group}")).await?;
+            let selector = worker.spec.and_then(|s| s.template.spec).and_then(|s| s.node_selector).unwrap_or_default();
+            assert_eq!(selector.get("topology.kubernetes.io/zone"), zones.iter().next().cloned().flatten().as_ref());
+        }
+        Ok(())
+    })
+    .await
+}
