@@ -62,7 +62,10 @@ impl TestNs {
     /// A cluster-scoped API.
     pub fn api_all<K>(&self) -> Api<K>
     where
-        K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()> + Clone + DeserializeOwned + Debug,
+        K: Resource<Scope = k8s_openapi::ClusterResourceScope, DynamicType = ()>
+            + Clone
+            + DeserializeOwned
+            + Debug,
     {
         Api::all(self.client.clone())
     }

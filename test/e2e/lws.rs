@@ -419,23 +419,44 @@ async fn restart_policy_none_replaces_only_the_deleted_pod() -> anyhow::Result<(
 }
 
 #[tokio::test]
-async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_groups() -> anyhow::Result<()> {
+async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_groups()
+-> anyhow::Result<()> {
     with_ns("lws-clash", |ns| async move {
         let svc: Service = serde_json::from_value(json!({
             "metadata": {"name": "clash"},
             "spec": {"selector": {"app": "x"}, "ports": [{"port": 80}]}
         }))?;
-        ns.api::<Service>().create(&Default::default(), &svc).await?;
+        ns.api::<Service>()
+            .create(&Default::default(), &svc)
+            .await?;
         apply(&ns, &lws("clash", 2, 2, "vllm:1")).await?;
-        wait_for(&ns.api(), "clash", Duration::from_secs(90), available_with(2, 2)).await?;
+        wait_for(
+            &ns.api(),
+            "clash",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
 
         let user_svc = ns.api::<Service>().get("clash").await?;
-        assert_ne!(user_svc.spec.and_then(|s| s.cluster_ip).as_deref(), Some("None"), "the user's Service is left alone");
-        let events = ns.api::<k8s_openapi::api::events::v1::Event>().list(&ListParams::default()).await?;
+        assert_ne!(
+            user_svc.spec.and_then(|s| s.cluster_ip).as_deref(),
+            Some("None"),
+            "the user's Service is left alone"
+        );
+        let events = ns
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await?;
         assert!(
-            events.items.iter().any(|e| e.reason.as_deref() == Some("FailedCreate")
-                && e.type_.as_deref() == Some("Warning")
-                && e.note.as_deref().is_some_and(|n| n.starts_with("Failed to create headless service"))),
+            events
+                .items
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("FailedCreate")
+                    && e.type_.as_deref() == Some("Warning")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("Failed to create headless service"))),
             "a Warning event tells the user why DNS for the group is missing"
         );
         Ok(())
@@ -449,24 +470,59 @@ async fn unique_per_replica_gives_each_group_its_own_headless_service() -> anyho
         let mut obj = lws("upr", 2, 2, "vllm:1");
         obj["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
         apply(&ns, &obj).await?;
-        wait_for(&ns.api(), "upr", Duration::from_secs(90), available_with(2, 2)).await?;
-        let mut services: Vec<_> = ns.api::<Service>().list(&ListParams::default()).await?.items;
+        wait_for(
+            &ns.api(),
+            "upr",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
+        let mut services: Vec<_> = ns
+            .api::<Service>()
+            .list(&ListParams::default())
+            .await?
+            .items;
         services.sort_by_key(|s| s.metadata.name.clone());
-        let names: Vec<_> = services.iter().filter_map(|s| s.metadata.name.clone()).collect();
-        assert_eq!(names, ["upr-0", "upr-1"], "one Service per group and no shared one");
+        let names: Vec<_> = services
+            .iter()
+            .filter_map(|s| s.metadata.name.clone())
+            .collect();
+        assert_eq!(
+            names,
+            ["upr-0", "upr-1"],
+            "one Service per group and no shared one"
+        );
         for (i, svc) in services.iter().enumerate() {
             let spec = svc.spec.clone().expect("spec");
             assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
             let selector = spec.selector.expect("selector");
-            assert_eq!(selector.get("leaderworkerset.sigs.k8s.io/group-index"), Some(&i.to_string()));
+            assert_eq!(
+                selector.get("leaderworkerset.sigs.k8s.io/group-index"),
+                Some(&i.to_string())
+            );
             let owner = &svc.metadata.owner_references.clone().expect("owner")[0];
-            assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Pod", format!("upr-{i}").as_str()));
+            assert_eq!(
+                (owner.kind.as_str(), owner.name.as_str()),
+                ("Pod", format!("upr-{i}").as_str())
+            );
             let worker = ns.api::<StatefulSet>().get(&format!("upr-{i}")).await?;
-            assert_eq!(worker.spec.and_then(|s| s.service_name).as_deref(), Some(format!("upr-{i}").as_str()));
+            assert_eq!(
+                worker.spec.and_then(|s| s.service_name).as_deref(),
+                Some(format!("upr-{i}").as_str())
+            );
         }
         let leader = ns.api::<StatefulSet>().get("upr").await?;
-        let annotations = leader.spec.and_then(|s| s.template.metadata).and_then(|m| m.annotations).unwrap_or_default();
-        assert_eq!(annotations.get("leaderworkerset.sigs.k8s.io/subdomainPolicy").map(String::as_str), Some("UniquePerReplica"));
+        let annotations = leader
+            .spec
+            .and_then(|s| s.template.metadata)
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        assert_eq!(
+            annotations
+                .get("leaderworkerset.sigs.k8s.io/subdomainPolicy")
+                .map(String::as_str),
+            Some("UniquePerReplica")
+        );
         Ok(())
     })
     .await
@@ -500,6 +556,46 @@ async fn exclusive_topology_keeps_each_groups_workers_in_its_leaders_zone() -> a
             let selector = worker.spec.and_then(|s| s.template.spec).and_then(|s| s.node_selector).unwrap_or_default();
             assert_eq!(selector.get("topology.kubernetes.io/zone"), zones.iter().next().cloned().flatten().as_ref());
         }
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_container_restart_in_a_worker_recreates_its_group() -> anyhow::Result<()> {
+    with_ns("lws-crash", |ns| async move {
+        apply(&ns, &lws("cr", 2, 2, "vllm:1")).await?;
+        wait_for(
+            &ns.api(),
+            "cr",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
+        let before = uids(&ns, "cr").await?;
+        // The project's KWOK stage restarts this pod's containers in place (restartCount 1).
+        let label = json!({"metadata": {"labels": {"lws-rollout.test/restart-container": "true"}}});
+        ns.api::<Pod>()
+            .patch("cr-1-1", &PatchParams::default(), &Patch::Merge(&label))
+            .await?;
+        for pod in ["cr-1", "cr-1-1"] {
+            wait_for(
+                &ns.api::<Pod>(),
+                pod,
+                Duration::from_secs(60),
+                pod_replaced_and_ready(before[pod].clone()),
+            )
+            .await?;
+        }
+        let after = uids(&ns, "cr").await?;
+        assert_eq!(before["cr-0"], after["cr-0"]);
+        assert_eq!(before["cr-0-1"], after["cr-0-1"]);
+        let events = ns
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await?;
+        assert!(events.items.iter().any(|e| e.note.as_deref()
+            == Some("Worker pod cr-1-1 failed, deleted leader pod cr-1 to recreate group cr")));
         Ok(())
     })
     .await
