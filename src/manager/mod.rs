@@ -121,27 +121,18 @@ pub async fn run(
 
 /// Lists one object of each kind: proves the CRDs are installed and we may read them.
 async fn check_crds(client: &Client) -> Result<(), Error> {
-    let lp = ListParams::default().limit(1);
-    Api::<LeaderWorkerSet>::all(client.clone())
-        .list_metadata(&lp)
+    probe::<LeaderWorkerSet>(client, "LeaderWorkerSet").await?;
+    probe::<Rollout>(client, "Rollout").await?;
+    probe::<BatchRelease>(client, "BatchRelease").await
+}
+
+async fn probe<K>(client: &Client, kind: &'static str) -> Result<(), Error>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    Api::<K>::all(client.clone())
+        .list_metadata(&ListParams::default().limit(1))
         .await
-        .map_err(|source| Error::CrdMissing {
-            kind: "LeaderWorkerSet",
-            source,
-        })?;
-    Api::<Rollout>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .map_err(|source| Error::CrdMissing {
-            kind: "Rollout",
-            source,
-        })?;
-    Api::<BatchRelease>::all(client.clone())
-        .list_metadata(&lp)
-        .await
-        .map_err(|source| Error::CrdMissing {
-            kind: "BatchRelease",
-            source,
-        })?;
-    Ok(())
+        .map(|_| ())
+        .map_err(|source| Error::CrdMissing { kind, source })
 }

@@ -53,6 +53,21 @@ fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>)
     }
 }
 
+/// Applies an LWS and waits until all its groups are updated, ready and reported Available.
+async fn create_available(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<LeaderWorkerSet> {
+    apply(ns, obj).await?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let replicas = obj["spec"]["replicas"].as_i64().unwrap_or(1) as i32;
+    let lws = wait_for(
+        &ns.api(),
+        name,
+        Duration::from_secs(90),
+        available_with(replicas, replicas),
+    )
+    .await?;
+    lws.ok_or_else(|| anyhow::anyhow!("{name} vanished"))
+}
+
 async fn pods_of(ns: &TestNs, name: &str) -> anyhow::Result<Vec<Pod>> {
     Ok(ns
         .api::<Pod>()
@@ -84,15 +99,7 @@ async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
 #[tokio::test]
 async fn lws_becomes_groups_of_ready_pods_with_upstream_objects() -> anyhow::Result<()> {
     with_ns("lws-create", |ns| async move {
-        apply(&ns, &lws("vllm", 2, 3, "vllm:1")).await?;
-        let lws = wait_for(
-            &ns.api(),
-            "vllm",
-            Duration::from_secs(90),
-            available_with(2, 2),
-        )
-        .await?
-        .expect("lws");
+        let lws = create_available(&ns, &lws("vllm", 2, 3, "vllm:1")).await?;
         let status = lws.status.clone().unwrap_or_default();
         assert_eq!(status.replicas, Some(2));
         assert_eq!(
@@ -169,14 +176,7 @@ async fn lws_becomes_groups_of_ready_pods_with_upstream_objects() -> anyhow::Res
 #[tokio::test]
 async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<()> {
     with_ns("lws-roll", |ns| async move {
-        apply(&ns, &lws("roll", 3, 2, "vllm:1")).await?;
-        wait_for(
-            &ns.api(),
-            "roll",
-            Duration::from_secs(90),
-            available_with(3, 3),
-        )
-        .await?;
+        create_available(&ns, &lws("roll", 3, 2, "vllm:1")).await?;
         let old_key = ns
             .api::<StatefulSet>()
             .get("roll")
@@ -259,9 +259,8 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
 #[tokio::test]
 async fn scale_subresource_scales_groups_down_to_zero_and_back() -> anyhow::Result<()> {
     with_ns("lws-scale", |ns| async move {
-        apply(&ns, &lws("sc", 2, 2, "vllm:1")).await?;
+        create_available(&ns, &lws("sc", 2, 2, "vllm:1")).await?;
         let api = ns.api::<LeaderWorkerSet>();
-        wait_for(&api, "sc", Duration::from_secs(90), available_with(2, 2)).await?;
 
         let scale = |n: i32| json!({"spec": {"replicas": n}});
         api.patch_scale("sc", &PatchParams::default(), &Patch::Merge(scale(0)))
@@ -326,14 +325,7 @@ fn pod_replaced_and_ready(old_uid: String) -> impl Fn(Option<&Pod>) -> bool {
 #[tokio::test]
 async fn deleting_a_worker_recreates_its_whole_group_and_only_that_group() -> anyhow::Result<()> {
     with_ns("lws-restart", |ns| async move {
-        apply(&ns, &lws("rs", 2, 3, "vllm:1")).await?;
-        wait_for(
-            &ns.api(),
-            "rs",
-            Duration::from_secs(90),
-            available_with(2, 2),
-        )
-        .await?;
+        create_available(&ns, &lws("rs", 2, 3, "vllm:1")).await?;
         let before = uids(&ns, "rs").await?;
 
         ns.api::<Pod>()
@@ -391,14 +383,7 @@ async fn restart_policy_none_replaces_only_the_deleted_pod() -> anyhow::Result<(
     with_ns("lws-none", |ns| async move {
         let mut obj = lws("nr", 1, 3, "vllm:1");
         obj["spec"]["leaderWorkerTemplate"]["restartPolicy"] = json!("None");
-        apply(&ns, &obj).await?;
-        wait_for(
-            &ns.api(),
-            "nr",
-            Duration::from_secs(90),
-            available_with(1, 1),
-        )
-        .await?;
+        create_available(&ns, &obj).await?;
         let before = uids(&ns, "nr").await?;
         ns.api::<Pod>()
             .delete("nr-0-2", &Default::default())
@@ -429,14 +414,7 @@ async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_gr
         ns.api::<Service>()
             .create(&Default::default(), &svc)
             .await?;
-        apply(&ns, &lws("clash", 2, 2, "vllm:1")).await?;
-        wait_for(
-            &ns.api(),
-            "clash",
-            Duration::from_secs(90),
-            available_with(2, 2),
-        )
-        .await?;
+        create_available(&ns, &lws("clash", 2, 2, "vllm:1")).await?;
 
         let user_svc = ns.api::<Service>().get("clash").await?;
         assert_ne!(
@@ -469,14 +447,7 @@ async fn unique_per_replica_gives_each_group_its_own_headless_service() -> anyho
     with_ns("lws-upr", |ns| async move {
         let mut obj = lws("upr", 2, 2, "vllm:1");
         obj["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
-        apply(&ns, &obj).await?;
-        wait_for(
-            &ns.api(),
-            "upr",
-            Duration::from_secs(90),
-            available_with(2, 2),
-        )
-        .await?;
+        create_available(&ns, &obj).await?;
         let mut services: Vec<_> = ns
             .api::<Service>()
             .list(&ListParams::default())
@@ -533,8 +504,7 @@ async fn exclusive_topology_keeps_each_groups_workers_in_its_leaders_zone() -> a
     with_ns("lws-excl", |ns| async move {
         let mut obj = lws("ex", 2, 3, "vllm:1");
         obj["metadata"]["annotations"] = json!({"leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"});
-        apply(&ns, &obj).await?;
-        wait_for(&ns.api(), "ex", Duration::from_secs(90), available_with(2, 2)).await?;
+        create_available(&ns, &obj).await?;
         let nodes = ns.api_all::<k8s_openapi::api::core::v1::Node>().list(&ListParams::default()).await?;
         let zone_of = |node: &str| {
             nodes.items.iter().find(|n| n.metadata.name.as_deref() == Some(node)).and_then(|n| {
@@ -564,14 +534,7 @@ async fn exclusive_topology_keeps_each_groups_workers_in_its_leaders_zone() -> a
 #[tokio::test]
 async fn a_container_restart_in_a_worker_recreates_its_group() -> anyhow::Result<()> {
     with_ns("lws-crash", |ns| async move {
-        apply(&ns, &lws("cr", 2, 2, "vllm:1")).await?;
-        wait_for(
-            &ns.api(),
-            "cr",
-            Duration::from_secs(90),
-            available_with(2, 2),
-        )
-        .await?;
+        create_available(&ns, &lws("cr", 2, 2, "vllm:1")).await?;
         let before = uids(&ns, "cr").await?;
         // The project's KWOK stage restarts this pod's containers in place (restartCount 1).
         let label = json!({"metadata": {"labels": {"lws-rollout.test/restart-container": "true"}}});
