@@ -8,6 +8,7 @@ pub mod controller;
 pub mod gojson;
 pub mod labels;
 pub mod objects;
+pub mod pod_defaults;
 pub mod quantity;
 pub mod revision;
 pub mod rolling;

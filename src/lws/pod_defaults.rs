@@ -1,0 +1,430 @@
+//! What the LWS pod webhook does to a pod on CREATE (upstream's `PodWebhook.Default`,
+//! `../shared/docs/lws-upstream.md` §2.6): group and worker index labels, the group key,
+//! subgroup labels, the per-replica subdomain, exclusive-placement affinity, and the
+//! `LWS_LEADER_ADDRESS` / `LWS_GROUP_SIZE` / `LWS_WORKER_INDEX` variables first in every
+//! container. Pure: the webhook server (not built yet) turns the difference into a JSON patch.
+//!
+//! Not covered yet: the TPU variables (`TPU_WORKER_HOSTNAMES`, …) for pods requesting
+//! `google.com/tpu`.
+
+use k8s_openapi::{
+    api::core::v1::{
+        Affinity, Container, EnvVar, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity,
+    },
+    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
+};
+use kube::ResourceExt;
+use thiserror::Error;
+
+use super::{labels, objects::group_key};
+
+/// Why a pod cannot be admitted (the webhook fails the CREATE, as upstream does).
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PodDefaultError {
+    /// The StatefulSet template always sets the size annotation.
+    #[error("size annotation is unexpectedly missing for pod {0}")]
+    MissingSize(String),
+    /// An annotation that must be a number is not.
+    #[error("annotation {key} of pod {pod} is not a number: {value:?}")]
+    NotANumber {
+        /// Pod name.
+        pod: String,
+        /// Annotation key.
+        key: &'static str,
+        /// Its value.
+        value: String,
+    },
+    /// LWS pods are StatefulSet pods, named `<parent>-<ordinal>`.
+    #[error("parsing pod ordinal for pod {0}")]
+    NoOrdinal(String),
+}
+
+/// Whether the webhook applies to this pod at all (it carries the LWS name label).
+pub fn is_lws_pod(pod: &Pod) -> bool {
+    pod.labels().contains_key(labels::NAME)
+}
+
+/// The ordinal at the end of a StatefulSet pod name.
+fn ordinal(name: &str) -> Option<i32> {
+    let (parent, n) = name.rsplit_once('-')?;
+    if parent.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
+}
+
+fn number(pod: &Pod, key: &'static str, value: &str) -> Result<i32, PodDefaultError> {
+    value.parse().map_err(|_| PodDefaultError::NotANumber {
+        pod: pod.name_any(),
+        key,
+        value: value.to_string(),
+    })
+}
+
+/// Applies the LWS defaults to `pod` in place. Pods without the LWS name label are untouched.
+pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
+    if !is_lws_pod(pod) {
+        return Ok(());
+    }
+    let name = pod.name_any();
+    let namespace = pod.namespace().unwrap_or_default();
+    let annotations = pod.annotations().clone();
+    let size_text = annotations
+        .get(labels::SIZE)
+        .ok_or_else(|| PodDefaultError::MissingSize(name.clone()))?;
+    let size = number(pod, labels::SIZE, size_text)?;
+    let subgroup_size = match annotations.get(labels::SUBGROUP_SIZE) {
+        Some(v) => Some(number(pod, labels::SUBGROUP_SIZE, v)?),
+        None => None,
+    };
+    let is_leader = pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+    let index = ordinal(&name).ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
+
+    if is_leader {
+        pod.labels_mut()
+            .entry(labels::GROUP_INDEX.into())
+            .or_insert_with(|| index.to_string());
+        if annotations
+            .get(labels::SUBDOMAIN_POLICY)
+            .map(String::as_str)
+            == Some("UniquePerReplica")
+        {
+            pod.spec.get_or_insert_with(Default::default).subdomain = Some(name.clone());
+        }
+        let key = pod
+            .labels_mut()
+            .entry(labels::GROUP_KEY.into())
+            .or_insert_with(|| group_key(&namespace, &name))
+            .clone();
+        if let Some(topology) = annotations.get(labels::EXCLUSIVE_TOPOLOGY) {
+            set_exclusive_affinities(pod, &key, topology, labels::GROUP_KEY);
+        }
+        let leader_excluded = annotations
+            .get(labels::SUBGROUP_POLICY_TYPE)
+            .map(String::as_str)
+            == Some("LeaderExcluded");
+        if subgroup_size.is_some() && !has_subgroup_index(pod) && !leader_excluded {
+            // The leader always lands in subgroup 0.
+            add_subgroup(
+                pod,
+                &name,
+                "0",
+                annotations.get(labels::SUBGROUP_EXCLUSIVE_TOPOLOGY),
+            );
+        }
+    } else {
+        pod.labels_mut()
+            .insert(labels::WORKER_INDEX.into(), index.to_string());
+        if let Some(sgs) = subgroup_size.filter(|_| !has_subgroup_index(pod)) {
+            let sgs = sgs.max(1);
+            // With size-1 divisible by the subgroup size the leader is an extra pod of subgroup 0.
+            let subgroup = if (size - 1) % sgs == 0 {
+                (index - 1) / sgs
+            } else {
+                index / sgs
+            };
+            let leader = annotations
+                .get(labels::LEADER_NAME)
+                .cloned()
+                .unwrap_or_default();
+            add_subgroup(
+                pod,
+                &leader,
+                &subgroup.to_string(),
+                annotations.get(labels::SUBGROUP_EXCLUSIVE_TOPOLOGY),
+            );
+        }
+    }
+
+    add_lws_variables(pod, size_text);
+    Ok(())
+}
+
+fn has_subgroup_index(pod: &Pod) -> bool {
+    pod.labels()
+        .get(labels::SUBGROUP_INDEX)
+        .is_some_and(|v| !v.is_empty())
+}
+
+fn add_subgroup(pod: &mut Pod, leader: &str, subgroup: &str, topology: Option<&String>) {
+    // Upstream hashes "<leader>/<subgroup>" with the same helper as the group key.
+    let key = group_key(leader, subgroup);
+    pod.labels_mut()
+        .insert(labels::SUBGROUP_INDEX.into(), subgroup.to_string());
+    pod.labels_mut()
+        .insert(labels::SUBGROUP_KEY.into(), key.clone());
+    if let Some(topology) = topology {
+        set_exclusive_affinities(pod, &key, topology, labels::SUBGROUP_KEY);
+    }
+}
+
+/// Required affinity to pods with the same key and anti-affinity to pods with another key,
+/// both on `topology`: the (sub)group shares one topology domain and owns it. Applied once per
+/// topology key.
+fn set_exclusive_affinities(pod: &mut Pod, key: &str, topology: &str, label: &str) {
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    let affinity = spec.affinity.get_or_insert_with(Affinity::default);
+    let applied = affinity
+        .pod_affinity
+        .as_ref()
+        .and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        })
+        .is_some_and(|t| t.iter().any(|t| t.topology_key == topology))
+        && affinity
+            .pod_anti_affinity
+            .as_ref()
+            .and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .is_some_and(|t| t.iter().any(|t| t.topology_key == topology));
+    if applied {
+        return;
+    }
+    let requirement = |operator: &str, values: Option<Vec<String>>| LabelSelectorRequirement {
+        key: label.into(),
+        operator: operator.into(),
+        values,
+    };
+    let term = |expressions| PodAffinityTerm {
+        label_selector: Some(LabelSelector {
+            match_expressions: Some(expressions),
+            ..Default::default()
+        }),
+        topology_key: topology.into(),
+        ..Default::default()
+    };
+    affinity
+        .pod_affinity
+        .get_or_insert_with(PodAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(term(vec![requirement("In", Some(vec![key.into()]))]));
+    affinity
+        .pod_anti_affinity
+        .get_or_insert_with(PodAntiAffinity::default)
+        .required_during_scheduling_ignored_during_execution
+        .get_or_insert_with(Vec::new)
+        .push(term(vec![
+            requirement("Exists", None),
+            requirement("NotIn", Some(vec![key.into()])),
+        ]));
+}
+
+/// The three LWS variables, first and in this order in every container and init container;
+/// user variables of the same names are dropped (upstream PR #152).
+fn add_lws_variables(pod: &mut Pod, size: &str) {
+    let lws = pod.labels().get(labels::NAME).cloned().unwrap_or_default();
+    let group = pod
+        .labels()
+        .get(labels::GROUP_INDEX)
+        .cloned()
+        .unwrap_or_default();
+    let worker = pod
+        .labels()
+        .get(labels::WORKER_INDEX)
+        .cloned()
+        .unwrap_or_default();
+    let namespace = pod.namespace().unwrap_or_default();
+    let Some(spec) = pod.spec.as_mut() else {
+        return;
+    };
+    let subdomain = spec.subdomain.clone().unwrap_or_default();
+    let vars = [
+        (
+            "LWS_LEADER_ADDRESS",
+            format!("{lws}-{group}.{subdomain}.{namespace}"),
+        ),
+        ("LWS_GROUP_SIZE", size.to_string()),
+        ("LWS_WORKER_INDEX", worker),
+    ];
+    let inject = |c: &mut Container| {
+        let mut env: Vec<EnvVar> = vars
+            .iter()
+            .map(|(n, v)| EnvVar {
+                name: (*n).into(),
+                value: Some(v.clone()),
+                value_from: None,
+            })
+            .collect();
+        env.extend(
+            c.env
+                .take()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| !vars.iter().any(|(n, _)| *n == e.name)),
+        );
+        c.env = Some(env);
+    };
+    spec.containers.iter_mut().for_each(inject);
+    spec.init_containers.iter_mut().flatten().for_each(inject);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod(
+        name: &str,
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        subdomain: &str,
+    ) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default", "labels": labels, "annotations": annotations},
+            "spec": {"subdomain": subdomain, "containers": [{"name": "c", "env": [{"name": "USER", "value": "1"}, {"name": "LWS_GROUP_SIZE", "value": "bogus"}]}],
+                     "initContainers": [{"name": "init"}]}
+        }))
+        .unwrap()
+    }
+
+    fn env(p: &Pod, container: usize) -> Vec<(String, String)> {
+        p.spec.as_ref().unwrap().containers[container]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn leader_gets_group_labels_and_variables_first() {
+        let mut p = pod(
+            "vllm-1",
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "4"}),
+            "vllm",
+        );
+        default_pod(&mut p).unwrap();
+        assert_eq!(p.labels()[labels::GROUP_INDEX], "1");
+        assert_eq!(
+            p.labels()[labels::GROUP_KEY],
+            group_key("default", "vllm-1")
+        );
+        assert_eq!(
+            env(&p, 0),
+            [
+                (
+                    "LWS_LEADER_ADDRESS".to_string(),
+                    "vllm-1.vllm.default".to_string()
+                ),
+                ("LWS_GROUP_SIZE".into(), "4".into()),
+                ("LWS_WORKER_INDEX".into(), "0".into()),
+                ("USER".into(), "1".into()),
+            ]
+        );
+        let init = &p.spec.as_ref().unwrap().init_containers.as_ref().unwrap()[0];
+        assert_eq!(init.env.as_ref().unwrap()[0].name, "LWS_LEADER_ADDRESS");
+    }
+
+    #[test]
+    fn worker_gets_its_index_from_the_name() {
+        let mut p = pod(
+            "vllm-1-3",
+            json!({labels::NAME: "vllm", labels::GROUP_INDEX: "1", labels::GROUP_KEY: "k"}),
+            json!({labels::SIZE: "4", labels::LEADER_NAME: "vllm-1"}),
+            "vllm",
+        );
+        default_pod(&mut p).unwrap();
+        assert_eq!(p.labels()[labels::WORKER_INDEX], "3");
+        assert_eq!(env(&p, 0)[0].1, "vllm-1.vllm.default");
+        assert_eq!(
+            env(&p, 0)[2],
+            ("LWS_WORKER_INDEX".to_string(), "3".to_string())
+        );
+    }
+
+    #[test]
+    fn unique_per_replica_leader_gets_its_own_subdomain() {
+        let mut p = pod(
+            "vllm-0",
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2", labels::SUBDOMAIN_POLICY: "UniquePerReplica"}),
+            "vllm",
+        );
+        default_pod(&mut p).unwrap();
+        assert_eq!(
+            p.spec.as_ref().unwrap().subdomain.as_deref(),
+            Some("vllm-0")
+        );
+        assert_eq!(env(&p, 0)[0].1, "vllm-0.vllm-0.default");
+    }
+
+    #[test]
+    fn exclusive_topology_adds_one_affinity_pair_once() {
+        let mut p = pod(
+            "vllm-0",
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2", labels::EXCLUSIVE_TOPOLOGY: "topology.kubernetes.io/zone"}),
+            "vllm",
+        );
+        default_pod(&mut p).unwrap();
+        default_pod(&mut p).unwrap();
+        let affinity =
+            serde_json::to_value(p.spec.as_ref().unwrap().affinity.as_ref().unwrap()).unwrap();
+        let key = group_key("default", "vllm-0");
+        assert_eq!(
+            affinity["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            json!([{"labelSelector": {"matchExpressions": [{"key": labels::GROUP_KEY, "operator": "In", "values": [key]}]}, "topologyKey": "topology.kubernetes.io/zone"}])
+        );
+        assert_eq!(
+            affinity["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"],
+            json!([{"labelSelector": {"matchExpressions": [
+                {"key": labels::GROUP_KEY, "operator": "Exists"},
+                {"key": labels::GROUP_KEY, "operator": "NotIn", "values": [key]}
+            ]}, "topologyKey": "topology.kubernetes.io/zone"}])
+        );
+    }
+
+    #[test]
+    fn subgroup_indexes_follow_upstream() {
+        // size 5, subgroups of 2: (5-1) % 2 == 0, so the leader is extra in subgroup 0 and
+        // workers 1,2 → 0, workers 3,4 → 1.
+        let worker = |n: i32, size: &str| {
+            let mut p = pod(
+                &format!("g-0-{n}"),
+                json!({labels::NAME: "g"}),
+                json!({labels::SIZE: size, labels::SUBGROUP_SIZE: "2", labels::LEADER_NAME: "g-0"}),
+                "g",
+            );
+            default_pod(&mut p).unwrap();
+            p.labels()[labels::SUBGROUP_INDEX].clone()
+        };
+        assert_eq!([1, 2, 3, 4].map(|n| worker(n, "5")), ["0", "0", "1", "1"]);
+        // size 4, subgroups of 2: 3 % 2 != 0, so the leader counts: workers 1 → 0, 2,3 → 1.
+        assert_eq!([1, 2, 3].map(|n| worker(n, "4")), ["0", "1", "1"]);
+
+        let mut excluded = pod(
+            "g-0",
+            json!({labels::NAME: "g", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "5", labels::SUBGROUP_SIZE: "2", labels::SUBGROUP_POLICY_TYPE: "LeaderExcluded"}),
+            "g",
+        );
+        default_pod(&mut excluded).unwrap();
+        assert!(
+            !excluded.labels().contains_key(labels::SUBGROUP_INDEX),
+            "LeaderExcluded leaders are in no subgroup"
+        );
+    }
+
+    #[test]
+    fn missing_size_is_refused_and_other_pods_are_untouched() {
+        let mut p = pod(
+            "vllm-0",
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0"}),
+            json!({}),
+            "vllm",
+        );
+        assert_eq!(
+            default_pod(&mut p),
+            Err(PodDefaultError::MissingSize("vllm-0".into()))
+        );
+        let mut other = pod("web-0", json!({"app": "web"}), json!({}), "web");
+        let before = other.clone();
+        default_pod(&mut other).unwrap();
+        assert_eq!(other, before);
+    }
+}
