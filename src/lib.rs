@@ -5,3 +5,4 @@
 pub mod api;
 pub mod lws;
 pub mod manager;
+pub mod webhook;

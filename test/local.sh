@@ -42,4 +42,4 @@ cat >&2 <<MSG
   The manager runs below; Ctrl-C stops it and the cluster.
 
 MSG
-target/debug/lws-rollout --health-addr=127.0.0.1:0
+target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1

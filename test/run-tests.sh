@@ -39,7 +39,7 @@ KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
 #    down.sh stops it, and its log sits with the control-plane logs.
-KUBECONFIG="$KUBECONFIG_FILE" target/debug/lws-rollout --health-addr=127.0.0.1:0 >"$STATE/logs/manager.log" 2>&1 &
+KUBECONFIG="$KUBECONFIG_FILE" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
 echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.

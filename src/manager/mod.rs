@@ -3,7 +3,10 @@
 
 pub mod health;
 
-use std::{future::Future, net::SocketAddr};
+use std::{
+    future::{Future, IntoFuture},
+    net::SocketAddr,
+};
 
 use kube::{Api, Client, api::ListParams};
 use thiserror::Error;
@@ -11,11 +14,43 @@ use tracing::info;
 
 use crate::api::{BatchRelease, LeaderWorkerSet, Rollout};
 
+/// How long in-flight reconciles get to finish after a shutdown signal.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(8);
+
 /// Settings of one manager run.
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Where `/healthz` and `/readyz` are served.
     pub health_addr: SocketAddr,
+    /// The pod webhook, when enabled.
+    pub webhook: Option<WebhookConfig>,
+}
+
+/// How the webhook is served and reached.
+#[derive(Debug, Clone)]
+pub struct WebhookConfig {
+    /// Listen address of the TLS server (port 0 picks a free one).
+    pub addr: SocketAddr,
+    /// How the API server reaches it.
+    pub reach: WebhookReach,
+    /// Name of the MutatingWebhookConfiguration.
+    pub configuration_name: String,
+}
+
+/// How the API server reaches the webhook.
+#[derive(Debug, Clone)]
+pub enum WebhookReach {
+    /// `https://<host>:<bound port>`: a manager outside the cluster (local cluster, demo).
+    Host(String),
+    /// A Service `<namespace>/<name>` on `port`: a manager in the cluster.
+    Service {
+        /// Namespace.
+        namespace: String,
+        /// Name.
+        name: String,
+        /// Port.
+        port: i32,
+    },
 }
 
 /// Why the manager could not start or keep running.
@@ -38,6 +73,9 @@ pub enum Error {
         #[source]
         source: kube::Error,
     },
+    /// The webhook could not be set up.
+    #[error(transparent)]
+    Webhook(#[from] crate::webhook::Error),
     /// The health server failed.
     #[error("health server on {addr}: {source}")]
     Health {
@@ -72,6 +110,11 @@ pub async fn run(
             Err(err) => return Err(err),
         }
     }
+
+    let webhook = match &config.webhook {
+        Some(webhook) => Some(start_webhook(&client, webhook).await?),
+        None => None,
+    };
 
     let health = health::Health::default();
     let listener = tokio::net::TcpListener::bind(config.health_addr)
@@ -109,14 +152,92 @@ pub async fn run(
             info!("shutting down");
         }
     };
-    axum::serve(listener, health.router())
-        .with_graceful_shutdown(on_stop)
+    // The health server stops accepting at once; a probe connection left open must not keep
+    // the process alive, so it only gets a short grace.
+    let health_server = tokio::spawn(axum::serve(listener, health.router()).into_future());
+    on_stop.await;
+    // Let in-flight reconciles finish (graceful shutdown of the controllers), but never hang a
+    // pod termination on a stuck API call.
+    if tokio::time::timeout(SHUTDOWN_GRACE, controllers)
         .await
-        .map_err(|source| Error::Health { addr, source })?;
-    // Let in-flight reconciles finish (graceful shutdown of the controllers).
-    let _ = controllers.await;
+        .is_err()
+    {
+        tracing::warn!("controllers did not stop within {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    health_server.abort();
+    if let Some(handle) = webhook {
+        handle.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
+    }
     info!("stopped");
     Ok(())
+}
+
+/// Starts the TLS webhook server with a fresh certificate and points the API server at it.
+async fn start_webhook(
+    client: &Client,
+    cfg: &WebhookConfig,
+) -> Result<axum_server::Handle<SocketAddr>, Error> {
+    use crate::webhook::{self, Error as WebhookError, registration::Endpoint};
+    let listener = std::net::TcpListener::bind(cfg.addr).map_err(|source| WebhookError::Io {
+        addr: cfg.addr,
+        source,
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|source| WebhookError::Io {
+            addr: cfg.addr,
+            source,
+        })?;
+    let port = listener
+        .local_addr()
+        .map_err(|source| WebhookError::Io {
+            addr: cfg.addr,
+            source,
+        })?
+        .port();
+    let (hosts, endpoint) = match &cfg.reach {
+        WebhookReach::Host(host) => (
+            vec![host.clone()],
+            Endpoint::Url(format!("https://{host}:{port}")),
+        ),
+        WebhookReach::Service {
+            namespace,
+            name,
+            port,
+        } => (
+            vec![
+                format!("{name}.{namespace}.svc"),
+                format!("{name}.{namespace}.svc.cluster.local"),
+            ],
+            Endpoint::Service {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                port: *port,
+            },
+        ),
+    };
+    let serving = webhook::certs::generate(&hosts).map_err(WebhookError::from)?;
+    let tls = webhook::tls_config(&serving)?;
+    let handle = axum_server::Handle::new();
+    let server =
+        axum_server::from_tcp_rustls(listener, tls).map_err(|source| WebhookError::Io {
+            addr: cfg.addr,
+            source,
+        })?;
+    let serve_handle = handle.clone();
+    tokio::spawn(async move {
+        if let Err(err) = server
+            .handle(serve_handle)
+            .serve(webhook::router().into_make_service())
+            .await
+        {
+            tracing::error!(error = %err, "webhook server stopped");
+        }
+    });
+    webhook::registration::register(client, &cfg.configuration_name, &endpoint, &serving.ca_pem)
+        .await?;
+    info!(port, configuration = %cfg.configuration_name, "pod webhook serving and registered");
+    Ok(handle)
 }
 
 /// Lists one object of each kind: proves the CRDs are installed and we may read them.

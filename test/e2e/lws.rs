@@ -563,3 +563,57 @@ async fn a_container_restart_in_a_worker_recreates_its_group() -> anyhow::Result
     })
     .await
 }
+
+fn env_of(pod: &Pod) -> Vec<(String, String)> {
+    pod.spec.as_ref().map_or_else(Vec::new, |s| {
+        s.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect()
+    })
+}
+
+#[tokio::test]
+async fn pod_webhook_labels_pods_and_injects_lws_variables_first() -> anyhow::Result<()> {
+    with_ns("lws-webhook", |ns| async move {
+        let mut obj = lws("wh", 2, 3, "vllm:1");
+        obj["metadata"]["annotations"] = json!({"leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"});
+        obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["env"] =
+            json!([{"name": "USER_VAR", "value": "1"}, {"name": "LWS_GROUP_SIZE", "value": "overridden"}]);
+        create_available(&ns, &obj).await?;
+        let ns_name = ns.name.clone();
+        for pod in pods_of(&ns, "wh").await? {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            let (group, worker) = match name.split('-').collect::<Vec<_>>()[..] {
+                [_, g] => (g.to_string(), "0".to_string()),
+                [_, g, w] => (g.to_string(), w.to_string()),
+                _ => anyhow::bail!("unexpected pod {name}"),
+            };
+            assert_eq!(labels.get("leaderworkerset.sigs.k8s.io/group-index"), Some(&group), "{name}");
+            assert_eq!(labels.get("leaderworkerset.sigs.k8s.io/worker-index"), Some(&worker), "{name}");
+            assert!(labels.contains_key("leaderworkerset.sigs.k8s.io/group-key"), "{name}");
+            assert_eq!(
+                env_of(&pod),
+                [
+                    ("LWS_LEADER_ADDRESS".to_string(), format!("wh-{group}.wh.{ns_name}")),
+                    ("LWS_GROUP_SIZE".into(), "3".into()),
+                    ("LWS_WORKER_INDEX".into(), worker.clone()),
+                    ("USER_VAR".into(), "1".into()),
+                ],
+                "{name}: LWS variables first, the user's same-named variable replaced"
+            );
+        }
+        // Exclusive placement: the two leaders repel each other, so the groups get different zones.
+        let zone_of_leader = |pod: &Pod| pod.metadata.labels.as_ref().and_then(|l| l.get("topology.kubernetes.io/zone").cloned());
+        let leaders: Vec<_> = pods_of(&ns, "wh").await?.into_iter().filter(|p| p.metadata.name.as_deref().is_some_and(|n| n.matches('-').count() == 1)).collect();
+        let spec_affinity = leaders[0].spec.as_ref().and_then(|s| s.affinity.clone()).expect("affinity on leaders");
+        assert!(spec_affinity.pod_anti_affinity.is_some());
+        let zones: std::collections::BTreeSet<_> = leaders.iter().map(zone_of_leader).collect();
+        assert_eq!(zones.len(), 2, "one zone per group: {zones:?}");
+        Ok(())
+    })
+    .await
+}

@@ -33,11 +33,25 @@ fn free_port() -> anyhow::Result<u16> {
 #[tokio::test]
 async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
     let addr = format!("127.0.0.1:{}", free_port()?);
+    let log_path = std::env::temp_dir().join(format!("lws-e2e-manager-{}.log", std::process::id()));
+    let log = std::fs::File::create(&log_path)?;
+    let log_tail = || {
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        text.lines()
+            .rev()
+            .take(20)
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let mut child = Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
         .arg(format!("--health-addr={addr}"))
         .env("KUBECONFIG", kubeconfig_path()?)
+        .env("RUST_LOG", "info")
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
+        .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()
         .context("starting the manager")?;
@@ -55,7 +69,10 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
     })
     .await;
     if ready.is_err() {
-        bail!("manager did not answer /readyz with 200 within 60s");
+        bail!(
+            "manager did not answer /readyz with 200 within 60s; its log:\n{}",
+            log_tail()
+        );
     }
     assert_eq!(http_status(&addr, "/healthz").await, Some(200));
     assert_eq!(http_status(&addr, "/nope").await, Some(404));
@@ -65,9 +82,13 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
         .args(["-TERM", &pid.to_string()])
         .status()?;
     assert!(kill.success());
-    let status = tokio::time::timeout(Duration::from_secs(15), child.wait())
-        .await
-        .context("manager did not exit within 15s of SIGTERM")??;
+    let Ok(status) = tokio::time::timeout(Duration::from_secs(15), child.wait()).await else {
+        bail!(
+            "manager did not exit within 15s of SIGTERM; its log:\n{}",
+            log_tail()
+        );
+    };
+    let status = status?;
     assert!(status.success(), "clean exit on SIGTERM, got {status}");
     Ok(())
 }
