@@ -29,7 +29,11 @@ KUBECTL="$BIN/kubectl"
 install_crds "$KUBECTL"
 "$KUBECTL" create namespace demo >/dev/null
 # Pods are refused until the namespace's default ServiceAccount exists.
-until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do sleep 0.2; done
+deadline=$((SECONDS + 60))
+until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do
+  [ $SECONDS -lt $deadline ] || die "namespace demo got no default ServiceAccount within 60s"
+  sleep 0.2
+done
 "$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml
 
 cat >&2 <<MSG
