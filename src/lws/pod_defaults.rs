@@ -4,8 +4,9 @@
 //! `LWS_LEADER_ADDRESS` / `LWS_GROUP_SIZE` / `LWS_WORKER_INDEX` variables first in every
 //! container. Pure: the webhook server (not built yet) turns the difference into a JSON patch.
 //!
-//! Not covered yet: the TPU variables (`TPU_WORKER_HOSTNAMES`, …) for pods requesting
-//! `google.com/tpu`.
+//! Pods requesting `google.com/tpu` also get the TPU variables (`TPU_WORKER_HOSTNAMES`,
+//! `TPU_WORKER_ID`, `TPU_NAME`, `TPU_PROCESS_ADDRESSES`, `TPU_PROCESS_PORT`) in the first
+//! container that requests TPUs, listing the hosts of its group (or subgroup).
 
 use k8s_openapi::{
     api::core::v1::{
@@ -136,7 +137,150 @@ pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
         }
     }
 
+    add_tpu_variables(pod, size)?;
     add_lws_variables(pod, size_text);
+    Ok(())
+}
+
+const TPU: &str = "google.com/tpu";
+const TPU_DEFAULT_PORT: &str = "8476";
+
+fn requests_tpus(c: &Container) -> bool {
+    let nonzero = |m: &Option<
+        std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,
+    >| {
+        m.as_ref()
+            .and_then(|m| m.get(TPU))
+            .is_some_and(|q| super::quantity::canonical(&q.0).is_ok_and(|v| v != "0"))
+    };
+    c.resources
+        .as_ref()
+        .is_some_and(|r| nonzero(&r.limits) || nonzero(&r.requests))
+}
+
+/// Upstream's `AddTPUVariables`: no-op unless a container requests TPUs and has neither
+/// `TPU_WORKER_HOSTNAMES` nor `TPU_WORKER_ID` yet.
+fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
+    let name = pod.name_any();
+    let labels_ = pod.labels().clone();
+    let annotations = pod.annotations().clone();
+    let Some(spec) = pod.spec.as_mut() else {
+        return Ok(());
+    };
+    let subdomain = spec.subdomain.clone().unwrap_or_default();
+    let container = match spec
+        .containers
+        .iter_mut()
+        .chain(spec.init_containers.iter_mut().flatten())
+        .find(|c| requests_tpus(c))
+    {
+        Some(c) => c,
+        None => return Ok(()),
+    };
+    let env = container.env.get_or_insert_with(Vec::new);
+    if env
+        .iter()
+        .any(|e| e.name == "TPU_WORKER_HOSTNAMES" || e.name == "TPU_WORKER_ID")
+    {
+        return Ok(());
+    }
+    let user_port = env
+        .iter()
+        .find(|e| e.name == "TPU_PROCESS_PORT")
+        .map(|e| e.value.clone().unwrap_or_default());
+    let port = user_port
+        .clone()
+        .unwrap_or_else(|| TPU_DEFAULT_PORT.to_string());
+    let is_leader = labels_.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+    let leader_has_tpus = annotations
+        .get(labels::LEADER_REQUESTS_TPUS)
+        .map(String::as_str)
+        == Some("true");
+    let parent = |n: &str| {
+        n.rsplit_once('-')
+            .map(|(p, _)| p.to_string())
+            .ok_or_else(|| PodDefaultError::NoOrdinal(n.to_string()))
+    };
+
+    let mut hosts: Vec<String> = Vec::new();
+    let worker_id;
+    let leader;
+    if let Some(sgs) = annotations.get(labels::SUBGROUP_SIZE) {
+        let num = |key: &'static str, v: Option<&String>| -> Result<i32, PodDefaultError> {
+            let v = v.cloned().unwrap_or_default();
+            v.parse().map_err(|_| PodDefaultError::NotANumber {
+                pod: name.clone(),
+                key,
+                value: v,
+            })
+        };
+        let sgs = num(labels::SUBGROUP_SIZE, Some(sgs))?.max(1);
+        let subgroup = num(labels::SUBGROUP_INDEX, labels_.get(labels::SUBGROUP_INDEX))?;
+        let worker = num(labels::WORKER_INDEX, labels_.get(labels::WORKER_INDEX))?;
+        worker_id = if leader_has_tpus {
+            worker % sgs
+        } else {
+            (worker - 1) % sgs
+        };
+        let (mut start, mut end) = (sgs * subgroup + 1, sgs * (subgroup + 1));
+        if is_leader {
+            leader = name.clone();
+            hosts.push(leader.clone());
+            end -= 1;
+        } else {
+            leader = parent(&name)?;
+            if leader_has_tpus && subgroup == 0 {
+                end -= 1;
+                hosts.push(leader.clone());
+            } else if leader_has_tpus {
+                start -= 1;
+                end -= 1;
+            }
+        }
+        hosts.extend((start..=end).map(|i| format!("{leader}-{i}")));
+    } else {
+        if is_leader {
+            leader = name.clone();
+            worker_id = 0;
+            hosts.push(leader.clone());
+        } else {
+            leader = parent(&name)?;
+            let ordinal = ordinal(&name).ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
+            if leader_has_tpus {
+                worker_id = ordinal;
+                hosts.push(leader.clone());
+            } else {
+                worker_id = ordinal - 1;
+            }
+        }
+        hosts.extend((1..size).map(|i| format!("{leader}-{i}")));
+    }
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        value_from: None,
+    };
+    env.push(var(
+        "TPU_WORKER_HOSTNAMES",
+        hosts
+            .iter()
+            .map(|h| format!("{h}.{subdomain}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    ));
+    env.push(var("TPU_WORKER_ID", worker_id.to_string()));
+    env.push(var("TPU_NAME", leader));
+    env.push(var(
+        "TPU_PROCESS_ADDRESSES",
+        hosts
+            .iter()
+            .map(|h| format!("{h}.{subdomain}:{port}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    ));
+    if user_port.is_none() {
+        env.push(var("TPU_PROCESS_PORT", port));
+    }
     Ok(())
 }
 
@@ -408,6 +552,139 @@ mod tests {
             !excluded.labels().contains_key(labels::SUBGROUP_INDEX),
             "LeaderExcluded leaders are in no subgroup"
         );
+    }
+
+    fn tpu_pod(
+        name: &str,
+        labels: serde_json::Value,
+        annotations: serde_json::Value,
+        subdomain: &str,
+    ) -> Pod {
+        let mut p = pod(name, labels, annotations, subdomain);
+        p.spec.as_mut().unwrap().containers[0].resources =
+            Some(serde_json::from_value(json!({"limits": {TPU: "4"}})).unwrap());
+        p
+    }
+
+    fn var(p: &Pod, name: &str) -> Option<String> {
+        env(p, 0)
+            .into_iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v)
+    }
+
+    #[test]
+    fn tpu_variables_match_upstream_e2e_expectations() {
+        // Upstream's e2e: size 2, leader and worker request TPUs (Shared and UniquePerReplica).
+        let mut leader = tpu_pod(
+            "test-sample-0",
+            json!({labels::NAME: "test-sample", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2"}),
+            "test-sample",
+        );
+        default_pod(&mut leader).unwrap();
+        assert_eq!(
+            var(&leader, "TPU_WORKER_HOSTNAMES").as_deref(),
+            Some("test-sample-0.test-sample,test-sample-0-1.test-sample")
+        );
+        assert_eq!(var(&leader, "TPU_WORKER_ID").as_deref(), Some("0"));
+        assert_eq!(var(&leader, "TPU_NAME").as_deref(), Some("test-sample-0"));
+        assert_eq!(var(&leader, "TPU_PROCESS_PORT").as_deref(), Some("8476"));
+        assert_eq!(
+            var(&leader, "TPU_PROCESS_ADDRESSES").as_deref(),
+            Some("test-sample-0.test-sample:8476,test-sample-0-1.test-sample:8476")
+        );
+        assert_eq!(
+            env(&leader, 0)[0].0,
+            "LWS_LEADER_ADDRESS",
+            "LWS variables still come first"
+        );
+
+        let mut worker = tpu_pod(
+            "test-sample-0-1",
+            json!({labels::NAME: "test-sample", labels::GROUP_INDEX: "0"}),
+            json!({labels::SIZE: "2", labels::LEADER_REQUESTS_TPUS: "true", labels::LEADER_NAME: "test-sample-0"}),
+            "test-sample-0",
+        );
+        default_pod(&mut worker).unwrap();
+        assert_eq!(
+            var(&worker, "TPU_WORKER_HOSTNAMES").as_deref(),
+            Some("test-sample-0.test-sample-0,test-sample-0-1.test-sample-0")
+        );
+        assert_eq!(var(&worker, "TPU_WORKER_ID").as_deref(), Some("1"));
+    }
+
+    #[test]
+    fn tpu_ids_shift_when_the_leader_has_no_tpus_and_subgroups_list_their_own_hosts() {
+        let mut worker = tpu_pod(
+            "g-0-2",
+            json!({labels::NAME: "g"}),
+            json!({labels::SIZE: "3", labels::LEADER_NAME: "g-0"}),
+            "g",
+        );
+        default_pod(&mut worker).unwrap();
+        assert_eq!(
+            var(&worker, "TPU_WORKER_HOSTNAMES").as_deref(),
+            Some("g-0-1.g,g-0-2.g")
+        );
+        assert_eq!(var(&worker, "TPU_WORKER_ID").as_deref(), Some("1"));
+
+        // size 5, subgroups of 2, leader without TPUs: worker 3 is in subgroup 1 with worker 4.
+        let mut sub = tpu_pod(
+            "g-0-3",
+            json!({labels::NAME: "g"}),
+            json!({labels::SIZE: "5", labels::SUBGROUP_SIZE: "2", labels::LEADER_NAME: "g-0"}),
+            "g",
+        );
+        default_pod(&mut sub).unwrap();
+        assert_eq!(
+            var(&sub, "TPU_WORKER_HOSTNAMES").as_deref(),
+            Some("g-0-3.g,g-0-4.g")
+        );
+        assert_eq!(var(&sub, "TPU_WORKER_ID").as_deref(), Some("0"));
+        assert_eq!(var(&sub, "TPU_NAME").as_deref(), Some("g-0"));
+    }
+
+    #[test]
+    fn a_user_tpu_port_is_kept_and_existing_tpu_variables_win() {
+        let mut p = tpu_pod(
+            "t-0",
+            json!({labels::NAME: "t", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "1"}),
+            "t",
+        );
+        p.spec.as_mut().unwrap().containers[0].env = Some(vec![EnvVar {
+            name: "TPU_PROCESS_PORT".into(),
+            value: Some("9000".into()),
+            value_from: None,
+        }]);
+        default_pod(&mut p).unwrap();
+        assert_eq!(
+            var(&p, "TPU_PROCESS_ADDRESSES").as_deref(),
+            Some("t-0.t:9000")
+        );
+        assert_eq!(
+            env(&p, 0)
+                .iter()
+                .filter(|(n, _)| n == "TPU_PROCESS_PORT")
+                .count(),
+            1
+        );
+
+        let mut preset = tpu_pod(
+            "t-0",
+            json!({labels::NAME: "t", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2"}),
+            "t",
+        );
+        preset.spec.as_mut().unwrap().containers[0].env = Some(vec![EnvVar {
+            name: "TPU_WORKER_ID".into(),
+            value: Some("7".into()),
+            value_from: None,
+        }]);
+        default_pod(&mut preset).unwrap();
+        assert_eq!(var(&preset, "TPU_WORKER_ID").as_deref(), Some("7"));
+        assert_eq!(var(&preset, "TPU_WORKER_HOSTNAMES"), None);
     }
 
     #[test]
