@@ -617,3 +617,74 @@ async fn pod_webhook_labels_pods_and_injects_lws_variables_first() -> anyhow::Re
     })
     .await
 }
+
+#[tokio::test]
+async fn leader_ready_startup_creates_workers_only_once_the_leader_is_ready() -> anyhow::Result<()>
+{
+    with_ns("lws-leaderready", |ns| async move {
+        use k8s_openapi::api::core::v1::Node;
+        // The leader can only run on a node carrying this namespace's label, which no node has yet.
+        let key = format!("lws-rollout.test/{}", ns.name);
+        let mut obj = lws("lr", 1, 3, "vllm:1");
+        obj["spec"]["startupPolicy"] = json!("LeaderReady");
+        obj["spec"]["leaderWorkerTemplate"]["leaderTemplate"] = json!({"spec": {
+            "nodeSelector": {key.clone(): "yes"},
+            "containers": [{"name": "model", "image": "vllm:1"}]
+        }});
+        apply(&ns, &obj).await?;
+        wait_for(
+            &ns.api::<Pod>(),
+            "lr-0",
+            Duration::from_secs(60),
+            |p: Option<&Pod>| {
+                p.and_then(|p| p.status.as_ref())
+                    .and_then(|s| s.phase.as_deref())
+                    == Some("Pending")
+            },
+        )
+        .await?;
+        wait_for(
+            &ns.api(),
+            "lr",
+            Duration::from_secs(60),
+            |l: Option<&LeaderWorkerSet>| {
+                l.and_then(|l| l.status.as_ref())
+                    .is_some_and(|s| s.replicas == Some(1) && s.ready_replicas == Some(0))
+            },
+        )
+        .await?;
+        assert!(
+            ns.api::<StatefulSet>().get_opt("lr-0").await?.is_none(),
+            "no workers while the leader is not ready"
+        );
+
+        // Give one node the label: the leader schedules, becomes Ready, and only then workers come.
+        let nodes = ns.api_all::<Node>();
+        let label = |v: serde_json::Value| json!({"metadata": {"labels": {key.clone(): v}}});
+        nodes
+            .patch(
+                "kwok-node-3",
+                &PatchParams::default(),
+                &Patch::Merge(label(json!("yes"))),
+            )
+            .await?;
+        let result = wait_for(
+            &ns.api(),
+            "lr",
+            Duration::from_secs(90),
+            available_with(1, 1),
+        )
+        .await;
+        nodes
+            .patch(
+                "kwok-node-3",
+                &PatchParams::default(),
+                &Patch::Merge(label(serde_json::Value::Null)),
+            )
+            .await?;
+        result?;
+        assert_eq!(pods_of(&ns, "lr").await?.len(), 3);
+        Ok(())
+    })
+    .await
+}
