@@ -297,6 +297,12 @@ fn observe(ctx: &Context, ns: &str, name: &str) -> Observed {
 }
 
 impl Context {
+    /// Upstream's `FailedCreate` warning, for objects we could not write.
+    async fn failed_create(&self, lws: &LeaderWorkerSet, note: String) {
+        self.event(lws, EventType::Warning, "FailedCreate", note)
+            .await;
+    }
+
     async fn event(&self, lws: &LeaderWorkerSet, type_: EventType, reason: &str, note: String) {
         // The recorder folds events with the same (reason, action) into one series, keeping the
         // first note; upstream's messages differ per group and step, so each message is its own
@@ -478,13 +484,8 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
     let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns);
     if let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
         if observed.leader_sts.is_none() {
-            ctx.event(
-                &lws,
-                EventType::Warning,
-                "FailedCreate",
-                format!("Failed to create leader statefulset {name}"),
-            )
-            .await;
+            ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
+                .await;
         }
         return Err(Error::Api {
             action: format!("applying leader StatefulSet {name}"),
@@ -528,10 +529,8 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
             )
             .await
     {
-        ctx.event(
+        ctx.failed_create(
             &lws,
-            EventType::Warning,
-            "FailedCreate",
             format!("Failed to create headless service for error: {source}"),
         )
         .await;
@@ -766,10 +765,8 @@ async fn reconcile_group(
         }
         Err(err) if has_code(&err, 409) => {}
         Err(source) => {
-            ctx.event(
+            ctx.failed_create(
                 lws,
-                EventType::Warning,
-                "FailedCreate",
                 format!("Failed to create worker statefulset for leader pod {leader_name}"),
             )
             .await;

@@ -58,10 +58,29 @@ pub fn subdomain_policy(lws: &LeaderWorkerSet) -> SubdomainPolicy {
         .unwrap_or_default()
 }
 
+/// Upstream's unique keys: hex sha1 of `<scope>/<name>`.
+fn unique_key(scope: &str, name: &str) -> String {
+    let digest = Sha1::digest(format!("{scope}/{name}").as_bytes());
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// `sha1(<namespace>/<leader pod name>)` in hex: the group-key label.
 pub fn group_key(namespace: &str, leader_pod: &str) -> String {
-    let digest = Sha1::digest(format!("{namespace}/{leader_pod}").as_bytes());
-    digest.iter().map(|b| format!("{b:02x}")).collect()
+    unique_key(namespace, leader_pod)
+}
+
+/// `sha1(<leader pod name>/<subgroup index>)` in hex: the subgroup-key label.
+pub fn subgroup_key(leader_pod: &str, subgroup: &str) -> String {
+    unique_key(leader_pod, subgroup)
+}
+
+/// A StatefulSet pod name split into its StatefulSet and ordinal (`vllm-0-2` → `vllm-0`, 2).
+pub fn parent_and_ordinal(pod_name: &str) -> Option<(&str, i32)> {
+    let (parent, n) = pod_name.rsplit_once('-')?;
+    if parent.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((parent, n.parse().ok()?))
 }
 
 /// Group index of a leader pod: its group-index label, else the StatefulSet's pod-index label,
@@ -72,11 +91,7 @@ pub fn group_index(pod: &Pod) -> Option<i32> {
         .get(labels::GROUP_INDEX)
         .or_else(|| labels.get(labels::POD_INDEX))
         .and_then(|v| v.parse().ok())
-        .or_else(|| {
-            pod.name_any()
-                .rsplit_once('-')
-                .and_then(|(_, n)| n.parse().ok())
-        })
+        .or_else(|| parent_and_ordinal(&pod.name_any()).map(|(_, i)| i))
 }
 
 /// Annotations both pod templates carry.

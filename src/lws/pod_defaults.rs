@@ -17,7 +17,10 @@ use k8s_openapi::{
 use kube::ResourceExt;
 use thiserror::Error;
 
-use super::{labels, objects::group_key};
+use super::{
+    labels,
+    objects::{group_key, parent_and_ordinal, subgroup_key},
+};
 
 /// Why a pod cannot be admitted (the webhook fails the CREATE, as upstream does).
 #[derive(Debug, Error, PartialEq, Eq)]
@@ -47,11 +50,7 @@ pub fn is_lws_pod(pod: &Pod) -> bool {
 
 /// The ordinal at the end of a StatefulSet pod name.
 fn ordinal(name: &str) -> Option<i32> {
-    let (parent, n) = name.rsplit_once('-')?;
-    if parent.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    n.parse().ok()
+    parent_and_ordinal(name).map(|(_, i)| i)
 }
 
 fn number(pod: &Pod, key: &'static str, value: &str) -> Result<i32, PodDefaultError> {
@@ -197,7 +196,7 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
         .map(String::as_str)
         == Some("true");
     let parent = |n: &str| {
-        n.rsplit_once('-')
+        parent_and_ordinal(n)
             .map(|(p, _)| p.to_string())
             .ok_or_else(|| PodDefaultError::NoOrdinal(n.to_string()))
     };
@@ -291,8 +290,7 @@ fn has_subgroup_index(pod: &Pod) -> bool {
 }
 
 fn add_subgroup(pod: &mut Pod, leader: &str, subgroup: &str, topology: Option<&String>) {
-    // Upstream hashes "<leader>/<subgroup>" with the same helper as the group key.
-    let key = group_key(leader, subgroup);
+    let key = subgroup_key(leader, subgroup);
     pod.labels_mut()
         .insert(labels::SUBGROUP_INDEX.into(), subgroup.to_string());
     pod.labels_mut()

@@ -48,11 +48,10 @@ pub fn tls_config(
     serving: &certs::ServingCert,
 ) -> Result<axum_server::tls_rustls::RustlsConfig, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()?
         .with_no_client_auth()
         .with_single_cert(vec![serving.cert_der.clone()], serving.key_der.clone_key())?;
-    let mut config = config;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(axum_server::tls_rustls::RustlsConfig::from_config(
         Arc::new(config),
