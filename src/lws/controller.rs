@@ -33,7 +33,7 @@ use serde_json::json;
 use thiserror::Error;
 use tracing::{info, instrument, warn};
 
-use super::{gojson, labels, objects, revision, rolling, status};
+use super::{admission, gojson, labels, objects, revision, rolling, status};
 use crate::api::leaderworkerset::{LeaderWorkerSet, RestartPolicy, StartupPolicy, SubdomainPolicy};
 
 /// Why a reconcile failed.
@@ -57,6 +57,14 @@ pub enum Error {
     /// An int-or-percent field is unusable.
     #[error("{0}")]
     Strategy(#[from] rolling::InvalidIntOrPercent),
+    /// The API server refused an object as invalid: retrying cannot help until the spec changes.
+    #[error("{object}: {message}")]
+    Refused {
+        /// Which object.
+        object: String,
+        /// The API server's reason.
+        message: String,
+    },
     /// Exclusive placement needs a node label the leader's node lacks.
     #[error("node {node} of leader pod {pod} has no label {key} (exclusive-topology)")]
     TopologyLabelMissing {
@@ -71,6 +79,17 @@ pub enum Error {
 
 fn has_code(err: &kube::Error, code: u16) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == code)
+}
+
+/// A write the API server refused for the object's content (400/422) rather than for a
+/// transient reason.
+fn refused(err: &kube::Error) -> Option<String> {
+    match err {
+        kube::Error::Api(status) if status.code == 422 || status.code == 400 => {
+            Some(status.message.clone())
+        }
+        _ => None,
+    }
 }
 
 fn api_err(action: impl Into<String>) -> impl FnOnce(kube::Error) -> Error {
@@ -358,6 +377,29 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
     }
     let client = &ctx.client;
     let pp = PatchParams::apply(labels::FIELD_MANAGER).force();
+    // Nothing is built for an LWS that cannot be built whole (the webhook refuses such names;
+    // this catches the scale subresource and LWSs admitted without our webhook).
+    if let Some(problem) = admission::name_too_long(&lws) {
+        return report_blocked(&ctx, &lws, "NameTooLong", &problem).await;
+    }
+    let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns);
+    if observed.leader_sts.is_none()
+        && let Some(existing) = sts_api
+            .get_opt(&name)
+            .await
+            .map_err(api_err(format!("reading StatefulSet {name}")))?
+        && controller_uid(&existing) != lws.metadata.uid.as_deref()
+    {
+        // SSA with force would silently take someone else's StatefulSet over.
+        let problem = format!(
+            "StatefulSet {name} already exists and is not controlled by this LeaderWorkerSet; \
+             delete or rename it"
+        );
+        // We do not watch other people's StatefulSets: look again now and then.
+        return report_blocked(&ctx, &lws, "ObjectConflict", &problem)
+            .await
+            .map(|_| Action::requeue(Duration::from_secs(10)));
+    }
 
     // --- revisions ------------------------------------------------------------------------
     let spec = serde_json::to_value(&lws.spec)?;
@@ -481,11 +523,14 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         step.replicas,
         sts_max_unavailable,
     );
-    let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns);
     if let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
         if observed.leader_sts.is_none() {
             ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
                 .await;
+        }
+        if let Some(message) = refused(&source) {
+            let problem = format!("the API server refused leader StatefulSet {name}: {message}");
+            return report_blocked(&ctx, &lws, "FailedCreate", &problem).await;
         }
         return Err(Error::Api {
             action: format!("applying leader StatefulSet {name}"),
@@ -516,35 +561,67 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
 
     // --- services -------------------------------------------------------------------------
     let svc_api = Api::<Service>::namespaced(client.clone(), &ns);
-    // A failure here (typically a Service of that name the user owns) is reported and retried,
-    // but does not hold back the groups or the status.
+    // A failure here (typically a Service of that name the user owns, which we must not take
+    // over) is reported, but does not hold back the groups or the status.
     let mut deferred: Option<Error> = None;
+    let mut failure: Option<(&str, String)> = None;
     if objects::subdomain_policy(&lws) == SubdomainPolicy::Shared
         && !observed.services.iter().any(|s| s.name_any() == name)
-        && let Err(source) = svc_api
-            .patch(
-                &name,
-                &pp,
-                &Patch::Apply(&objects::shared_headless_service(&lws)),
-            )
-            .await
     {
-        ctx.failed_create(
-            &lws,
-            format!("Failed to create headless service for error: {source}"),
-        )
-        .await;
-        deferred = Some(Error::Api {
-            action: format!("applying headless Service {name}"),
-            source,
-        });
+        let post = PostParams {
+            field_manager: Some(labels::FIELD_MANAGER.into()),
+            ..Default::default()
+        };
+        let result = match svc_api
+            .create(&post, &objects::shared_headless_service(&lws))
+            .await
+        {
+            Err(err) if has_code(&err, 409) => match svc_api.get_opt(&name).await {
+                Ok(Some(svc)) if controller_uid(&svc) != lws.metadata.uid.as_deref() => {
+                    Err(format!(
+                        "Service {name} already exists and is not controlled by this \
+                         LeaderWorkerSet, so group DNS names ({name}-<group>.{name}) do not resolve"
+                    ))
+                }
+                _ => Ok(()), // ours, the cache is just behind
+            },
+            Err(source) => {
+                let message = source.to_string();
+                if refused(&source).is_none() {
+                    deferred = Some(Error::Api {
+                        action: format!("creating headless Service {name}"),
+                        source,
+                    });
+                }
+                Err(message)
+            }
+            Ok(_) => Ok(()),
+        };
+        if let Err(problem) = result {
+            if lws
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_none_or(|c| !c.iter().any(|c| c.message == problem))
+            {
+                ctx.failed_create(
+                    &lws,
+                    format!("Failed to create headless service for error: {problem}"),
+                )
+                .await;
+            }
+            failure = Some(("ObjectConflict", problem));
+        }
     }
 
     // --- groups: worker StatefulSets, per-group Services, restarts -------------------------
     let mut requeue = None;
     for leader in &observed.leaders {
-        if let Some(wait) = reconcile_group(&ctx, &lws, &observed, leader).await? {
-            requeue = Some(requeue.map_or(wait, |w: Duration| w.min(wait)));
+        match reconcile_group(&ctx, &lws, &observed, leader).await {
+            Ok(Some(wait)) => requeue = Some(requeue.map_or(wait, |w: Duration| w.min(wait))),
+            Ok(None) => {}
+            Err(err @ Error::Refused { .. }) => failure = Some(("FailedCreate", err.to_string())),
+            Err(err) => return Err(err),
         }
     }
     if lws
@@ -596,6 +673,20 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         },
         &observed_groups,
     );
+    let mut outcome = outcome;
+    let failure_set = {
+        let conditions = outcome.status.conditions.get_or_insert_with(Vec::new);
+        status::set_failure(
+            conditions,
+            failure.as_ref().map(|(r, m)| (*r, m.as_str())),
+            lws.metadata.generation,
+            &Time(k8s_openapi::jiff::Timestamp::now()),
+        )
+    };
+    if failure_set && let Some((reason, problem)) = &failure {
+        ctx.event(&lws, EventType::Warning, reason, problem.clone())
+            .await;
+    }
     if outcome.status != current {
         let lws_api = Api::<LeaderWorkerSet>::namespaced(client.clone(), &ns);
         lws_api
@@ -635,6 +726,42 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         return Err(err);
     }
     Ok(requeue.map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The LWS cannot be built as written: say why in the `ReplicaFailure` condition and a Warning
+/// event (once per distinct problem), leave existing groups as they are, and wait for the spec
+/// to change.
+async fn report_blocked(
+    ctx: &Context,
+    lws: &LeaderWorkerSet,
+    reason: &str,
+    problem: &str,
+) -> Result<Action, Error> {
+    let current = lws.status.clone().unwrap_or_default();
+    let mut conditions = current.conditions.clone().unwrap_or_default();
+    let changed = status::set_failure(
+        &mut conditions,
+        Some((reason, problem)),
+        lws.metadata.generation,
+        &Time(k8s_openapi::jiff::Timestamp::now()),
+    );
+    if changed {
+        warn!(reason, problem, "LeaderWorkerSet cannot be realised");
+        Api::<LeaderWorkerSet>::namespaced(
+            ctx.client.clone(),
+            &lws.namespace().unwrap_or_default(),
+        )
+        .patch_status(
+            &lws.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"conditions": conditions}})),
+        )
+        .await
+        .map_err(api_err("patching LWS status"))?;
+        ctx.event(lws, EventType::Warning, reason, problem.to_string())
+            .await;
+    }
+    Ok(Action::await_change())
 }
 
 /// Ready/updated per leader ordinal `0..sts_replicas`.
@@ -770,6 +897,12 @@ async fn reconcile_group(
                 format!("Failed to create worker statefulset for leader pod {leader_name}"),
             )
             .await;
+            if let Some(message) = refused(&source) {
+                return Err(Error::Refused {
+                    object: format!("the API server refused worker StatefulSet {leader_name}"),
+                    message,
+                });
+            }
             return Err(Error::Api {
                 action: format!("creating worker StatefulSet {leader_name}"),
                 source,

@@ -4,6 +4,7 @@
 //! `revision` (the template hash, byte-identical to upstream, on `gojson` and `quantity`),
 //! `rolling` (partition and surge), `objects` (what to create) and `status` (conditions).
 
+pub mod admission;
 pub mod controller;
 pub mod gojson;
 pub mod labels;

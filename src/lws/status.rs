@@ -63,6 +63,60 @@ pub const PROGRESSING: &str = "Progressing";
 /// Condition type: a rolling update is running.
 pub const UPDATE_IN_PROGRESS: &str = "UpdateInProgress";
 
+/// Condition type (ours, not upstream's): the LWS cannot be realised as written — a name too
+/// long for its derived objects, an object in the way, or a StatefulSet the API server refuses.
+/// Named after the Deployment condition with the same meaning; absent when all is well.
+pub const REPLICA_FAILURE: &str = "ReplicaFailure";
+
+/// Sets (`Some((reason, message))`) or removes (`None`) the `ReplicaFailure` condition.
+/// Returns whether anything changed.
+pub fn set_failure(
+    conditions: &mut Vec<Condition>,
+    failure: Option<(&str, &str)>,
+    generation: Option<i64>,
+    now: &Time,
+) -> bool {
+    let existing = conditions.iter().position(|c| c.type_ == REPLICA_FAILURE);
+    match (failure, existing) {
+        (None, None) => false,
+        (None, Some(i)) => {
+            conditions.remove(i);
+            true
+        }
+        (Some((reason, message)), existing) => {
+            let new = Condition {
+                type_: REPLICA_FAILURE.into(),
+                status: "True".into(),
+                reason: reason.into(),
+                message: message.into(),
+                last_transition_time: now.clone(),
+                observed_generation: generation,
+            };
+            match existing {
+                Some(i)
+                    if conditions[i].reason == new.reason
+                        && conditions[i].message == new.message =>
+                {
+                    false
+                }
+                Some(i) => {
+                    // Same status: keep when it first became True.
+                    let since = conditions[i].last_transition_time.clone();
+                    conditions[i] = Condition {
+                        last_transition_time: since,
+                        ..new
+                    };
+                    true
+                }
+                None => {
+                    conditions.push(new);
+                    true
+                }
+            }
+        }
+    }
+}
+
 fn make_condition(type_: &str, generation: Option<i64>, now: &Time) -> Condition {
     let (reason, message) = match type_ {
         AVAILABLE => ("AllGroupsReady", "All replicas are ready"),
@@ -300,6 +354,46 @@ mod tests {
         let second = compute(&input(&first.status, 1, 0), &[group(0, true, "new")]);
         assert_eq!(second.event, None);
         assert_eq!(second.status, first.status);
+    }
+
+    #[test]
+    fn a_failure_condition_is_set_updated_and_removed() {
+        let mut conditions = vec![make_condition(AVAILABLE, Some(1), &now())];
+        assert!(set_failure(
+            &mut conditions,
+            Some(("NameTooLong", "m1")),
+            Some(1),
+            &now()
+        ));
+        assert!(!set_failure(
+            &mut conditions,
+            Some(("NameTooLong", "m1")),
+            Some(1),
+            &now()
+        ));
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_795_327_999).unwrap());
+        assert!(set_failure(
+            &mut conditions,
+            Some(("FailedCreate", "m2")),
+            Some(2),
+            &later
+        ));
+        let failure = conditions
+            .iter()
+            .find(|c| c.type_ == REPLICA_FAILURE)
+            .unwrap();
+        assert_eq!(
+            (failure.reason.as_str(), failure.message.as_str()),
+            ("FailedCreate", "m2")
+        );
+        assert_eq!(
+            failure.last_transition_time,
+            now(),
+            "still failing since the first time"
+        );
+        assert!(set_failure(&mut conditions, None, Some(2), &later));
+        assert_eq!(conditions.len(), 1, "only Available is left");
+        assert!(!set_failure(&mut conditions, None, Some(2), &later));
     }
 
     #[test]

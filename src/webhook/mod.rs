@@ -1,5 +1,6 @@
 //! The admission webhook server: TLS with a certificate the manager makes itself, the LWS pod
-//! defaulting endpoint, and the MutatingWebhookConfiguration that points the API server at it.
+//! defaulting endpoint, the LWS defaulting and validating endpoints, and the webhook
+//! configurations that point the API server at them.
 //!
 //! The certificate is generated at start and the configuration's caBundle is server-side
 //! applied with it, so nothing outlives the process but the configuration itself; a restarted
@@ -7,6 +8,7 @@
 //! the certificate moves into a shared Secret.)
 
 pub mod certs;
+pub mod lws;
 pub mod pods;
 pub mod registration;
 
@@ -34,13 +36,16 @@ pub enum Error {
         source: std::io::Error,
     },
     /// Writing the webhook configuration failed.
-    #[error("applying the MutatingWebhookConfiguration: {0}")]
+    #[error("applying the webhook configurations: {0}")]
     Register(#[source] kube::Error),
 }
 
 /// Routes of the webhook server.
 pub fn router() -> Router {
-    Router::new().route(pods::PATH, post(pods::mutate))
+    Router::new()
+        .route(pods::PATH, post(pods::mutate))
+        .route(lws::MUTATE_PATH, post(lws::mutate))
+        .route(lws::VALIDATE_PATH, post(lws::validate))
 }
 
 /// TLS settings for `certs`, using the ring provider the Kubernetes client uses too.

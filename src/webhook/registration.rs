@@ -1,10 +1,11 @@
-//! The MutatingWebhookConfiguration for LWS pods, server-side applied with the current CA.
+//! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects),
+//! server-side applied with the current CA.
 
 use k8s_openapi::{
     ByteString,
     api::admissionregistration::v1::{
         MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
-        WebhookClientConfig,
+        ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
 };
@@ -13,7 +14,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
-use super::{Error, pods};
+use super::{Error, lws, pods};
 use crate::lws::labels;
 
 /// Field manager of the webhook configuration.
@@ -35,17 +36,12 @@ pub enum Endpoint {
     },
 }
 
-/// The desired configuration: CREATE of pods carrying the LWS name label goes to us; Fail if we
-/// cannot answer, because an LWS pod without its labels and variables is broken.
-pub fn configuration(
-    name: &str,
-    endpoint: &Endpoint,
-    ca_pem: &str,
-) -> MutatingWebhookConfiguration {
-    let client_config = match endpoint {
+fn client_config(endpoint: &Endpoint, path: &str, ca_pem: &str) -> WebhookClientConfig {
+    let ca_bundle = Some(ByteString(ca_pem.as_bytes().to_vec()));
+    match endpoint {
         Endpoint::Url(base) => WebhookClientConfig {
-            url: Some(format!("{base}{}", pods::PATH)),
-            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+            url: Some(format!("{base}{path}")),
+            ca_bundle,
             service: None,
         },
         Endpoint::Service {
@@ -54,43 +50,100 @@ pub fn configuration(
             port,
         } => WebhookClientConfig {
             url: None,
-            ca_bundle: Some(ByteString(ca_pem.as_bytes().to_vec())),
+            ca_bundle,
             service: Some(ServiceReference {
                 namespace: namespace.clone(),
                 name: name.clone(),
-                path: Some(pods::PATH.into()),
+                path: Some(path.into()),
                 port: Some(*port),
             }),
         },
-    };
+    }
+}
+
+fn lws_rule() -> RuleWithOperations {
+    RuleWithOperations {
+        api_groups: Some(vec!["leaderworkerset.x-k8s.io".into()]),
+        api_versions: Some(vec!["v1".into()]),
+        operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+        resources: Some(vec!["leaderworkersets".into()]),
+        scope: Some("Namespaced".into()),
+    }
+}
+
+/// The desired mutating configuration: CREATE of pods carrying the LWS name label, and CREATE
+/// and UPDATE of LeaderWorkerSets, go to us. Fail if we cannot answer, as upstream does: an LWS
+/// pod without its labels and variables is broken.
+pub fn configuration(
+    name: &str,
+    endpoint: &Endpoint,
+    ca_pem: &str,
+) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
         metadata: ObjectMeta {
             name: Some(name.into()),
             ..Default::default()
         },
-        webhooks: Some(vec![MutatingWebhook {
-            name: "mpod.lws-rollout.x-k8s.io".into(),
+        webhooks: Some(vec![
+            MutatingWebhook {
+                name: "mpod.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, pods::PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                reinvocation_policy: Some("Never".into()),
+                object_selector: Some(LabelSelector {
+                    match_expressions: Some(vec![LabelSelectorRequirement {
+                        key: labels::NAME.into(),
+                        operator: "Exists".into(),
+                        values: None,
+                    }]),
+                    ..Default::default()
+                }),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec!["".into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into()]),
+                    resources: Some(vec!["pods".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                ..Default::default()
+            },
+            MutatingWebhook {
+                name: "mleaderworkerset.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, lws::MUTATE_PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(vec![lws_rule()]),
+                ..Default::default()
+            },
+        ]),
+    }
+}
+
+/// The desired validating configuration: CREATE and UPDATE of LeaderWorkerSets.
+pub fn validating_configuration(
+    name: &str,
+    endpoint: &Endpoint,
+    ca_pem: &str,
+) -> ValidatingWebhookConfiguration {
+    ValidatingWebhookConfiguration {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        webhooks: Some(vec![ValidatingWebhook {
+            name: "vleaderworkerset.lws-rollout.x-k8s.io".into(),
             admission_review_versions: vec!["v1".into()],
-            client_config,
+            client_config: client_config(endpoint, lws::VALIDATE_PATH, ca_pem),
             failure_policy: Some("Fail".into()),
             side_effects: "None".into(),
             timeout_seconds: Some(10),
-            reinvocation_policy: Some("Never".into()),
-            object_selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: labels::NAME.into(),
-                    operator: "Exists".into(),
-                    values: None,
-                }]),
-                ..Default::default()
-            }),
-            rules: Some(vec![RuleWithOperations {
-                api_groups: Some(vec!["".into()]),
-                api_versions: Some(vec!["v1".into()]),
-                operations: Some(vec!["CREATE".into()]),
-                resources: Some(vec!["pods".into()]),
-                scope: Some("Namespaced".into()),
-            }]),
+            rules: Some(vec![lws_rule()]),
             ..Default::default()
         }]),
     }
@@ -103,13 +156,22 @@ pub async fn register(
     endpoint: &Endpoint,
     ca_pem: &str,
 ) -> Result<(), Error> {
-    let api = Api::<MutatingWebhookConfiguration>::all(client.clone());
-    api.patch(
-        name,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(configuration(name, endpoint, ca_pem)),
-    )
-    .await
-    .map_err(Error::Register)?;
+    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(configuration(name, endpoint, ca_pem)),
+        )
+        .await
+        .map_err(Error::Register)?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .patch(
+            name,
+            &pp,
+            &Patch::Apply(validating_configuration(name, endpoint, ca_pem)),
+        )
+        .await
+        .map_err(Error::Register)?;
     Ok(())
 }

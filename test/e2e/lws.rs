@@ -17,7 +17,7 @@ use crate::harness::{TestNs, wait_for, with_ns};
 const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
 
-fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
+pub(crate) fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
     json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": name},
@@ -26,7 +26,7 @@ fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
     })
 }
 
-async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
+pub(crate) async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
     let name = obj["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -37,7 +37,10 @@ async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+pub(crate) fn available_with(
+    ready: i32,
+    updated: i32,
+) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
     move |l: Option<&LeaderWorkerSet>| {
         let Some(status) = l.and_then(|l| l.status.as_ref()) else {
             return false;
@@ -54,7 +57,10 @@ fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>)
 }
 
 /// Applies an LWS and waits until all its groups are updated, ready and reported Available.
-async fn create_available(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<LeaderWorkerSet> {
+pub(crate) async fn create_available(
+    ns: &TestNs,
+    obj: &serde_json::Value,
+) -> anyhow::Result<LeaderWorkerSet> {
     apply(ns, obj).await?;
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let replicas = obj["spec"]["replicas"].as_i64().unwrap_or(1) as i32;
@@ -436,6 +442,19 @@ async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_gr
                         .as_deref()
                         .is_some_and(|n| n.starts_with("Failed to create headless service"))),
             "a Warning event tells the user why DNS for the group is missing"
+        );
+        let conditions = ns
+            .api::<LeaderWorkerSet>()
+            .get("clash")
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default();
+        assert!(
+            conditions.iter().any(|c| c.type_ == "ReplicaFailure"
+                && c.reason == "ObjectConflict"
+                && c.message.contains("Service clash already exists")),
+            "and the LWS says so in a condition: {conditions:?}"
         );
         Ok(())
     })

@@ -9,6 +9,7 @@ mod harness;
 mod cluster;
 mod crds;
 mod lws;
+mod lws_admission;
 mod manager;
 mod markers;
 mod scripts;

@@ -1,0 +1,182 @@
+//! What the LWS admission webhooks decide, as pure functions: the defaulting CEL cannot do
+//! (`restartPolicy: Default` → `None`) and the checks CEL cannot express (an annotation, and
+//! names too long for the objects derived from them). Everything else upstream's webhook checks
+//! lives in the CRD's CEL rules (see `docs/api.md`), so it holds even with no webhook running.
+
+use kube::ResourceExt;
+
+use super::{labels, objects, rolling};
+use crate::api::leaderworkerset::{LeaderWorkerSet, RestartPolicy};
+
+/// Longest label value (and DNS label) Kubernetes accepts.
+const MAX_LABEL: usize = 63;
+/// The StatefulSet controller labels every pod `controller-revision-hash: <sts>-<hash>`, where
+/// the hash is a 32-bit FNV in decimal, safe-encoded: up to 10 characters.
+const REVISION_SUFFIX: usize = 1 + 10;
+
+/// Upstream's defaulting that CRD defaults cannot do. Returns whether anything changed.
+pub fn default_lws(lws: &mut LeaderWorkerSet) -> bool {
+    let policy = &mut lws.spec.leader_worker_template.restart_policy;
+    if *policy == Some(RestartPolicy::Default) {
+        *policy = Some(RestartPolicy::None);
+        return true;
+    }
+    false
+}
+
+/// Highest group index the LWS can have: `replicas - 1` plus surge groups during an update.
+fn highest_group_index(lws: &LeaderWorkerSet) -> i32 {
+    let replicas = objects::replicas(lws);
+    let surge = lws
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.as_ref())
+        .and_then(|r| r.max_surge.as_ref())
+        .and_then(|s| rolling::scaled(s, replicas, true).ok())
+        .unwrap_or(0)
+        .clamp(0, replicas.max(0));
+    (replicas + surge - 1).max(0)
+}
+
+/// Why the LWS's name is too long for a StatefulSet, pod or label derived from it, if it is.
+///
+/// The tightest constraint is the StatefulSet controller's revision label on pods:
+/// `<lws>-<hash>` for leaders and `<lws>-<group>-<hash>` for workers must fit in 63 characters.
+/// Upstream accepts such names and its groups then never get pods; we refuse them instead.
+pub fn name_too_long(lws: &LeaderWorkerSet) -> Option<String> {
+    let name = lws.name_any();
+    let highest = highest_group_index(lws);
+    let (longest, what) = if objects::size(lws) > 1 {
+        (
+            format!("{name}-{highest}"),
+            format!("the worker StatefulSet of group {highest}"),
+        )
+    } else {
+        (name.clone(), "the leader StatefulSet".to_string())
+    };
+    if longest.len() + REVISION_SUFFIX <= MAX_LABEL {
+        return None;
+    }
+    let limit = MAX_LABEL - REVISION_SUFFIX - (longest.len() - name.len());
+    Some(format!(
+        "name {name:?} is too long for the objects derived from it: {what} is {longest:?}, and \
+         the StatefulSet controller labels its pods with \"{longest}-<revision hash>\", which must \
+         be at most {MAX_LABEL} characters; with {} group(s) the name may have at most {limit} \
+         characters",
+        highest + 1
+    ))
+}
+
+/// The LWS webhook's checks, as `field: message` strings; empty when the LWS is acceptable.
+/// `old` is the stored object on UPDATE.
+pub fn validate(lws: &LeaderWorkerSet, old: Option<&LeaderWorkerSet>) -> Vec<String> {
+    let mut errors = Vec::new();
+    if lws.spec.leader_worker_template.sub_group_policy.is_none()
+        && let Some(value) = lws.annotations().get(labels::SUBGROUP_EXCLUSIVE_TOPOLOGY)
+    {
+        errors.push(format!(
+            "metadata.annotations[{}]: Invalid value: {value:?}: cannot have \
+             subgroup-exclusive-topology without subGroupSize set",
+            labels::SUBGROUP_EXCLUSIVE_TOPOLOGY
+        ));
+    }
+    // On UPDATE only refuse a change that makes things worse: an LWS stored before this check
+    // existed must stay editable.
+    if let Some(problem) = name_too_long(lws)
+        && old.is_none_or(|old| name_too_long(old).is_none())
+    {
+        errors.push(format!("metadata.name: Invalid value: {problem}"));
+    }
+    errors
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lws(yaml: &str) -> LeaderWorkerSet {
+        serde_yaml::from_str(yaml).unwrap()
+    }
+
+    fn named(name: &str, replicas: i32, size: i32, surge: i32) -> LeaderWorkerSet {
+        lws(&format!(
+            r#"
+apiVersion: leaderworkerset.x-k8s.io/v1
+kind: LeaderWorkerSet
+metadata: {{name: {name}}}
+spec:
+  replicas: {replicas}
+  rolloutStrategy:
+    type: RollingUpdate
+    rollingUpdateConfiguration: {{maxSurge: {surge}, maxUnavailable: 1}}
+  leaderWorkerTemplate:
+    size: {size}
+    workerTemplate: {{spec: {{containers: [{{name: c, image: i}}]}}}}
+"#
+        ))
+    }
+
+    #[test]
+    fn default_restart_policy_becomes_none_and_others_stay() {
+        let mut l = named("a", 1, 2, 0);
+        l.spec.leader_worker_template.restart_policy = Some(RestartPolicy::Default);
+        assert!(default_lws(&mut l));
+        assert_eq!(
+            l.spec.leader_worker_template.restart_policy,
+            Some(RestartPolicy::None)
+        );
+        assert!(!default_lws(&mut l), "idempotent");
+        l.spec.leader_worker_template.restart_policy =
+            Some(RestartPolicy::RecreateGroupOnPodRestart);
+        assert!(!default_lws(&mut l));
+    }
+
+    #[test]
+    fn names_are_limited_by_the_longest_revision_label() {
+        // size 1: only the leader StatefulSet: 52 + "-" + 10 = 63.
+        assert_eq!(name_too_long(&named(&"a".repeat(52), 3, 1, 0)), None);
+        assert!(name_too_long(&named(&"a".repeat(53), 3, 1, 0)).is_some());
+        // 10 groups (0..=9): "<name>-9-<hash>" → name ≤ 50.
+        assert_eq!(name_too_long(&named(&"a".repeat(50), 10, 4, 0)), None);
+        let msg = name_too_long(&named(&"a".repeat(51), 10, 4, 0)).unwrap();
+        assert!(msg.contains("at most 50 characters"), "{msg}");
+        assert!(msg.contains("group 9"), "{msg}");
+        // Surge groups count: 10 + 1 surge → index 10 → name ≤ 49.
+        assert!(name_too_long(&named(&"a".repeat(50), 10, 4, 1)).is_some());
+        assert_eq!(name_too_long(&named(&"a".repeat(49), 10, 4, 1)), None);
+        // Zero replicas: index 0.
+        assert_eq!(name_too_long(&named(&"a".repeat(50), 0, 4, 0)), None);
+    }
+
+    #[test]
+    fn subgroup_topology_needs_a_subgroup_policy() {
+        let mut l = named("a", 1, 4, 0);
+        l.metadata.annotations = Some(
+            [(
+                labels::SUBGROUP_EXCLUSIVE_TOPOLOGY.to_string(),
+                "zone".to_string(),
+            )]
+            .into(),
+        );
+        let errors = validate(&l, None);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("without subGroupSize set"), "{errors:?}");
+        l.spec.leader_worker_template.sub_group_policy = Some(Default::default());
+        assert!(validate(&l, None).is_empty());
+    }
+
+    #[test]
+    fn an_update_may_keep_but_not_introduce_a_long_name() {
+        let long = named(&"a".repeat(50), 11, 4, 0);
+        let short_groups = named(&"a".repeat(50), 10, 4, 0);
+        assert!(validate(&short_groups, None).is_empty());
+        assert_eq!(validate(&long, None).len(), 1);
+        assert_eq!(
+            validate(&long, Some(&short_groups)).len(),
+            1,
+            "scaling into it"
+        );
+        assert!(validate(&long, Some(&long)).is_empty(), "already stored");
+    }
+}

@@ -1,0 +1,174 @@
+//! `POST /mutate-lws` and `POST /validate-lws`: the LeaderWorkerSet webhooks, on top of
+//! [`crate::lws::admission`].
+
+use axum::Json;
+use kube::core::{
+    DynamicObject,
+    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
+};
+use tracing::warn;
+
+use crate::{api::leaderworkerset::LeaderWorkerSet, lws::admission};
+
+/// Path of the LWS defaulting endpoint.
+pub const MUTATE_PATH: &str = "/mutate-lws";
+/// Path of the LWS validating endpoint.
+pub const VALIDATE_PATH: &str = "/validate-lws";
+
+/// The request in a review, or the review answering a malformed one.
+fn request(
+    review: AdmissionReview<DynamicObject>,
+) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionReview<DynamicObject>>> {
+    review
+        .try_into()
+        .map_err(|err: kube::core::admission::ConvertAdmissionReviewError| {
+            warn!(error = %err, "malformed AdmissionReview");
+            Box::new(AdmissionResponse::invalid(err.to_string()).into_review())
+        })
+}
+
+/// The object as an LWS. `None` when it does not parse: mutating webhooks run before schema
+/// validation, which then reports the problem with the field's path, so we stay out of its way.
+fn typed(obj: Option<&DynamicObject>) -> Option<LeaderWorkerSet> {
+    serde_json::to_value(obj?)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
+
+/// Handles one defaulting AdmissionReview.
+pub async fn mutate(
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request = match request(review) {
+        Ok(r) => r,
+        Err(answer) => return Json(*answer),
+    };
+    Json(default_response(&request).into_review())
+}
+
+/// The defaulting decision (pure).
+pub fn default_response(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    let Some(before) = typed(request.object.as_ref()) else {
+        return response;
+    };
+    let mut after = before.clone();
+    if !admission::default_lws(&mut after) {
+        return response;
+    }
+    let (Ok(before), Ok(after)) = (serde_json::to_value(&before), serde_json::to_value(&after))
+    else {
+        return response.deny("cannot serialize the LeaderWorkerSet");
+    };
+    match response
+        .clone()
+        .with_patch(json_patch::diff(&before, &after))
+    {
+        Ok(patched) => patched,
+        Err(err) => response.deny(format!("cannot encode the patch: {err}")),
+    }
+}
+
+/// Handles one validating AdmissionReview.
+pub async fn validate(
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request = match request(review) {
+        Ok(r) => r,
+        Err(answer) => return Json(*answer),
+    };
+    Json(validate_response(&request).into_review())
+}
+
+/// The validating decision (pure).
+pub fn validate_response(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(request);
+    let Some(lws) = typed(request.object.as_ref()) else {
+        // Schema validation ran before us; an object it let through but we cannot read is a
+        // version skew between the CRD and this binary: say so rather than guess.
+        return response.deny("the LeaderWorkerSet does not match this controller's API types");
+    };
+    let old = typed(request.old_object.as_ref());
+    let errors = admission::validate(&lws, old.as_ref());
+    if errors.is_empty() {
+        return response;
+    }
+    response.deny(errors.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::admission::Operation;
+
+    fn review(object: serde_json::Value) -> AdmissionRequest<DynamicObject> {
+        let review: AdmissionReview<DynamicObject> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": "u1",
+                "kind": {"group": "leaderworkerset.x-k8s.io", "version": "v1", "kind": "LeaderWorkerSet"},
+                "resource": {"group": "leaderworkerset.x-k8s.io", "version": "v1", "resource": "leaderworkersets"},
+                "operation": "CREATE",
+                "name": "x", "namespace": "ns",
+                "userInfo": {},
+                "object": object,
+            }
+        }))
+        .unwrap();
+        let request: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+        assert_eq!(request.operation, Operation::Create);
+        request
+    }
+
+    fn lws(restart: &str, annotations: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": "x", "namespace": "ns", "annotations": annotations},
+            "spec": {"leaderWorkerTemplate": {
+                "size": 2,
+                "restartPolicy": restart,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "i"}]}},
+            }},
+        })
+    }
+
+    #[test]
+    fn restart_policy_default_is_patched_to_none() {
+        let resp = default_response(&review(lws("Default", serde_json::json!({}))));
+        assert!(resp.allowed);
+        let patch: serde_json::Value =
+            serde_json::from_slice(resp.patch.as_ref().expect("a patch")).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!([{"op": "replace", "path": "/spec/leaderWorkerTemplate/restartPolicy", "value": "None"}])
+        );
+        let untouched = default_response(&review(lws("None", serde_json::json!({}))));
+        assert!(untouched.allowed && untouched.patch.is_none());
+    }
+
+    #[test]
+    fn unparseable_objects_are_left_to_schema_validation() {
+        let resp = default_response(&review(lws("Bogus", serde_json::json!({}))));
+        assert!(resp.allowed && resp.patch.is_none());
+    }
+
+    #[test]
+    fn the_validator_names_the_annotation() {
+        let bad = lws(
+            "None",
+            serde_json::json!({"leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": "zone"}),
+        );
+        let resp = validate_response(&review(bad));
+        assert!(!resp.allowed);
+        assert!(
+            resp.result.message.contains(
+                "metadata.annotations[leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology]"
+            ),
+            "{}",
+            resp.result.message
+        );
+        assert!(validate_response(&review(lws("None", serde_json::json!({})))).allowed);
+    }
+}

@@ -1,0 +1,262 @@
+//! Bad LWS input: what the LWS webhooks (served by the suite's manager) default and refuse, and
+//! how the controller reports an LWS it cannot build (`ReplicaFailure` condition + Warning
+//! event) instead of half-building it or taking over someone else's objects.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{apps::v1::StatefulSet, events::v1::Event};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use lws_rollout::api::{LeaderWorkerSet, leaderworkerset::RestartPolicy};
+use serde_json::json;
+
+use crate::{
+    harness::{TestNs, wait_for, with_ns},
+    lws::{apply, create_available, lws},
+};
+
+fn failure(reason: &'static str) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+    move |l: Option<&LeaderWorkerSet>| {
+        l.and_then(|l| l.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| {
+                c.iter().any(|c| {
+                    c.type_ == "ReplicaFailure" && c.status == "True" && c.reason == reason
+                })
+            })
+    }
+}
+
+fn no_failure(l: Option<&LeaderWorkerSet>) -> bool {
+    l.and_then(|l| l.status.as_ref())
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| !c.iter().any(|c| c.type_ == "ReplicaFailure"))
+}
+
+async fn warning_with(ns: &TestNs, reason: &str) -> anyhow::Result<Option<String>> {
+    let events = ns.api::<Event>().list(&ListParams::default()).await?;
+    Ok(events
+        .items
+        .into_iter()
+        .find(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
+        .and_then(|e| e.note))
+}
+
+async fn create_err(ns: &TestNs, obj: serde_json::Value) -> String {
+    let lws: LeaderWorkerSet = serde_json::from_value(obj).expect("an LWS");
+    match ns
+        .api::<LeaderWorkerSet>()
+        .create(&PostParams::default(), &lws)
+        .await
+    {
+        Ok(_) => panic!("the API server accepted an LWS it should refuse"),
+        Err(err) => err.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn deprecated_restart_policy_default_is_stored_as_none() -> anyhow::Result<()> {
+    with_ns("lws-default", |ns| async move {
+        let mut obj = lws("dflt", 1, 2, "vllm:1");
+        obj["spec"]["leaderWorkerTemplate"]["restartPolicy"] = json!("Default");
+        apply(&ns, &obj).await?;
+        let stored = ns.api::<LeaderWorkerSet>().get("dflt").await?;
+        assert_eq!(
+            stored.spec.leader_worker_template.restart_policy,
+            Some(RestartPolicy::None)
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn the_validating_webhook_names_what_is_wrong() -> anyhow::Result<()> {
+    with_ns("lws-validate", |ns| async move {
+        let mut obj = lws("subtopo", 1, 4, "vllm:1");
+        obj["metadata"]["annotations"] =
+            json!({"leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": "topology.kubernetes.io/zone"});
+        let err = create_err(&ns, obj).await;
+        assert!(
+            err.contains("metadata.annotations[leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology]")
+                && err.contains("cannot have subgroup-exclusive-topology without subGroupSize set"),
+            "{err}"
+        );
+
+        // 10 groups of 2: the worker StatefulSet of group 9 is "<name>-9" and its pods carry
+        // "<name>-9-<hash>", so 51 characters cannot work and 50 can.
+        let long = "l".repeat(51);
+        let err = create_err(&ns, lws(&long, 10, 2, "vllm:1")).await;
+        assert!(
+            err.contains("metadata.name") && err.contains("at most 50 characters"),
+            "{err}"
+        );
+        apply(&ns, &lws(&"l".repeat(50), 10, 2, "vllm:1")).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn scaling_past_the_name_limit_is_reported_and_builds_no_half_groups() -> anyhow::Result<()> {
+    with_ns("lws-toolong", |ns| async move {
+        // 50 characters: fine up to 10 groups (index 9), not for 11.
+        let name = "t".repeat(50);
+        create_available(&ns, &lws(&name, 2, 2, "vllm:1")).await?;
+        // The scale subresource bypasses the webhook (as for an HPA).
+        ns.api::<LeaderWorkerSet>()
+            .patch_scale(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 11}})),
+            )
+            .await?;
+        let lws_now = wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            &name,
+            Duration::from_secs(30),
+            failure("NameTooLong"),
+        )
+        .await?
+        .expect("the LWS");
+        let message = lws_now
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure")
+            .map(|c| c.message)
+            .unwrap_or_default();
+        assert!(message.contains("at most 49 characters"), "{message}");
+        let note = warning_with(&ns, "NameTooLong").await?;
+        assert!(note.is_some(), "a Warning event says why");
+        let leader = ns.api::<StatefulSet>().get(&name).await?;
+        assert_eq!(
+            leader.spec.and_then(|s| s.replicas),
+            Some(2),
+            "nothing is built beyond what can be built whole"
+        );
+
+        ns.api::<LeaderWorkerSet>()
+            .patch_scale(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": 3}})),
+            )
+            .await?;
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            &name,
+            Duration::from_secs(60),
+            |l: Option<&LeaderWorkerSet>| {
+                no_failure(l)
+                    && l.and_then(|l| l.status.as_ref())
+                        .is_some_and(|s| s.ready_replicas == Some(3))
+            },
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_foreign_statefulset_with_the_lws_name_is_not_taken_over() -> anyhow::Result<()> {
+    with_ns("lws-foreign", |ns| async move {
+        let sts: StatefulSet = serde_json::from_value(json!({
+            "metadata": {"name": "taken"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "theirs"}},
+                "template": {
+                    "metadata": {"labels": {"app": "theirs"}},
+                    "spec": {"containers": [{"name": "c", "image": "theirs:1"}]}
+                }
+            }
+        }))?;
+        let theirs = ns
+            .api::<StatefulSet>()
+            .create(&PostParams::default(), &sts)
+            .await?;
+        apply(&ns, &lws("taken", 2, 2, "vllm:1")).await?;
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "taken",
+            Duration::from_secs(30),
+            failure("ObjectConflict"),
+        )
+        .await?;
+        assert!(warning_with(&ns, "ObjectConflict").await?.is_some());
+        let after = ns.api::<StatefulSet>().get("taken").await?;
+        assert_eq!(
+            after.metadata.generation, theirs.metadata.generation,
+            "their StatefulSet is untouched"
+        );
+        assert!(after.metadata.owner_references.is_none(), "and not adopted");
+
+        // Once it is gone, the LWS is built (the controller looks again on its own).
+        ns.api::<StatefulSet>()
+            .delete("taken", &DeleteParams::background())
+            .await?;
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "taken",
+            Duration::from_secs(90),
+            |l: Option<&LeaderWorkerSet>| {
+                no_failure(l)
+                    && l.and_then(|l| l.status.as_ref())
+                        .is_some_and(|s| s.ready_replicas == Some(2))
+            },
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_template_the_api_server_refuses_is_reported_then_recovers() -> anyhow::Result<()> {
+    with_ns("lws-refused", |ns| async move {
+        // Valid for the CRD schema, invalid for a StatefulSet: requests above limits.
+        let mut obj = lws("refused", 1, 2, "vllm:1");
+        obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["resources"] = json!({"requests": {"cpu": "2"}, "limits": {"cpu": "1"}});
+        apply(&ns, &obj).await?;
+        let l = wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "refused",
+            Duration::from_secs(30),
+            failure("FailedCreate"),
+        )
+        .await?
+        .expect("the LWS");
+        let message = l
+            .status
+            .and_then(|s| s.conditions)
+            .into_iter()
+            .flatten()
+            .find(|c| c.type_ == "ReplicaFailure")
+            .map(|c| c.message)
+            .unwrap_or_default();
+        assert!(
+            message.contains("must be less than or equal to cpu limit"),
+            "the API server's reason is passed on: {message}"
+        );
+
+        obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["resources"] = json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}});
+        apply(&ns, &obj).await?;
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "refused",
+            Duration::from_secs(60),
+            |l: Option<&LeaderWorkerSet>| {
+                no_failure(l)
+                    && l.and_then(|l| l.status.as_ref())
+                        .is_some_and(|s| s.ready_replicas == Some(1))
+            },
+        )
+        .await?;
+        Ok(())
+    })
+    .await
+}
