@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
-use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach};
+use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection};
 use tracing_subscriber::EnvFilter;
 
 /// LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery.
@@ -26,13 +26,34 @@ struct Args {
     /// In cluster: the webhook Service, as <namespace>/<name>:<port>.
     #[arg(long, env = "LWS_ROLLOUT_WEBHOOK_SERVICE")]
     webhook_service: Option<String>,
-    /// Name of the MutatingWebhookConfiguration the manager keeps current.
+    /// Name of the Mutating- and ValidatingWebhookConfiguration the manager keeps current.
     #[arg(
         long,
         env = "LWS_ROLLOUT_WEBHOOK_CONFIGURATION",
         default_value = "lws-rollout"
     )]
     webhook_configuration: String,
+    /// Secret (in the manager's namespace) that shares the webhook certificate between replicas.
+    #[arg(
+        long,
+        env = "LWS_ROLLOUT_WEBHOOK_SECRET",
+        default_value = "lws-rollout-webhook-cert"
+    )]
+    webhook_secret: String,
+    /// Run the controllers only while holding a Lease, so several replicas can run (each
+    /// serves the webhooks; one reconciles). `--leader-elect=false` for a single process.
+    #[arg(long, env = "LWS_ROLLOUT_LEADER_ELECT", default_value_t = true, action = clap::ArgAction::Set)]
+    leader_elect: bool,
+    /// Namespace of the Lease (default: the pod's namespace in a cluster, else `default`).
+    #[arg(long, env = "LWS_ROLLOUT_LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "LWS_ROLLOUT_LEADER_ELECTION_ID",
+        default_value = "lws-rollout"
+    )]
+    leader_election_id: String,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LWS_ROLLOUT_LOG_JSON")]
     log_json: bool,
@@ -64,13 +85,38 @@ async fn main() -> anyhow::Result<()> {
         addr: args.webhook_addr,
         reach,
         configuration_name: args.webhook_configuration.clone(),
+        secret_namespace: own_namespace(),
+        secret_name: args.webhook_secret.clone(),
+    });
+    let leader_election = args.leader_elect.then(|| LeaderElection {
+        namespace: args
+            .leader_election_namespace
+            .clone()
+            .unwrap_or_else(own_namespace),
+        lease_name: args.leader_election_id.clone(),
+        identity: LeaderElection::default_identity(),
     });
     let config = Config {
         health_addr: args.health_addr,
         webhook,
+        leader_election,
     };
     manager::run(config, shutdown_signal()).await?;
     Ok(())
+}
+
+/// The namespace we run in: `POD_NAMESPACE`, the service account's, or `default` outside a
+/// cluster.
+fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|ns| ns.trim().to_string())
+        })
+        .filter(|ns| !ns.is_empty())
+        .unwrap_or_else(|| "default".into())
 }
 
 /// `<namespace>/<name>:<port>`.

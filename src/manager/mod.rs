@@ -2,6 +2,7 @@
 //! controllers and serves health endpoints until asked to stop (see `docs/architecture.md`).
 
 pub mod health;
+pub mod leader;
 
 use std::{
     future::{Future, IntoFuture},
@@ -24,6 +25,9 @@ pub struct Config {
     pub health_addr: SocketAddr,
     /// The pod webhook, when enabled.
     pub webhook: Option<WebhookConfig>,
+    /// Leader election, when enabled (several replicas); without it this process always runs
+    /// the controllers.
+    pub leader_election: Option<leader::LeaderElection>,
 }
 
 /// How the webhook is served and reached.
@@ -33,8 +37,12 @@ pub struct WebhookConfig {
     pub addr: SocketAddr,
     /// How the API server reaches it.
     pub reach: WebhookReach,
-    /// Name of the MutatingWebhookConfiguration.
+    /// Name of the Mutating- and ValidatingWebhookConfiguration.
     pub configuration_name: String,
+    /// Namespace of the Secret that shares the certificate between replicas.
+    pub secret_namespace: String,
+    /// Name of that Secret.
+    pub secret_name: String,
 }
 
 /// How the API server reaches the webhook.
@@ -76,6 +84,12 @@ pub enum Error {
     /// The webhook could not be set up.
     #[error(transparent)]
     Webhook(#[from] crate::webhook::Error),
+    /// The Lease could not be read or created.
+    #[error("leader election: {0}")]
+    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
+    /// Another replica holds the lease now; this one stops so that only one writes.
+    #[error("lost the leader lease; exiting so that a single replica runs the controllers")]
+    LostLease,
     /// The health server failed.
     #[error("health server on {addr}: {source}")]
     Health {
@@ -130,46 +144,80 @@ pub async fn run(
     info!(%addr, "serving /healthz and /readyz");
     health.set_ready(true);
 
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let controllers = tokio::spawn({
-        let client = client.clone();
-        let mut stop = stop_rx.clone();
-        async move {
-            crate::lws::controller::run(client, async move {
-                let _ = stop.wait_for(|stopped| *stopped).await;
-            })
-            .await
-        }
-    });
-
-    let on_stop = {
-        let health = health.clone();
-        async move {
-            shutdown.await;
-            let _ = stop_tx.send(true);
-            // Stop advertising readiness first so load balancers drain before we exit.
-            health.set_ready(false);
-            info!("shutting down");
-        }
+    let election = match &config.leader_election {
+        Some(cfg) => Some(leader::Election::start(client.clone(), cfg).await?),
+        None => None,
     };
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut controllers = tokio::spawn(run_controllers(
+        client.clone(),
+        stop_rx,
+        election.as_ref().map(|e| e.is_leader.clone()),
+    ));
+
     // The health server stops accepting at once; a probe connection left open must not keep
     // the process alive, so it only gets a short grace.
     let health_server = tokio::spawn(axum::serve(listener, health.router()).into_future());
-    on_stop.await;
+    let mut outcome = Ok(());
+    tokio::select! {
+        _ = shutdown => info!("shutting down"),
+        // Before a shutdown, controllers end only when the lease is lost.
+        _ = &mut controllers => outcome = Err(Error::LostLease),
+    }
+    let _ = stop_tx.send(true);
+    // Stop advertising readiness first so load balancers drain before we exit.
+    health.set_ready(false);
     // Let in-flight reconciles finish (graceful shutdown of the controllers), but never hang a
     // pod termination on a stuck API call.
-    if tokio::time::timeout(SHUTDOWN_GRACE, controllers)
-        .await
-        .is_err()
+    if !controllers.is_finished()
+        && tokio::time::timeout(SHUTDOWN_GRACE, controllers)
+            .await
+            .is_err()
     {
         tracing::warn!("controllers did not stop within {SHUTDOWN_GRACE:?}; exiting anyway");
+    }
+    // Only once our writes have stopped may a standby start its own.
+    if let Some(election) = election {
+        election.release().await;
     }
     health_server.abort();
     if let Some(handle) = webhook {
         handle.graceful_shutdown(Some(std::time::Duration::from_secs(5)));
     }
     info!("stopped");
-    Ok(())
+    outcome
+}
+
+/// Runs the controllers while we lead (always, without leader election) until asked to stop.
+async fn run_controllers(
+    client: Client,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    leader: Option<tokio::sync::watch::Receiver<bool>>,
+) {
+    if let Some(mut leader) = leader.clone() {
+        info!("standing by until this replica holds the leader lease");
+        tokio::select! {
+            became = leader.wait_for(|is| *is) => if became.is_err() { return },
+            _ = stop.wait_for(|stopped| *stopped) => return,
+        }
+        info!("holding the leader lease: starting the controllers");
+    }
+    let mut lost = leader.clone();
+    let mut stop_controllers = stop;
+    let lost_or_stopped = async move {
+        match &mut lost {
+            Some(leader) => {
+                tokio::select! {
+                    _ = leader.wait_for(|is| !*is) => {},
+                    _ = stop_controllers.wait_for(|stopped| *stopped) => {},
+                }
+            }
+            None => {
+                let _ = stop_controllers.wait_for(|stopped| *stopped).await;
+            }
+        }
+    };
+    crate::lws::controller::run(client, lost_or_stopped).await;
 }
 
 /// Starts the TLS webhook server with a fresh certificate and points the API server at it.
@@ -216,11 +264,14 @@ async fn start_webhook(
             },
         ),
     };
-    let serving = webhook::certs::generate(&hosts).map_err(WebhookError::from)?;
-    let tls = webhook::tls_config(&serving)?;
+    let bundle =
+        webhook::secret::load_or_issue(client, &cfg.secret_namespace, &cfg.secret_name, &hosts)
+            .await
+            .map_err(WebhookError::from)?;
+    let tls = webhook::tls_config(&bundle.serving_cert().map_err(WebhookError::from)?)?;
     let handle = axum_server::Handle::new();
     let server =
-        axum_server::from_tcp_rustls(listener, tls).map_err(|source| WebhookError::Io {
+        axum_server::from_tcp_rustls(listener, tls.clone()).map_err(|source| WebhookError::Io {
             addr: cfg.addr,
             source,
         })?;
@@ -234,9 +285,26 @@ async fn start_webhook(
             tracing::error!(error = %err, "webhook server stopped");
         }
     });
-    webhook::registration::register(client, &cfg.configuration_name, &endpoint, &serving.ca_pem)
-        .await?;
-    info!(port, configuration = %cfg.configuration_name, "pod webhook serving and registered");
+    webhook::registration::register(
+        client,
+        &cfg.configuration_name,
+        &endpoint,
+        &bundle.ca_cert_pem,
+    )
+    .await?;
+    info!(port, configuration = %cfg.configuration_name, "webhooks serving and registered");
+    tokio::spawn(webhook::keep_certificate_current(
+        client.clone(),
+        webhook::CertificateSource {
+            namespace: cfg.secret_namespace.clone(),
+            name: cfg.secret_name.clone(),
+            hosts,
+            configuration_name: cfg.configuration_name.clone(),
+            endpoint,
+        },
+        bundle,
+        tls,
+    ));
     Ok(handle)
 }
 

@@ -2,15 +2,15 @@
 //! defaulting endpoint, the LWS defaulting and validating endpoints, and the webhook
 //! configurations that point the API server at them.
 //!
-//! The certificate is generated at start and the configuration's caBundle is server-side
-//! applied with it, so nothing outlives the process but the configuration itself; a restarted
-//! manager re-issues both. (Several replicas would each overwrite the caBundle: run one until
-//! the certificate moves into a shared Secret.)
+//! The certificate lives in a Secret every replica shares (see `secret`); each replica serves
+//! it, server-side applies the configurations' caBundle from it, watches it for a renewal made
+//! by another replica, and renews it itself when due.
 
 pub mod certs;
 pub mod lws;
 pub mod pods;
 pub mod registration;
+pub mod secret;
 
 use std::{net::SocketAddr, sync::Arc};
 
@@ -21,8 +21,11 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum Error {
     /// Certificate generation failed.
-    #[error("generating the webhook certificate: {0}")]
-    Cert(#[from] rcgen::Error),
+    #[error("the webhook certificate: {0}")]
+    Cert(#[from] certs::CertError),
+    /// The shared certificate Secret could not be read or written.
+    #[error(transparent)]
+    Secret(Box<secret::SecretError>),
     /// The TLS configuration was refused.
     #[error("configuring TLS: {0}")]
     Tls(#[from] rustls::Error),
@@ -38,6 +41,12 @@ pub enum Error {
     /// Writing the webhook configuration failed.
     #[error("applying the webhook configurations: {0}")]
     Register(#[source] kube::Error),
+}
+
+impl From<secret::SecretError> for Error {
+    fn from(err: secret::SecretError) -> Self {
+        Self::Secret(Box::new(err))
+    }
 }
 
 /// Routes of the webhook server.
@@ -61,4 +70,104 @@ pub fn tls_config(
     Ok(axum_server::tls_rustls::RustlsConfig::from_config(
         Arc::new(config),
     ))
+}
+
+/// Where the shared certificate lives and what it must serve.
+pub struct CertificateSource {
+    /// Secret namespace.
+    pub namespace: String,
+    /// Secret name.
+    pub name: String,
+    /// Hosts the serving certificate must cover.
+    pub hosts: Vec<String>,
+    /// Webhook configurations to keep the caBundle of.
+    pub configuration_name: String,
+    /// How the API server reaches us.
+    pub endpoint: registration::Endpoint,
+}
+
+/// Serves the newest certificate: follows the Secret (another replica's renewal, or a deleted
+/// Secret re-issued) and renews it when due. Runs until the process ends.
+pub async fn keep_certificate_current(
+    client: kube::Client,
+    source: CertificateSource,
+    mut current: certs::Bundle,
+    tls: axum_server::tls_rustls::RustlsConfig,
+) {
+    use futures::StreamExt;
+    use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
+    use kube::runtime::{WatchStreamExt, watcher};
+
+    let api = kube::Api::<Secret>::namespaced(client.clone(), &source.namespace);
+    let changes = watcher::watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={}", source.name)),
+    )
+    .default_backoff()
+    .touched_objects();
+    let mut changes = std::pin::pin!(changes);
+    loop {
+        let until_renewal = Timestamp::now()
+            .duration_until(current.renew_at())
+            .max(k8s_openapi::jiff::SignedDuration::ZERO)
+            .unsigned_abs()
+            // Sleeping for months is fine for tokio, but keep the timer sane.
+            .min(std::time::Duration::from_secs(24 * 3600));
+        let seen = tokio::select! {
+            change = changes.next() => match change {
+                Some(Ok(secret)) => secret::from_secret(&secret),
+                Some(Err(err)) => {
+                    tracing::warn!(error = %err, "watching the webhook certificate Secret");
+                    continue;
+                }
+                None => return,
+            },
+            _ = tokio::time::sleep(until_renewal) => None,
+        };
+        // A usable bundle someone else wrote is taken as is; anything else (renewal due, the
+        // Secret deleted or mangled) goes through load_or_issue, which renews when needed.
+        let next = match seen {
+            Some(bundle) if bundle.fits(&source.hosts, Timestamp::now()) => bundle,
+            _ => {
+                match secret::load_or_issue(&client, &source.namespace, &source.name, &source.hosts)
+                    .await
+                {
+                    Ok(bundle) => bundle,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "cannot renew the webhook certificate; retrying in a minute");
+                        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        if next == current {
+            continue;
+        }
+        let config = match next
+            .serving_cert()
+            .map_err(Error::from)
+            .and_then(|c| tls_config(&c))
+        {
+            Ok(config) => config,
+            Err(err) => {
+                tracing::warn!(error = %err, "unusable webhook certificate");
+                continue;
+            }
+        };
+        tls.reload_from_config(config.get_inner());
+        if next.ca_cert_pem != current.ca_cert_pem
+            && let Err(err) = registration::register(
+                &client,
+                &source.configuration_name,
+                &source.endpoint,
+                &next.ca_cert_pem,
+            )
+            .await
+        {
+            tracing::warn!(error = %err, "cannot update the webhook caBundle");
+        }
+        tracing::info!(not_after = %next.not_after, "serving the renewed webhook certificate");
+        current = next;
+    }
 }

@@ -205,3 +205,52 @@ pub fn yaml_documents(path: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     }
     Ok(docs)
 }
+
+/// Waits until the objects matching `labels` satisfy `cond` (checked after every watch event),
+/// and returns them.
+pub async fn wait_for_all<K>(
+    api: &Api<K>,
+    labels: &str,
+    timeout: Duration,
+    cond: impl Fn(&[std::sync::Arc<K>]) -> bool,
+) -> anyhow::Result<Vec<std::sync::Arc<K>>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(
+        writer,
+        watcher::watcher(api.clone(), watcher::Config::default().labels(labels)),
+    )
+    .default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    let mut listed = false;
+    let waited = tokio::time::timeout(timeout, async {
+        while let Some(event) = stream.next().await {
+            // Judge only complete pictures: after the initial list, then after every change.
+            match event? {
+                watcher::Event::InitDone => listed = true,
+                watcher::Event::Init | watcher::Event::InitApply(_) => continue,
+                _ => {}
+            }
+            if listed && cond(&store.state()) {
+                return Ok::<_, anyhow::Error>(store.state());
+            }
+        }
+        bail!("the watch on {labels} ended")
+    })
+    .await;
+    match waited {
+        Ok(result) => result,
+        Err(_) => bail!(
+            "timed out after {timeout:?} waiting on objects labelled {labels}; last seen: {:#?}",
+            store
+                .state()
+                .iter()
+                .map(|o| o.meta().name.clone().unwrap_or_default())
+                .collect::<Vec<_>>()
+        ),
+    }
+}

@@ -12,7 +12,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
-use crate::harness::{TestNs, wait_for, with_ns};
+use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
 
 const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
 const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
@@ -281,10 +281,14 @@ async fn scale_subresource_scales_groups_down_to_zero_and_back() -> anyhow::Resu
             },
         )
         .await?;
-        assert!(
-            pods_of(&ns, "sc").await?.is_empty(),
-            "no pods at 0 replicas"
-        );
+        // No pods at 0 replicas (terminating ones go away shortly after the status says 0).
+        wait_for_all(
+            &ns.api::<Pod>(),
+            &format!("{NAME}=sc"),
+            Duration::from_secs(60),
+            |pods| pods.is_empty(),
+        )
+        .await?;
 
         api.patch_scale("sc", &PatchParams::default(), &Patch::Merge(scale(3)))
             .await?;

@@ -14,3 +14,4 @@ mod manager;
 mod markers;
 mod scripts;
 mod upstream_reference;
+mod webhook_cert;

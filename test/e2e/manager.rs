@@ -1,5 +1,5 @@
-//! The manager binary starts against the cluster, answers its health endpoints, and stops
-//! cleanly on SIGTERM.
+//! The manager binary starts against the cluster, answers its health endpoints, stands by while
+//! another replica holds the leader lease, and stops cleanly on SIGTERM.
 
 use std::{process::Stdio, time::Duration};
 
@@ -50,7 +50,7 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
         .arg(format!("--health-addr={addr}"))
         .env("KUBECONFIG", kubeconfig_path()?)
         .env("RUST_LOG", "info")
-        .stdout(Stdio::null())
+        .stdout(Stdio::from(log.try_clone()?))
         .stderr(Stdio::from(log))
         .kill_on_drop(true)
         .spawn()
@@ -77,7 +77,41 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
     assert_eq!(http_status(&addr, "/healthz").await, Some(200));
     assert_eq!(http_status(&addr, "/nope").await, Some(404));
 
+    // The suite's manager holds the leader lease, so this one is a ready standby that does not
+    // reconcile beside it.
     let pid = child.id().context("manager pid")?;
+    let standing_by = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if std::fs::read_to_string(&log_path)
+                .unwrap_or_default()
+                .contains("standing by until this replica holds the leader lease")
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    if standing_by.is_err() {
+        bail!(
+            "the second manager did not stand by; its log:\n{}",
+            log_tail()
+        );
+    }
+    let client = crate::harness::client().await?;
+    let lease =
+        kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client, "default")
+            .get("lws-rollout")
+            .await?;
+    let holder = lease
+        .spec
+        .and_then(|s| s.holder_identity)
+        .unwrap_or_default();
+    assert!(
+        !holder.is_empty() && !holder.ends_with(&format!("_{pid}")),
+        "the suite's manager keeps the lease, got holder {holder:?}"
+    );
+
     let kill = std::process::Command::new("kill")
         .args(["-TERM", &pid.to_string()])
         .status()?;
