@@ -5,6 +5,7 @@
 //! saying how to run them, instead of silently passing.
 
 mod harness;
+mod isolated;
 
 mod cluster;
 mod crds;
@@ -12,4 +13,5 @@ mod lws;
 mod manager;
 mod markers;
 mod scripts;
+mod upstream;
 mod upstream_reference;
