@@ -13,6 +13,9 @@ START=$SECONDS
 
 # 1. Control-plane binaries (cold: a Go build of ~7 min; warm: instant).
 BIN=$(test/cluster/build.sh)
+# The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
+# minutes; warm: instant).
+UPSTREAM_BIN=$(test/upstream/build.sh)
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -44,5 +47,5 @@ echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" cargo test --locked --all-targets "$@"
+LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --all-targets "$@"
 log "all tests passed in $((SECONDS - START))s"

@@ -13,8 +13,17 @@ for a in "$@"; do
 done
 [ -d "$STATE" ] || exit 0
 
-# Stop in reverse start order so nothing logs errors about a dependency that vanished.
-for name in manager kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
+# Stop in reverse start order so nothing logs errors about a dependency that vanished: first
+# whatever was started against the cluster (the manager, test/upstream/start.sh's lws-upstream,
+# any other *.pid recorded there), then the control plane.
+CORE="kwok kube-scheduler kube-controller-manager kube-apiserver etcd"
+EXTRA=""
+for f in "$STATE"/pids/*.pid; do
+  [ -f "$f" ] || continue
+  n=$(basename "$f" .pid)
+  case " $CORE " in *" $n "*) ;; *) EXTRA="$EXTRA $n" ;; esac
+done
+for name in $EXTRA $CORE; do
   f="$STATE/pids/$name.pid"
   [ -f "$f" ] || continue
   pid=$(cat "$f")

@@ -13,6 +13,11 @@ set -euo pipefail
 REPO="$(cd "$CLUSTER_DIR/../.." && pwd)"
 STATE="${1:-${LWS_CLUSTER_DIR:-$REPO/target/cluster}}"
 NODES="${LWS_CLUSTER_NODES:-4}"
+# Pods each KWOK node admits (the benchmark raises it: thousands of pods on 4 fake nodes).
+NODE_PODS="${LWS_CLUSTER_NODE_PODS:-110}"
+# Opt-in audit log (the benchmark counts a controller's API requests with it): an audit policy
+# file; events go to STATE_DIR/logs/audit.log as JSON lines.
+AUDIT_POLICY="${LWS_CLUSTER_AUDIT_POLICY:-}"
 UP_TIMEOUT="${LWS_CLUSTER_TIMEOUT:-180}"
 
 if [ -f "$STATE/kubeconfig" ] && [ -d "$STATE/pids" ] && [ -n "$(ls -A "$STATE/pids" 2>/dev/null)" ]; then
@@ -114,6 +119,12 @@ start etcd "$BIN/etcd" --name=node0 --data-dir="$STATE/etcd" \
   --auto-compaction-retention=1 --log-level=warn
 wait_for "etcd health" 30 etcd sh -c "curl -sf http://127.0.0.1:$ETCD_PORT/health | grep -q '\"health\":\"true\"'"
 
+AUDIT_FLAGS=()
+if [ -n "$AUDIT_POLICY" ]; then
+  [ -f "$AUDIT_POLICY" ] || die "LWS_CLUSTER_AUDIT_POLICY=$AUDIT_POLICY is not a file"
+  AUDIT_FLAGS=(--audit-policy-file="$AUDIT_POLICY" --audit-log-path="$STATE/logs/audit.log"
+    --audit-log-format=json --audit-log-mode=blocking --audit-log-maxsize=0)
+fi
 log "starting kube-apiserver on 127.0.0.1:$API_PORT"
 start kube-apiserver "$BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" --bind-address=127.0.0.1 --advertise-address=127.0.0.1 \
@@ -122,7 +133,8 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-account-key-file="$PKI/sa.key" --service-account-signing-key-file="$PKI/sa.key" \
   --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --endpoint-reconciler-type=none \
   --allow-privileged=true --profiling=false --cert-dir="$PKI/apiserver" \
-  --max-requests-inflight=0 --max-mutating-requests-inflight=0 --enable-priority-and-fairness=false --v=1
+  --max-requests-inflight=0 --max-mutating-requests-inflight=0 --enable-priority-and-fairness=false --v=1 \
+  ${AUDIT_FLAGS[@]+"${AUDIT_FLAGS[@]}"}
 wait_for "kube-apiserver /readyz" 90 kube-apiserver \
   sh -c "curl -sf --cacert '$PKI/ca.crt' https://127.0.0.1:$API_PORT/readyz | grep -q ok"
 
@@ -176,8 +188,8 @@ spec:
   podCIDRs: [10.244.$i.0/24]
 # Fake accelerators, so model-server manifests schedule as they would on a GPU/TPU pool.
 status:
-  allocatable: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "16", google.com/tpu: "16"}
-  capacity: {cpu: "32", memory: 256Gi, pods: "110", nvidia.com/gpu: "16", google.com/tpu: "16"}
+  allocatable: {cpu: "32", memory: 256Gi, pods: "$NODE_PODS", nvidia.com/gpu: "16", google.com/tpu: "16"}
+  capacity: {cpu: "32", memory: 256Gi, pods: "$NODE_PODS", nvidia.com/gpu: "16", google.com/tpu: "16"}
 ---
 EOF
 done | kubectl apply -f - >/dev/null

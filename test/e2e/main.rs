@@ -5,6 +5,7 @@
 //! saying how to run them, instead of silently passing.
 
 mod harness;
+mod isolated;
 
 mod cluster;
 mod crds;
@@ -13,5 +14,6 @@ mod lws_admission;
 mod manager;
 mod markers;
 mod scripts;
+mod upstream;
 mod upstream_reference;
 mod webhook_cert;

@@ -1,0 +1,141 @@
+//! A local cluster of a test's own (`test/cluster/up.sh` in a temporary directory), for tests
+//! that must not share the suite's cluster with the global manager `test/run-tests.sh` runs —
+//! e.g. a test where the upstream LWS controller owns the LWS objects.
+//!
+//! The control-plane binaries come from `LWS_E2E_BIN_DIR` (set by `test/run-tests.sh`), so no
+//! build happens here. Dropping an [`IsolatedCluster`] stops exactly the processes `up.sh`
+//! recorded (and any other controller whose PID was recorded in its `pids/`), on every exit path
+//! including a panic; after a failure its logs are kept and their path is printed.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Stdio,
+};
+
+use anyhow::{Context, anyhow, bail};
+use kube::{
+    Client, Config,
+    config::{KubeConfigOptions, Kubeconfig},
+};
+
+/// Environment variable naming the directory of control-plane binaries.
+pub const BIN_DIR_ENV: &str = "LWS_E2E_BIN_DIR";
+
+/// The repository root.
+pub fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The control-plane binary directory, or a clear error.
+pub fn bin_dir() -> anyhow::Result<PathBuf> {
+    std::env::var(BIN_DIR_ENV).map(PathBuf::from).map_err(|_| {
+        anyhow!("{BIN_DIR_ENV} is not set: run the e2e tests with test/run-tests.sh, which builds the control plane")
+    })
+}
+
+/// A running cluster of one test's own.
+pub struct IsolatedCluster {
+    /// The state directory (`pids/`, `logs/`, `kubeconfig`).
+    pub dir: PathBuf,
+    /// Path of the admin kubeconfig.
+    pub kubeconfig: PathBuf,
+    /// An admin client.
+    pub client: Client,
+    /// The control-plane binary directory.
+    pub bin_dir: PathBuf,
+    failed: bool,
+    stopped: bool,
+}
+
+impl IsolatedCluster {
+    /// Starts a cluster in a fresh temporary directory named after `name` and installs our CRDs.
+    /// `env` is passed to `up.sh` (e.g. `LWS_CLUSTER_NODE_PODS`).
+    pub async fn start(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let bin_dir = bin_dir()?;
+        let dir = std::env::temp_dir().join(format!(
+            "lws-e2e-cluster-{name}-{}-{:x}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .subsec_nanos()
+        ));
+        let mut up = tokio::process::Command::new("bash");
+        up.arg(repo().join("test/cluster/up.sh"))
+            .arg(&dir)
+            .env("LWS_ROLLOUT_BIN_DIR", &bin_dir)
+            .stdin(Stdio::null())
+            .kill_on_drop(true);
+        for (k, v) in env {
+            up.env(k, v);
+        }
+        let out = up.output().await.context("running test/cluster/up.sh")?;
+        // From here on, Drop stops whatever up.sh left running.
+        let mut cluster = Self {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            client: Client::try_from(Config::new("http://127.0.0.1:1".parse()?))?,
+            bin_dir,
+            failed: true,
+            stopped: false,
+        };
+        if !out.status.success() {
+            bail!(
+                "test/cluster/up.sh {} failed: {}",
+                cluster.dir.display(),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let crds = tokio::process::Command::new("bash")
+            .arg("-c")
+            .arg(r#". "$1/test/cluster/lib.sh" && install_crds "$2/kubectl""#)
+            .arg("install-crds")
+            .arg(repo())
+            .arg(&cluster.bin_dir)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .stdin(Stdio::null())
+            .output()
+            .await?;
+        if !crds.status.success() {
+            bail!(
+                "installing CRDs failed: {}",
+                String::from_utf8_lossy(&crds.stderr)
+            );
+        }
+        let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig)?;
+        let config =
+            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+        cluster.client = Client::try_from(config)?;
+        cluster.failed = false;
+        Ok(cluster)
+    }
+
+    /// Marks the run as failed: the logs are kept when the cluster stops.
+    pub fn keep_logs(&mut self) {
+        self.failed = true;
+    }
+
+    /// Stops every process recorded under `pids/` (`test/cluster/down.sh`).
+    pub fn stop(&mut self) {
+        if self.stopped {
+            return;
+        }
+        self.stopped = true;
+        let keep = self.failed || std::thread::panicking();
+        let mut down = std::process::Command::new("bash");
+        down.arg(repo().join("test/cluster/down.sh")).arg(&self.dir);
+        if keep {
+            down.arg("--keep-logs");
+        }
+        let _ = down.stdin(Stdio::null()).stdout(Stdio::null()).status();
+        if keep {
+            eprintln!("isolated cluster logs kept in {}/logs", self.dir.display());
+        }
+    }
+}
+
+impl Drop for IsolatedCluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
