@@ -14,6 +14,7 @@ mod lws_admission;
 mod manager;
 mod markers;
 mod scripts;
+mod takeover;
 mod upstream;
 mod upstream_reference;
 mod webhook_cert;

@@ -1,0 +1,240 @@
+//! Migration from the upstream LWS v0.8.0 controller: groups upstream built keep running, pod
+//! for pod, when our manager replaces it (the procedure docs/lws.md gives), and from then on our
+//! manager rolls them. In a cluster of its own, since upstream and our suite manager must never
+//! both own the same objects.
+
+use std::{collections::BTreeMap, process::Stdio, time::Duration};
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::{
+    apps::v1::{ControllerRevision, StatefulSet},
+    core::v1::Pod,
+};
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams, PostParams},
+};
+use lws_rollout::api::LeaderWorkerSet;
+use serde_json::json;
+
+use crate::{
+    harness::{wait_for, wait_for_all},
+    isolated::IsolatedCluster,
+    upstream::upstream_script,
+};
+
+const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
+
+fn available(ready: i32) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+    move |l: Option<&LeaderWorkerSet>| {
+        l.and_then(|l| l.status.as_ref()).is_some_and(|s| {
+            s.ready_replicas == Some(ready)
+                && s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Available" && c.status == "True")
+        })
+    }
+}
+
+/// Pod name → (uid, revision label).
+async fn pods(api: &Api<Pod>) -> anyhow::Result<BTreeMap<String, (String, String)>> {
+    Ok(api
+        .list(&ListParams::default().labels(&format!("{NAME}=mig")))
+        .await?
+        .items
+        .into_iter()
+        .map(|p| {
+            let labels = p.metadata.labels.unwrap_or_default();
+            (
+                p.metadata.name.unwrap_or_default(),
+                (
+                    p.metadata.uid.unwrap_or_default(),
+                    labels.get(REVISION).cloned().unwrap_or_default(),
+                ),
+            )
+        })
+        .collect())
+}
+
+/// StatefulSet name → (template as JSON, updateRevision).
+async fn statefulsets(
+    api: &Api<StatefulSet>,
+) -> anyhow::Result<BTreeMap<String, (serde_json::Value, String)>> {
+    Ok(api
+        .list(&ListParams::default().labels(&format!("{NAME}=mig")))
+        .await?
+        .items
+        .into_iter()
+        .map(|s| {
+            let template =
+                serde_json::to_value(s.spec.as_ref().map(|s| &s.template)).unwrap_or_default();
+            let update = s.status.and_then(|s| s.update_revision).unwrap_or_default();
+            (s.metadata.name.unwrap_or_default(), (template, update))
+        })
+        .collect())
+}
+
+#[tokio::test]
+async fn groups_built_by_upstream_lws_keep_running_when_our_manager_takes_over()
+-> anyhow::Result<()> {
+    let mut cluster = IsolatedCluster::start("takeover", &[]).await?;
+    let result = take_over(&cluster).await;
+    if result.is_err() {
+        cluster.keep_logs();
+        let log = std::fs::read_to_string(cluster.dir.join("logs/manager.log")).unwrap_or_default();
+        let tail: Vec<_> = log.lines().rev().take(30).collect();
+        eprintln!(
+            "our manager's log tail:\n{}",
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        );
+    }
+    let _ = upstream_script(&cluster, "stop.sh", &[]).await;
+    cluster.stop();
+    result
+}
+
+async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    let client = cluster.client.clone();
+    let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), "default");
+    let pod_api: Api<Pod> = Api::namespaced(client.clone(), "default");
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+
+    // 1. Upstream builds 2 groups of 3, with its own webhooks.
+    upstream_script(cluster, "start.sh", &[]).await?;
+    let lws: LeaderWorkerSet = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "mig"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3,
+            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": "vllm:1",
+                "env": [{"name": "MODEL", "value": "llama"}],
+                "resources": {"limits": {"cpu": "500m", "memory": "1Gi"}}}]}}}}
+    }))?;
+    lws_api.create(&PostParams::default(), &lws).await?;
+    wait_for(&lws_api, "mig", Duration::from_secs(120), available(2))
+        .await
+        .context("upstream makes the LWS Available")?;
+    let pods_before = pods(&pod_api).await?;
+    assert_eq!(pods_before.len(), 6);
+    let sts_before = statefulsets(&sts_api).await?;
+    let revisions_before: Vec<_> = Api::<ControllerRevision>::namespaced(client.clone(), "default")
+        .list(&ListParams::default().labels(&format!("{NAME}=mig")))
+        .await?
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "LeaderWorkerSet")
+        })
+        .filter_map(|r| r.metadata.name)
+        .collect();
+    assert_eq!(revisions_before.len(), 1, "{revisions_before:?}");
+
+    // 2. The migration: stop upstream, remove its webhook configurations (stop.sh), start ours.
+    upstream_script(cluster, "stop.sh", &[]).await?;
+    let log = std::fs::File::create(cluster.dir.join("logs/manager.log"))?;
+    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
+        .args([
+            "--health-addr=127.0.0.1:0",
+            "--webhook-addr=127.0.0.1:0",
+            "--webhook-host=127.0.0.1",
+        ])
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .stdout(Stdio::from(log.try_clone()?))
+        .stderr(Stdio::from(log))
+        .stdin(Stdio::null())
+        .spawn()
+        .context("starting our manager")?;
+    // down.sh stops it with the cluster, on every path.
+    std::fs::write(
+        cluster.dir.join("pids/manager.pid"),
+        child.id().context("manager pid")?.to_string(),
+    )?;
+
+    // Ours has reconciled once it reports observedGeneration (upstream v0.8 never does).
+    let lws_now = wait_for(
+        &lws_api,
+        "mig",
+        Duration::from_secs(60),
+        |l: Option<&LeaderWorkerSet>| {
+            l.is_some_and(|l| {
+                l.status.as_ref().and_then(|s| s.observed_generation) == l.metadata.generation
+            }) && available(2)(l)
+        },
+    )
+    .await?
+    .context("the LWS")?;
+    assert_eq!(
+        lws_now.status.as_ref().and_then(|s| s.updated_replicas),
+        Some(2)
+    );
+
+    // 3. Nothing restarted, nothing re-templated, no new revision.
+    assert_eq!(
+        pods(&pod_api).await?,
+        pods_before,
+        "every pod kept (same UIDs)"
+    );
+    let sts_after = statefulsets(&sts_api).await?;
+    assert_eq!(
+        sts_after.keys().collect::<Vec<_>>(),
+        sts_before.keys().collect::<Vec<_>>()
+    );
+    for (name, (template, update)) in &sts_before {
+        let (template_now, update_now) = &sts_after[name];
+        assert_eq!(
+            template_now, template,
+            "StatefulSet {name}'s pod template unchanged"
+        );
+        assert_eq!(update_now, update, "StatefulSet {name} rolls nothing");
+    }
+
+    // 4. From now on ours rolls the groups: an image change updates both, group by group.
+    lws_api
+        .patch(
+            "mig",
+            &PatchParams::apply("e2e-user").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": "mig"},
+                "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+                    {"name": "model", "image": "vllm:2"}]}}}}
+            })),
+        )
+        .await?;
+    wait_for_all(
+        &pod_api,
+        &format!("{NAME}=mig"),
+        Duration::from_secs(120),
+        |pods| {
+            pods.len() == 6
+                && pods.iter().all(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.spec
+                            .as_ref()
+                            .is_some_and(|s| s.containers[0].image.as_deref() == Some("vllm:2"))
+                })
+        },
+    )
+    .await
+    .context("every pod rolled to vllm:2 by our manager")?;
+    let after_roll = wait_for(
+        &lws_api,
+        "mig",
+        Duration::from_secs(60),
+        |l: Option<&LeaderWorkerSet>| {
+            available(2)(l)
+                && l.and_then(|l| l.status.as_ref())
+                    .is_some_and(|s| s.updated_replicas == Some(2))
+        },
+    )
+    .await?;
+    if after_roll.is_none() {
+        bail!("the LWS vanished");
+    }
+    Ok(())
+}
