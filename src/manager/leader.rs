@@ -2,17 +2,38 @@
 //! runs the controllers; every replica serves the webhooks (they are stateless). A holder that
 //! loses its lease stops at once (fail-stop, like kube-controller-manager): its replacement
 //! rebuilds everything from the cluster, since no state lives only in memory.
+//!
+//! The protocol is client-go's: optimistic concurrency on the Lease's `resourceVersion` picks one
+//! writer, and a holder counts as gone when its record has not changed for the lease duration
+//! *as measured on our own clock* (no trust in other machines' clocks). A standby watches the
+//! Lease, so a released lease is taken at once rather than after it would have expired.
 
-use kube::Client;
-use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
-use tokio::{sync::watch, task::JoinHandle};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::{
+    api::coordination::v1::{Lease, LeaseSpec},
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client,
+    api::PostParams,
+    runtime::{WatchStreamExt, watcher},
+};
+use tokio::{
+    sync::{oneshot, watch},
+    task::JoinHandle,
+};
 use tracing::{info, warn};
 
-/// Lease timing: a standby takes over at most this long after a holder vanished without
-/// releasing (SIGKILL, node loss). A graceful stop releases the lease at once.
-pub const LEASE_SECONDS: u64 = 15;
-/// Renew this long before the lease expires.
-const GRACE_SECONDS: u64 = 5;
+/// A standby takes over at most this long after a holder vanished without releasing (SIGKILL,
+/// node loss). A graceful stop releases the lease at once.
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+/// How often the holder renews.
+const RENEW_EVERY: Duration = Duration::from_secs(5);
+/// How soon to try again after an API error.
+const RETRY: Duration = Duration::from_secs(2);
 
 /// Where the lease lives and who we are.
 #[derive(Debug, Clone)]
@@ -26,8 +47,8 @@ pub struct LeaderElection {
 }
 
 impl LeaderElection {
-    /// Identity: the pod name when running in a cluster, else host and process id, so two
-    /// processes on one machine are distinct.
+    /// Identity: the pod name when running in a cluster, else the host name; with the process
+    /// id, so two processes on one machine are distinct.
     pub fn default_identity() -> String {
         let host = std::env::var("POD_NAME").ok().unwrap_or_else(|| {
             std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -38,39 +59,277 @@ impl LeaderElection {
     }
 }
 
-/// A running election: `is_leader` follows the lease; dropping it (see [`Election::release`])
-/// gives the lease up.
+/// What the Lease says, as far as the election cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// `holderIdentity`; empty when released.
+    pub holder: String,
+    /// `resourceVersion`: any write changes it.
+    pub version: String,
+    /// `leaseDurationSeconds`.
+    pub duration: Duration,
+}
+
+/// The decision for one look at the Lease (pure).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Write ourselves in as holder (acquire or renew).
+    Claim,
+    /// Someone else holds it and is alive: wait at most this long before looking again.
+    Wait(Duration),
+}
+
+/// `unchanged_for`: how long the record has been seen with this `resourceVersion`.
+pub fn decide(record: &Record, identity: &str, unchanged_for: Duration) -> Decision {
+    if record.holder.is_empty() || record.holder == identity || unchanged_for >= record.duration {
+        Decision::Claim
+    } else {
+        Decision::Wait(record.duration - unchanged_for)
+    }
+}
+
+fn record(lease: &Lease) -> Record {
+    let spec = lease.spec.clone().unwrap_or_default();
+    Record {
+        holder: spec.holder_identity.unwrap_or_default(),
+        version: lease.metadata.resource_version.clone().unwrap_or_default(),
+        duration: Duration::from_secs(spec.lease_duration_seconds.unwrap_or(15).max(1) as u64),
+    }
+}
+
+/// A running election: `is_leader` follows the lease; [`Election::release`] gives it up.
 pub struct Election {
     /// True while we hold the lease.
     pub is_leader: watch::Receiver<bool>,
-    task: JoinHandle<Result<kube_lease_manager::LeaseManager, LeaseManagerError>>,
+    stop: oneshot::Sender<()>,
+    task: JoinHandle<()>,
 }
 
 impl Election {
-    /// Joins the election (creating the Lease if needed).
-    pub async fn start(client: Client, cfg: &LeaderElection) -> Result<Self, LeaseManagerError> {
-        let manager = LeaseManagerBuilder::new(client, &cfg.lease_name)
-            .with_namespace(&cfg.namespace)
-            .with_identity(&cfg.identity)
-            .with_duration(LEASE_SECONDS)
-            .with_grace(GRACE_SECONDS)
-            .build()
-            .await?;
-        let (is_leader, task) = manager.watch().await;
+    /// Joins the election.
+    pub fn start(client: Client, cfg: &LeaderElection) -> Self {
+        let (tx, is_leader) = watch::channel(false);
+        let (stop, stopped) = oneshot::channel();
+        let api = Api::<Lease>::namespaced(client, &cfg.namespace);
         info!(lease = %cfg.lease_name, namespace = %cfg.namespace, identity = %cfg.identity, "joined leader election");
-        Ok(Self { is_leader, task })
+        let task = tokio::spawn(campaign(api, cfg.clone(), tx, stopped));
+        Self {
+            is_leader,
+            stop,
+            task,
+        }
     }
 
-    /// Gives the lease up so a standby takes over without waiting for it to expire.
+    /// Gives the lease up (if held) so a standby takes over without waiting for it to expire.
     pub async fn release(self) {
-        let Self { is_leader, task } = self;
-        // Closing the channel makes the election task release the lease and return.
-        drop(is_leader);
-        match tokio::time::timeout(std::time::Duration::from_secs(5), task).await {
-            Ok(Ok(Ok(_))) => info!("released the leader lease"),
-            Ok(Ok(Err(err))) => warn!(error = %err, "could not release the leader lease"),
-            Ok(Err(err)) => warn!(error = %err, "leader election task failed"),
-            Err(_) => warn!("releasing the leader lease timed out; it expires on its own"),
+        let _ = self.stop.send(());
+        if tokio::time::timeout(Duration::from_secs(5), self.task)
+            .await
+            .is_err()
+        {
+            warn!("releasing the leader lease timed out; it expires on its own");
         }
+    }
+}
+
+struct Campaign {
+    api: Api<Lease>,
+    cfg: LeaderElection,
+    /// The record as last seen, and since when (our clock).
+    seen: Option<(Record, Instant)>,
+    /// When we last wrote ourselves in.
+    renewed: Option<Instant>,
+}
+
+impl Campaign {
+    fn lease(
+        &self,
+        transitions: i32,
+        acquired: Option<MicroTime>,
+        version: Option<String>,
+    ) -> Lease {
+        let now = MicroTime(Timestamp::now());
+        Lease {
+            metadata: ObjectMeta {
+                name: Some(self.cfg.lease_name.clone()),
+                namespace: Some(self.cfg.namespace.clone()),
+                resource_version: version,
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(self.cfg.identity.clone()),
+                lease_duration_seconds: Some(LEASE_DURATION.as_secs() as i32),
+                acquire_time: Some(acquired.unwrap_or_else(|| now.clone())),
+                renew_time: Some(now),
+                lease_transitions: Some(transitions),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// One look at the Lease: claim it if we may. Returns whether we hold it, and how long to
+    /// wait before looking again.
+    async fn step(&mut self) -> Result<(bool, Duration), kube::Error> {
+        let name = self.cfg.lease_name.clone();
+        let Some(current) = self.api.get_opt(&name).await? else {
+            return match self
+                .api
+                .create(&PostParams::default(), &self.lease(0, None, None))
+                .await
+            {
+                Ok(_) => Ok(self.claimed()),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok((false, Duration::ZERO)),
+                Err(err) => Err(err),
+            };
+        };
+        let rec = record(&current);
+        let since = match &self.seen {
+            Some((seen, at)) if seen.version == rec.version => *at,
+            _ => Instant::now(),
+        };
+        self.seen = Some((rec.clone(), since));
+        match decide(&rec, &self.cfg.identity, since.elapsed()) {
+            Decision::Wait(wait) => Ok((false, wait)),
+            Decision::Claim => {
+                let spec = current.spec.clone().unwrap_or_default();
+                let ours = rec.holder == self.cfg.identity;
+                let transitions = spec.lease_transitions.unwrap_or(0) + i32::from(!ours);
+                let acquired = if ours { spec.acquire_time } else { None };
+                let lease = self.lease(transitions, acquired, current.metadata.resource_version);
+                match self
+                    .api
+                    .replace(&name, &PostParams::default(), &lease)
+                    .await
+                {
+                    Ok(_) => Ok(self.claimed()),
+                    // Someone else wrote first: look again.
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok((false, Duration::ZERO)),
+                    Err(err) => Err(err),
+                }
+            }
+        }
+    }
+
+    fn claimed(&mut self) -> (bool, Duration) {
+        self.renewed = Some(Instant::now());
+        (true, RENEW_EVERY)
+    }
+
+    /// Still ours: renewed recently enough that no one else can have taken it.
+    fn still_held(&self) -> bool {
+        self.renewed
+            .is_some_and(|at| at.elapsed() < LEASE_DURATION - RETRY)
+    }
+
+    async fn release(&self) {
+        let name = &self.cfg.lease_name;
+        let Ok(Some(current)) = self.api.get_opt(name).await else {
+            return;
+        };
+        if record(&current).holder != self.cfg.identity {
+            return;
+        }
+        let mut released = current.clone();
+        if let Some(spec) = released.spec.as_mut() {
+            spec.holder_identity = None;
+            spec.lease_duration_seconds = Some(1);
+            spec.renew_time = Some(MicroTime(Timestamp::now()));
+        }
+        match self
+            .api
+            .replace(name, &PostParams::default(), &released)
+            .await
+        {
+            Ok(_) => info!("released the leader lease"),
+            Err(err) => {
+                warn!(error = %err, "could not release the leader lease; it expires on its own")
+            }
+        }
+    }
+}
+
+async fn campaign(
+    api: Api<Lease>,
+    cfg: LeaderElection,
+    tx: watch::Sender<bool>,
+    mut stopped: oneshot::Receiver<()>,
+) {
+    // Changes of the Lease wake a standby at once (a release, a holder's renewal).
+    let changes = watcher::watcher(
+        api.clone(),
+        watcher::Config::default().fields(&format!("metadata.name={}", cfg.lease_name)),
+    )
+    .default_backoff()
+    .touched_objects();
+    let mut changes = std::pin::pin!(changes);
+    let mut campaign = Campaign {
+        api,
+        cfg,
+        seen: None,
+        renewed: None,
+    };
+    loop {
+        let (leading, wait) = match campaign.step().await {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                warn!(error = %err, "leader election: cannot read or write the Lease");
+                (campaign.still_held(), RETRY)
+            }
+        };
+        if !leading {
+            campaign.renewed = None;
+        }
+        tx.send_if_modified(|was| std::mem::replace(was, leading) != leading);
+        if leading {
+            // Our own renewals show up on the watch too: only the timer matters now.
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tokio::time::sleep(wait) => {}
+            }
+        } else {
+            tokio::select! {
+                _ = &mut stopped => break,
+                _ = tokio::time::sleep(wait) => {}
+                _ = changes.next() => {}
+            }
+        }
+    }
+    if *tx.borrow() {
+        campaign.release().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(holder: &str) -> Record {
+        Record {
+            holder: holder.into(),
+            version: "7".into(),
+            duration: Duration::from_secs(15),
+        }
+    }
+
+    #[test]
+    fn a_free_or_own_lease_is_claimed() {
+        assert_eq!(decide(&rec(""), "me", Duration::ZERO), Decision::Claim);
+        assert_eq!(decide(&rec("me"), "me", Duration::ZERO), Decision::Claim);
+    }
+
+    #[test]
+    fn a_live_holder_is_waited_out_for_the_rest_of_its_duration() {
+        assert_eq!(
+            decide(&rec("other"), "me", Duration::from_secs(4)),
+            Decision::Wait(Duration::from_secs(11))
+        );
+    }
+
+    #[test]
+    fn a_holder_silent_for_the_whole_duration_is_gone() {
+        assert_eq!(
+            decide(&rec("other"), "me", Duration::from_secs(15)),
+            Decision::Claim
+        );
     }
 }

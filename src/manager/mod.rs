@@ -84,9 +84,6 @@ pub enum Error {
     /// The webhook could not be set up.
     #[error(transparent)]
     Webhook(#[from] crate::webhook::Error),
-    /// The Lease could not be read or created.
-    #[error("leader election: {0}")]
-    LeaderElection(#[from] kube_lease_manager::LeaseManagerError),
     /// Another replica holds the lease now; this one stops so that only one writes.
     #[error("lost the leader lease; exiting so that a single replica runs the controllers")]
     LostLease,
@@ -144,10 +141,10 @@ pub async fn run(
     info!(%addr, "serving /healthz and /readyz");
     health.set_ready(true);
 
-    let election = match &config.leader_election {
-        Some(cfg) => Some(leader::Election::start(client.clone(), cfg).await?),
-        None => None,
-    };
+    let election = config
+        .leader_election
+        .as_ref()
+        .map(|cfg| leader::Election::start(client.clone(), cfg));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),

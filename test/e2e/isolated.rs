@@ -139,3 +139,83 @@ impl Drop for IsolatedCluster {
         self.stop();
     }
 }
+
+/// Our manager, run against an isolated cluster; its PID is recorded under the cluster's
+/// `pids/`, so stopping the cluster stops it too.
+pub struct ManagerProcess {
+    child: tokio::process::Child,
+    /// Its log (stdout and stderr).
+    pub log: PathBuf,
+    /// Its PID.
+    pub pid: u32,
+}
+
+impl ManagerProcess {
+    /// Starts `lws-rollout` with the suite's out-of-cluster webhook flags plus `extra`.
+    pub fn start(cluster: &IsolatedCluster, tag: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        let log = cluster.dir.join(format!("logs/manager-{tag}.log"));
+        let file = std::fs::File::create(&log)?;
+        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
+            .args([
+                "--health-addr=127.0.0.1:0",
+                "--webhook-addr=127.0.0.1:0",
+                "--webhook-host=127.0.0.1",
+            ])
+            .args(extra)
+            .env("KUBECONFIG", &cluster.kubeconfig)
+            .stdout(Stdio::from(file.try_clone()?))
+            .stderr(Stdio::from(file))
+            .stdin(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting lws-rollout")?;
+        let pid = child.id().context("manager pid")?;
+        std::fs::write(
+            cluster.dir.join(format!("pids/manager-{tag}.pid")),
+            pid.to_string(),
+        )?;
+        Ok(Self { child, log, pid })
+    }
+
+    /// Sends `signal` (e.g. "TERM", "KILL").
+    pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
+        let status = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid.to_string())
+            .status()?;
+        if !status.success() {
+            bail!("kill -{signal} {} failed", self.pid);
+        }
+        Ok(())
+    }
+
+    /// Waits for the process to exit (bounded).
+    pub async fn exited(
+        &mut self,
+        within: std::time::Duration,
+    ) -> anyhow::Result<std::process::ExitStatus> {
+        tokio::time::timeout(within, self.child.wait())
+            .await
+            .with_context(|| format!("manager {} still runs after {within:?}", self.pid))?
+            .context("waiting for the manager")
+    }
+
+    /// The leader-election identity this process uses (`<host>_<pid>`).
+    pub fn identity_suffix(&self) -> String {
+        format!("_{}", self.pid)
+    }
+
+    /// Whether its log contains `text` yet.
+    pub fn logged(&self, text: &str) -> bool {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .contains(text)
+    }
+
+    /// The last lines of its log.
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<_> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}

@@ -9,6 +9,7 @@ mod isolated;
 
 mod cluster;
 mod crds;
+mod failover;
 mod lws;
 mod lws_admission;
 mod manager;
