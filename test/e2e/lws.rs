@@ -84,11 +84,17 @@ async fn pods_of(ns: &TestNs, name: &str) -> anyhow::Result<Vec<Pod>> {
 
 /// Names of the ControllerRevisions an LWS controls (StatefulSets keep their own beside them).
 async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
-    let all = ns
-        .api::<ControllerRevision>()
-        .list(&ListParams::default())
-        .await?;
-    Ok(all
+    lws_revisions_in(&ns.api::<ControllerRevision>(), &ListParams::default()).await
+}
+
+/// The same, for any namespace and selector.
+pub(crate) async fn lws_revisions_in(
+    api: &kube::Api<ControllerRevision>,
+    lp: &ListParams,
+) -> anyhow::Result<Vec<String>> {
+    Ok(api
+        .list(lp)
+        .await?
         .items
         .into_iter()
         .filter(|r| {

@@ -26,10 +26,36 @@ fn failure(reason: &'static str) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
     }
 }
 
-fn no_failure(l: Option<&LeaderWorkerSet>) -> bool {
-    l.and_then(|l| l.status.as_ref())
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| !c.iter().any(|c| c.type_ == "ReplicaFailure"))
+/// Waits until `name` has no `ReplicaFailure` condition and `ready` groups.
+async fn recovered(ns: &TestNs, name: &str, ready: i32, within: Duration) -> anyhow::Result<()> {
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        name,
+        within,
+        move |l: Option<&LeaderWorkerSet>| {
+            l.and_then(|l| l.status.as_ref()).is_some_and(|s| {
+                s.ready_replicas == Some(ready)
+                    && !s
+                        .conditions
+                        .iter()
+                        .flatten()
+                        .any(|c| c.type_ == "ReplicaFailure")
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// The `ReplicaFailure` condition's message.
+fn failure_message(l: LeaderWorkerSet) -> String {
+    l.status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "ReplicaFailure")
+        .map(|c| c.message)
+        .unwrap_or_default()
 }
 
 async fn warning_with(ns: &TestNs, reason: &str) -> anyhow::Result<Option<String>> {
@@ -118,14 +144,7 @@ async fn scaling_past_the_name_limit_is_reported_and_builds_no_half_groups() -> 
         )
         .await?
         .expect("the LWS");
-        let message = lws_now
-            .status
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "ReplicaFailure")
-            .map(|c| c.message)
-            .unwrap_or_default();
+        let message = failure_message(lws_now);
         assert!(message.contains("at most 49 characters"), "{message}");
         let note = warning_with(&ns, "NameTooLong").await?;
         assert!(note.is_some(), "a Warning event says why");
@@ -143,17 +162,7 @@ async fn scaling_past_the_name_limit_is_reported_and_builds_no_half_groups() -> 
                 &Patch::Merge(json!({"spec": {"replicas": 3}})),
             )
             .await?;
-        wait_for(
-            &ns.api::<LeaderWorkerSet>(),
-            &name,
-            Duration::from_secs(60),
-            |l: Option<&LeaderWorkerSet>| {
-                no_failure(l)
-                    && l.and_then(|l| l.status.as_ref())
-                        .is_some_and(|s| s.ready_replicas == Some(3))
-            },
-        )
-        .await?;
+        recovered(&ns, &name, 3, Duration::from_secs(60)).await?;
         Ok(())
     })
     .await
@@ -197,17 +206,7 @@ async fn a_foreign_statefulset_with_the_lws_name_is_not_taken_over() -> anyhow::
         ns.api::<StatefulSet>()
             .delete("taken", &DeleteParams::background())
             .await?;
-        wait_for(
-            &ns.api::<LeaderWorkerSet>(),
-            "taken",
-            Duration::from_secs(90),
-            |l: Option<&LeaderWorkerSet>| {
-                no_failure(l)
-                    && l.and_then(|l| l.status.as_ref())
-                        .is_some_and(|s| s.ready_replicas == Some(2))
-            },
-        )
-        .await?;
+        recovered(&ns, "taken", 2, Duration::from_secs(90)).await?;
         Ok(())
     })
     .await
@@ -229,14 +228,7 @@ async fn a_template_the_api_server_refuses_is_reported_then_recovers() -> anyhow
         )
         .await?
         .expect("the LWS");
-        let message = l
-            .status
-            .and_then(|s| s.conditions)
-            .into_iter()
-            .flatten()
-            .find(|c| c.type_ == "ReplicaFailure")
-            .map(|c| c.message)
-            .unwrap_or_default();
+        let message = failure_message(l);
         assert!(
             message.contains("must be less than or equal to cpu limit"),
             "the API server's reason is passed on: {message}"
@@ -245,17 +237,7 @@ async fn a_template_the_api_server_refuses_is_reported_then_recovers() -> anyhow
         obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
             ["resources"] = json!({"requests": {"cpu": "1"}, "limits": {"cpu": "1"}});
         apply(&ns, &obj).await?;
-        wait_for(
-            &ns.api::<LeaderWorkerSet>(),
-            "refused",
-            Duration::from_secs(60),
-            |l: Option<&LeaderWorkerSet>| {
-                no_failure(l)
-                    && l.and_then(|l| l.status.as_ref())
-                        .is_some_and(|s| s.ready_replicas == Some(1))
-            },
-        )
-        .await?;
+        recovered(&ns, "refused", 1, Duration::from_secs(60)).await?;
         Ok(())
     })
     .await

@@ -3,7 +3,7 @@
 //! manager rolls them. In a cluster of its own, since upstream and our suite manager must never
 //! both own the same objects.
 
-use std::{collections::BTreeMap, process::Stdio, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, bail};
 use k8s_openapi::api::{
@@ -19,7 +19,8 @@ use serde_json::json;
 
 use crate::{
     harness::{wait_for, wait_for_all},
-    isolated::IsolatedCluster,
+    isolated::{IsolatedCluster, ManagerProcess},
+    lws::lws_revisions_in,
     upstream::upstream_script,
 };
 
@@ -83,7 +84,8 @@ async fn groups_built_by_upstream_lws_keep_running_when_our_manager_takes_over()
     let result = take_over(&cluster).await;
     if result.is_err() {
         cluster.keep_logs();
-        let log = std::fs::read_to_string(cluster.dir.join("logs/manager.log")).unwrap_or_default();
+        let log =
+            std::fs::read_to_string(cluster.dir.join("logs/manager-ours.log")).unwrap_or_default();
         let tail: Vec<_> = log.lines().rev().take(30).collect();
         eprintln!(
             "our manager's log tail:\n{}",
@@ -118,42 +120,17 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     let pods_before = pods(&pod_api).await?;
     assert_eq!(pods_before.len(), 6);
     let sts_before = statefulsets(&sts_api).await?;
-    let revisions_before: Vec<_> = Api::<ControllerRevision>::namespaced(client.clone(), "default")
-        .list(&ListParams::default().labels(&format!("{NAME}=mig")))
-        .await?
-        .items
-        .into_iter()
-        .filter(|r| {
-            r.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "LeaderWorkerSet")
-        })
-        .filter_map(|r| r.metadata.name)
-        .collect();
+    let revisions_before = lws_revisions_in(
+        &Api::<ControllerRevision>::namespaced(client.clone(), "default"),
+        &ListParams::default().labels(&format!("{NAME}=mig")),
+    )
+    .await?;
     assert_eq!(revisions_before.len(), 1, "{revisions_before:?}");
 
     // 2. The migration: stop upstream, remove its webhook configurations (stop.sh), start ours.
     upstream_script(cluster, "stop.sh", &[]).await?;
-    let log = std::fs::File::create(cluster.dir.join("logs/manager.log"))?;
-    let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
-        .args([
-            "--health-addr=127.0.0.1:0",
-            "--webhook-addr=127.0.0.1:0",
-            "--webhook-host=127.0.0.1",
-        ])
-        .env("KUBECONFIG", &cluster.kubeconfig)
-        .stdout(Stdio::from(log.try_clone()?))
-        .stderr(Stdio::from(log))
-        .stdin(Stdio::null())
-        .spawn()
-        .context("starting our manager")?;
-    // down.sh stops it with the cluster, on every path.
-    std::fs::write(
-        cluster.dir.join("pids/manager.pid"),
-        child.id().context("manager pid")?.to_string(),
-    )?;
+    // Its PID is recorded with the cluster's, so stopping the cluster stops it.
+    let _ours = ManagerProcess::start(cluster, "ours", &[])?;
 
     // Ours has reconciled once it reports observedGeneration (upstream v0.8 never does).
     let lws_now = wait_for(
