@@ -31,9 +31,9 @@ use kube::{
 };
 use serde_json::json;
 use thiserror::Error;
-use tracing::{info, instrument, warn};
+use tracing::{debug, info, instrument, warn};
 
-use super::{admission, gojson, labels, objects, revision, rolling, status};
+use super::{admission, applied, gojson, labels, objects, revision, rolling, status};
 use crate::api::leaderworkerset::{LeaderWorkerSet, RestartPolicy, StartupPolicy, SubdomainPolicy};
 
 /// Why a reconcile failed.
@@ -523,7 +523,14 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         step.replicas,
         sts_max_unavailable,
     );
-    if let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
+    let unchanged = observed
+        .leader_sts
+        .as_ref()
+        .is_some_and(|sts| applied::statefulset_as_desired(&desired, sts));
+    if unchanged {
+        debug!("leader StatefulSet already as desired: no write");
+    }
+    if !unchanged && let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
         if observed.leader_sts.is_none() {
             ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
                 .await;

@@ -5,6 +5,7 @@
 //! `rolling` (partition and surge), `objects` (what to create) and `status` (conditions).
 
 pub mod admission;
+pub mod applied;
 pub mod controller;
 pub mod gojson;
 pub mod labels;
