@@ -9,6 +9,8 @@ mod harness;
 mod cluster;
 mod crds;
 mod lws;
+mod lws_rolling;
+mod lws_support;
 mod manager;
 mod markers;
 mod scripts;

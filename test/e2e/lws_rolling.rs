@@ -1,0 +1,408 @@
+//! Rolling updates step the leader StatefulSet through exactly upstream LWS v0.8's
+//! (replicas, partition) sequences (`../shared/docs/lws-upstream.md` §3.2), and only the
+//! changes that make a new revision roll groups.
+//!
+//! The new template carries a scheduling gate, so its pods stay Pending until the test lets
+//! them go; groups are let go one at a time, highest index first, and only once the controller
+//! has counted the previous one. That makes the sequence deterministic on a real cluster: it
+//! is the sequence upstream's algorithm gives when groups become ready one by one.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::StatefulSet;
+use lws_rollout::api::LeaderWorkerSet;
+use serde_json::json;
+
+use crate::{
+    harness::{TestNs, wait_for, with_ns},
+    lws_support::{
+        GROUP_INDEX, REVISION, StsRecorder, apply, available_with, create_available, held_image,
+        image, label, leader_key, lws, lws_revisions, pods_of, release_groups_one_by_one,
+        rolling_params, uids,
+    },
+};
+
+const SIZE: i32 = 2;
+
+fn with_strategy(mut obj: serde_json::Value, strategy: serde_json::Value) -> serde_json::Value {
+    obj["spec"]["rolloutStrategy"] =
+        json!({"type": "RollingUpdate", "rollingUpdateConfiguration": strategy});
+    obj
+}
+
+/// Waits until the recorder has seen the leader StatefulSet's current state, then returns the
+/// whole sequence.
+async fn settled_sequence(
+    ns: &TestNs,
+    name: &str,
+    recorder: &StsRecorder,
+) -> anyhow::Result<Vec<(i32, i32)>> {
+    let now = rolling_params(&ns.api::<StatefulSet>().get(name).await?);
+    let start = std::time::Instant::now();
+    while recorder.sequence().last() != Some(&now) {
+        if start.elapsed() > Duration::from_secs(10) {
+            anyhow::bail!(
+                "the watch never delivered {now:?}; seen {:?}",
+                recorder.sequence()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(recorder.sequence())
+}
+
+/// Every pod runs `image` and the revision `key`, and the only LWS revision left is `key`'s.
+async fn all_groups_run(
+    ns: &TestNs,
+    name: &str,
+    replicas: i32,
+    want_image: &str,
+) -> anyhow::Result<()> {
+    let key = leader_key(ns, name).await?;
+    let pods = pods_of(ns, name).await?;
+    assert_eq!(
+        pods.len(),
+        (replicas * SIZE) as usize,
+        "{replicas} groups of {SIZE}, surge groups gone"
+    );
+    for pod in &pods {
+        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        assert_eq!(image(pod), want_image, "{pod_name} runs the new image");
+        assert_eq!(
+            label(pod, REVISION),
+            Some(key.as_str()),
+            "{pod_name} runs the new revision"
+        );
+    }
+    let revisions = lws_revisions(ns).await?;
+    assert_eq!(revisions.len(), 1, "old revisions truncated: {revisions:?}");
+    assert!(revisions[0].starts_with(&format!("{name}-{key}-")));
+    Ok(())
+}
+
+/// Rolls `obj` (already Available, `replicas` groups) to a held `vllm:2` template, releasing
+/// groups one by one, and returns the recorded (replicas, partition) sequence.
+async fn roll_one_by_one(
+    ns: &TestNs,
+    obj: &serde_json::Value,
+    replicas: i32,
+) -> anyhow::Result<Vec<(i32, i32)>> {
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let recorder = StsRecorder::start(ns, name).await?;
+    apply(ns, &held_image(obj, "vllm:2")).await?;
+    let done = available_with(replicas, replicas);
+    let released =
+        release_groups_one_by_one(ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
+            .await?;
+    let mut sorted = released.clone();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        released.len(),
+        "no group was replaced twice: {released:?}"
+    );
+    settled_sequence(ns, name, &recorder).await
+}
+
+#[tokio::test]
+async fn max_surge_one_rolls_through_five_replicas_then_back_to_four() -> anyhow::Result<()> {
+    with_ns("roll-surge1", |ns| async move {
+        let obj = with_strategy(
+            lws("s1", 4, SIZE, "vllm:1"),
+            json!({"maxSurge": 1, "maxUnavailable": 1}),
+        );
+        create_available(&ns, &obj).await?;
+        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        // (replicas, partition): one surge group from the start, the partition steps down one
+        // group per ready group, and the surge group goes once at most one group is unready.
+        assert_eq!(
+            seq,
+            [(4, 0), (5, 4), (5, 3), (5, 2), (5, 1), (5, 0), (4, 0)]
+        );
+        all_groups_run(&ns, "s1", 4, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() -> anyhow::Result<()> {
+    with_ns("roll-surge4", |ns| async move {
+        let obj = with_strategy(
+            lws("s4", 4, SIZE, "vllm:1"),
+            json!({"maxSurge": 4, "maxUnavailable": 1}),
+        );
+        create_available(&ns, &obj).await?;
+        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        // Upstream bursts to R + (unready - 1) = 7 rather than 8, then releases one surge
+        // group per group that becomes ready once the partition is at 0.
+        assert_eq!(
+            seq,
+            [
+                (4, 0),
+                (7, 4),
+                (7, 3),
+                (7, 2),
+                (7, 1),
+                (7, 0),
+                (6, 0),
+                (5, 0),
+                (4, 0)
+            ]
+        );
+        all_groups_run(&ns, "s4", 4, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn max_unavailable_two_replaces_two_groups_at_a_time_without_surge() -> anyhow::Result<()> {
+    with_ns("roll-unavail2", |ns| async move {
+        let obj = with_strategy(
+            lws("u2", 4, SIZE, "vllm:1"),
+            json!({"maxSurge": 0, "maxUnavailable": 2}),
+        );
+        create_available(&ns, &obj).await?;
+        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        // Two groups go at once (4 → 2); each ready group frees one slot of the budget.
+        assert_eq!(seq, [(4, 0), (4, 4), (4, 2), (4, 1), (4, 0)]);
+        all_groups_run(&ns, "u2", 4, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> anyhow::Result<()> {
+    with_ns("roll-partition", |ns| async move {
+        let name = "up";
+        let base = lws(name, 6, SIZE, "vllm:1");
+        create_available(&ns, &base).await?;
+        let old_key = leader_key(&ns, name).await?;
+        let before = uids(&ns, name).await?;
+        let recorder = StsRecorder::start(&ns, name).await?;
+        let lws_api = ns.api::<LeaderWorkerSet>();
+
+        // Setting the partition alone rolls nothing: it only moves the StatefulSet partition.
+        let partitioned = with_strategy(base.clone(), json!({"partition": 4}));
+        apply(&ns, &partitioned).await?;
+        wait_for(
+            &ns.api::<StatefulSet>(),
+            name,
+            Duration::from_secs(30),
+            |s: Option<&StatefulSet>| s.is_some_and(|s| rolling_params(s) == (6, 4)),
+        )
+        .await?;
+        assert_eq!(leader_key(&ns, name).await?, old_key, "no new revision");
+
+        // The template change updates groups 5 and 4 only.
+        let updated = held_image(&partitioned, "vllm:2");
+        apply(&ns, &updated).await?;
+        let ready_six_updated = |n: i32| {
+            let available = available_with(6, n);
+            move |l: &LeaderWorkerSet| available(Some(l))
+        };
+        let released = release_groups_one_by_one(
+            &ns,
+            name,
+            SIZE,
+            Duration::from_secs(120),
+            ready_six_updated(2),
+        )
+        .await?;
+        assert_eq!(released, [5, 4]);
+        let new_key = leader_key(&ns, name).await?;
+        assert_ne!(new_key, old_key);
+        let lws_now = lws_api.get(name).await?;
+        let status = lws_now.status.clone().unwrap_or_default();
+        assert_eq!(
+            (
+                status.replicas,
+                status.updated_replicas,
+                status.ready_replicas
+            ),
+            (Some(6), Some(2), Some(6)),
+            "partitioned groups updated, the rest still counted ready"
+        );
+        let after = uids(&ns, name).await?;
+        for pod in pods_of(&ns, name).await? {
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            let group: i32 = label(&pod, GROUP_INDEX).unwrap_or("-1").parse()?;
+            if group >= 4 {
+                assert_eq!(
+                    image(&pod),
+                    "vllm:2",
+                    "{pod_name} is at or above the partition"
+                );
+                assert_eq!(label(&pod, REVISION), Some(new_key.as_str()));
+            } else {
+                assert_eq!(image(&pod), "vllm:1", "{pod_name} is below the partition");
+                assert_eq!(label(&pod, REVISION), Some(old_key.as_str()));
+                assert_eq!(
+                    before[&pod_name], after[&pod_name],
+                    "{pod_name} kept running"
+                );
+            }
+        }
+        assert_eq!(
+            lws_revisions(&ns).await?.len(),
+            2,
+            "both revisions kept while the update is partitioned"
+        );
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [(6, 0), (6, 4), (6, 6), (6, 5), (6, 4)]
+        );
+
+        // Lowering the partition to 2 continues with groups 3 and 2, then 0 finishes it.
+        apply(
+            &ns,
+            &with_strategy(updated.clone(), json!({"partition": 2})),
+        )
+        .await?;
+        let released = release_groups_one_by_one(
+            &ns,
+            name,
+            SIZE,
+            Duration::from_secs(120),
+            ready_six_updated(4),
+        )
+        .await?;
+        assert_eq!(released, [3, 2]);
+        apply(
+            &ns,
+            &with_strategy(updated.clone(), json!({"partition": 0})),
+        )
+        .await?;
+        let released = release_groups_one_by_one(
+            &ns,
+            name,
+            SIZE,
+            Duration::from_secs(120),
+            ready_six_updated(6),
+        )
+        .await?;
+        assert_eq!(released, [1, 0]);
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [
+                (6, 0),
+                (6, 4),
+                (6, 6),
+                (6, 5),
+                (6, 4),
+                (6, 3),
+                (6, 2),
+                (6, 1),
+                (6, 0)
+            ]
+        );
+        all_groups_run(&ns, name, 6, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn replicas_strategy_and_startup_changes_do_not_roll_but_a_size_change_does()
+-> anyhow::Result<()> {
+    with_ns("roll-triggers", |ns| async move {
+        let name = "tr";
+        let mut obj = lws(name, 2, SIZE, "vllm:1");
+        create_available(&ns, &obj).await?;
+        let key = leader_key(&ns, name).await?;
+        let revisions = lws_revisions(&ns).await?;
+        let before = uids(&ns, name).await?;
+        let lws_api = ns.api::<LeaderWorkerSet>();
+        let sts_api = ns.api::<StatefulSet>();
+        let unchanged = |what: &'static str| {
+            let ns = ns.clone();
+            let key = key.clone();
+            let revisions = revisions.clone();
+            let before = before.clone();
+            async move {
+                assert_eq!(leader_key(&ns, name).await?, key, "{what}: same revision");
+                assert_eq!(
+                    lws_revisions(&ns).await?,
+                    revisions,
+                    "{what}: no new revision"
+                );
+                let now = uids(&ns, name).await?;
+                for (pod, uid) in &before {
+                    assert_eq!(now.get(pod), Some(uid), "{what}: {pod} kept running");
+                }
+                anyhow::Ok(())
+            }
+        };
+
+        // More replicas: one more group, the two existing ones untouched.
+        obj["spec"]["replicas"] = json!(3);
+        apply(&ns, &obj).await?;
+        wait_for(
+            &lws_api,
+            name,
+            Duration::from_secs(90),
+            available_with(3, 3),
+        )
+        .await?;
+        unchanged("replicas 2 → 3").await?;
+
+        // Rollout strategy, startup policy and LWS labels are not part of the revision.
+        obj["spec"]["rolloutStrategy"] = json!({"type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxSurge": 1, "maxUnavailable": 2}});
+        obj["spec"]["startupPolicy"] = json!("LeaderReady");
+        obj["metadata"]["labels"] = json!({"team": "inference"});
+        apply(&ns, &obj).await?;
+        let generation = lws_api.get(name).await?.metadata.generation;
+        wait_for(
+            &lws_api,
+            name,
+            Duration::from_secs(30),
+            move |l: Option<&LeaderWorkerSet>| {
+                l.and_then(|l| l.status.as_ref())
+                    .is_some_and(|s| s.observed_generation == generation)
+            },
+        )
+        .await?;
+        // The controller has acted on this generation and replaced nothing.
+        wait_for(
+            &lws_api,
+            name,
+            Duration::from_secs(30),
+            available_with(3, 3),
+        )
+        .await?;
+        unchanged("strategy, startupPolicy, labels").await?;
+
+        // Size is part of the template: every group is replaced, now with three pods.
+        obj["spec"]["leaderWorkerTemplate"]["size"] = json!(3);
+        apply(&ns, &obj).await?;
+        wait_for(&sts_api, name, Duration::from_secs(30), {
+            let key = key.clone();
+            move |s: Option<&StatefulSet>| {
+                s.and_then(|s| s.metadata.labels.as_ref())
+                    .and_then(|l| l.get(REVISION))
+                    .is_some_and(|k| *k != key)
+            }
+        })
+        .await?;
+        wait_for(
+            &lws_api,
+            name,
+            Duration::from_secs(120),
+            available_with(3, 3),
+        )
+        .await?;
+        let new_key = leader_key(&ns, name).await?;
+        let pods = pods_of(&ns, name).await?;
+        assert_eq!(pods.len(), 9, "three groups of three");
+        let now = uids(&ns, name).await?;
+        for pod in &pods {
+            let pod_name = pod.metadata.name.clone().unwrap_or_default();
+            assert_eq!(label(pod, REVISION), Some(new_key.as_str()), "{pod_name}");
+            if let Some(old) = before.get(&pod_name) {
+                assert_ne!(&now[&pod_name], old, "{pod_name} was replaced");
+            }
+        }
+        Ok(())
+    })
+    .await
+}

@@ -1,0 +1,385 @@
+//! Helpers shared by the LWS e2e tests of this directory (rolling updates, placement, storage,
+//! lifecycle): LWS manifests, waits on status, a recorder of the leader StatefulSet's rolling
+//! parameters, and a driver that lets held-back groups become ready one at a time.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use k8s_openapi::api::{
+    apps::v1::{ControllerRevision, StatefulSet},
+    core::v1::Pod,
+};
+use kube::{
+    Api,
+    api::{ListParams, Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use lws_rollout::api::LeaderWorkerSet;
+use serde_json::json;
+
+use crate::harness::{TestNs, wait_for};
+
+pub const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
+pub const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
+pub const GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
+pub const WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+
+/// Scheduling gate the tests put on a new template: its pods stay Pending (unready) until the
+/// test removes the gate, so the order in which groups become ready is the test's choice.
+pub const HOLD_GATE: &str = "lws-rollout.test/hold";
+
+/// An LWS of `replicas` groups of `size` pods running `image`.
+pub fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size,
+            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}}
+    })
+}
+
+/// `obj` with a new image whose pods are held back by [`HOLD_GATE`].
+pub fn held_image(obj: &serde_json::Value, image: &str) -> serde_json::Value {
+    let mut obj = obj.clone();
+    let spec = &mut obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"];
+    spec["containers"][0]["image"] = json!(image);
+    spec["schedulingGates"] = json!([{"name": HOLD_GATE}]);
+    obj
+}
+
+/// Server-side applies an LWS as the user `e2e-user`.
+pub async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    ns.api::<LeaderWorkerSet>()
+        .patch(&name, &PatchParams::apply("e2e-user"), &Patch::Apply(obj))
+        .await?;
+    Ok(())
+}
+
+fn condition(l: &LeaderWorkerSet, type_: &str) -> Option<String> {
+    l.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| c.status.clone())
+}
+
+/// Available, with these ready and updated counts, for the current generation.
+pub fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+    move |l: Option<&LeaderWorkerSet>| {
+        let Some(l) = l else { return false };
+        let Some(status) = l.status.as_ref() else {
+            return false;
+        };
+        status.ready_replicas == Some(ready)
+            && status.updated_replicas == Some(updated)
+            && condition(l, "Available").as_deref() == Some("True")
+            && status.observed_generation == l.metadata.generation
+    }
+}
+
+/// Applies an LWS and waits until all its groups are updated, ready and reported Available.
+pub async fn create_available(
+    ns: &TestNs,
+    obj: &serde_json::Value,
+) -> anyhow::Result<LeaderWorkerSet> {
+    apply(ns, obj).await?;
+    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+    let replicas = obj["spec"]["replicas"].as_i64().unwrap_or(1) as i32;
+    wait_for(
+        &ns.api(),
+        name,
+        Duration::from_secs(120),
+        available_with(replicas, replicas),
+    )
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("{name} vanished"))
+}
+
+/// Every pod of the LWS.
+pub async fn pods_of(ns: &TestNs, name: &str) -> anyhow::Result<Vec<Pod>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("{NAME}={name}")))
+        .await?
+        .items)
+}
+
+/// Pod name → uid of every pod of the LWS.
+pub async fn uids(ns: &TestNs, name: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(pods_of(ns, name)
+        .await?
+        .into_iter()
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// Names of the ControllerRevisions an LWS controls (StatefulSets keep their own beside them).
+pub async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
+    let all = ns
+        .api::<ControllerRevision>()
+        .list(&ListParams::default())
+        .await?;
+    let mut names: Vec<_> = all
+        .items
+        .into_iter()
+        .filter(|r| {
+            r.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o.kind == "LeaderWorkerSet")
+        })
+        .filter_map(|r| r.metadata.name)
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// The revision key the leader StatefulSet carries.
+pub async fn leader_key(ns: &TestNs, name: &str) -> anyhow::Result<String> {
+    ns.api::<StatefulSet>()
+        .get(name)
+        .await?
+        .metadata
+        .labels
+        .unwrap_or_default()
+        .get(REVISION)
+        .cloned()
+        .context("leader StatefulSet has no revision label")
+}
+
+pub fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(key))
+        .map(String::as_str)
+}
+
+pub fn image(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.containers[0].image.clone())
+        .unwrap_or_default()
+}
+
+pub fn pod_ready(pod: &Pod) -> bool {
+    pod.status.as_ref().is_some_and(|s| {
+        s.phase.as_deref() == Some("Running")
+            && s.conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+    })
+}
+
+fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+/// (spec.replicas, rollingUpdate.partition) of a StatefulSet.
+pub fn rolling_params(sts: &StatefulSet) -> (i32, i32) {
+    let spec = sts.spec.as_ref();
+    (
+        spec.and_then(|s| s.replicas).unwrap_or(1),
+        spec.and_then(|s| s.update_strategy.as_ref())
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+            .unwrap_or(0),
+    )
+}
+
+/// Records every distinct (replicas, partition) the leader StatefulSet goes through, from a
+/// watch (so short-lived steps are seen too). Stops when dropped.
+pub struct StsRecorder {
+    seen: Arc<Mutex<Vec<(i32, i32)>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StsRecorder {
+    /// Starts watching and returns once the current state is recorded.
+    pub async fn start(ns: &TestNs, name: &str) -> anyhow::Result<Self> {
+        let api: Api<StatefulSet> = ns.api();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let sink = seen.clone();
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(api, config)
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(item) = stream.next().await {
+                if let Ok(sts) = item {
+                    let params = rolling_params(&sts);
+                    let mut seen = sink.lock().expect("recorder lock");
+                    if seen.last() != Some(&params) {
+                        seen.push(params);
+                    }
+                }
+            }
+        });
+        let recorder = Self { seen, task };
+        let started = Instant::now();
+        while recorder.sequence().is_empty() {
+            if started.elapsed() > Duration::from_secs(30) {
+                bail!("the StatefulSet watch of {name} delivered nothing in 30s");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(recorder)
+    }
+
+    /// What was recorded so far.
+    pub fn sequence(&self) -> Vec<(i32, i32)> {
+        self.seen.lock().expect("recorder lock").clone()
+    }
+}
+
+impl Drop for StsRecorder {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+const POLL: Duration = Duration::from_millis(100);
+
+/// Groups whose leader is Ready and whose worker StatefulSet reports all workers ready and
+/// available: the LWS's own notion of a ready group, used to see that the controller caught up.
+async fn ready_groups(ns: &TestNs, name: &str, size: i32) -> anyhow::Result<i32> {
+    let pods = pods_of(ns, name).await?;
+    let workers: BTreeMap<String, StatefulSet> = ns
+        .api::<StatefulSet>()
+        .list(&ListParams::default().labels(&format!("{NAME}={name}")))
+        .await?
+        .items
+        .into_iter()
+        .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+        .collect();
+    Ok(pods
+        .iter()
+        .filter(|p| label(p, WORKER_INDEX) == Some("0") && pod_ready(p))
+        .filter(|leader| {
+            size == 1
+                || workers
+                    .get(leader.metadata.name.as_deref().unwrap_or_default())
+                    .and_then(|w| w.status.as_ref())
+                    .is_some_and(|s| {
+                        s.ready_replicas == Some(size - 1) && s.available_replicas == Some(size - 1)
+                    })
+        })
+        .count() as i32)
+}
+
+/// Lets the groups held back by [`HOLD_GATE`] start, one group at a time, always the highest
+/// group index first (the order a rolling update creates them in): removes the gate from the
+/// group's leader and its workers as they appear, waits until the whole group runs the
+/// leader's revision and is Ready, then waits until the LWS status counts it (the controller
+/// has seen it) before the next group. Returns the groups in release order once no pod is held
+/// and `done` holds.
+pub async fn release_groups_one_by_one(
+    ns: &TestNs,
+    name: &str,
+    size: i32,
+    timeout: Duration,
+    done: impl Fn(&LeaderWorkerSet) -> bool,
+) -> anyhow::Result<Vec<i32>> {
+    let deadline = Instant::now() + timeout;
+    let lws_api = ns.api::<LeaderWorkerSet>();
+    let pod_api = ns.api::<Pod>();
+    let ungate = json!([{"op": "remove", "path": "/spec/schedulingGates"}]);
+    let mut released = Vec::new();
+    let late = |what: &str, released: &[i32]| {
+        anyhow::anyhow!("timed out after {timeout:?} {what}; groups released so far: {released:?}")
+    };
+    loop {
+        if Instant::now() > deadline {
+            return Err(late("waiting for held groups or the end", &released));
+        }
+        let lws = lws_api.get(name).await?;
+        let pods = pods_of(ns, name).await?;
+        let held: BTreeSet<i32> = pods
+            .iter()
+            .filter(|p| gated(p))
+            .filter_map(|p| label(p, GROUP_INDEX)?.parse().ok())
+            .collect();
+        let Some(&group) = held.last() else {
+            if done(&lws) {
+                return Ok(released);
+            }
+            tokio::time::sleep(POLL).await;
+            continue;
+        };
+        let leader_name = format!("{name}-{group}");
+        loop {
+            if Instant::now() > deadline {
+                return Err(late(&format!("releasing group {group}"), &released));
+            }
+            let pods = pods_of(ns, name).await?;
+            let members: Vec<&Pod> = pods
+                .iter()
+                .filter(|p| label(p, GROUP_INDEX) == Some(&group.to_string()))
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            for pod in members.iter().filter(|p| gated(p)) {
+                let pod_name = pod.metadata.name.clone().unwrap_or_default();
+                // Someone else may have removed it meanwhile; the next round checks again.
+                let _ = pod_api
+                    .patch(
+                        &pod_name,
+                        &PatchParams::default(),
+                        &Patch::<()>::Json(serde_json::from_value(ungate.clone())?),
+                    )
+                    .await;
+            }
+            let leader = members
+                .iter()
+                .find(|p| p.metadata.name.as_deref() == Some(leader_name.as_str()));
+            let whole = leader.is_some_and(|leader| {
+                let revision = label(leader, REVISION);
+                let group: Vec<_> = members
+                    .iter()
+                    .filter(|p| label(p, REVISION) == revision)
+                    .collect();
+                group.len() == size as usize && group.iter().all(|p| !gated(p) && pod_ready(p))
+            });
+            if whole {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        released.push(group);
+        loop {
+            if Instant::now() > deadline {
+                return Err(late(
+                    &format!("for the LWS status to count group {group}"),
+                    &released,
+                ));
+            }
+            let lws = lws_api.get(name).await?;
+            let counted = lws.status.as_ref().and_then(|s| s.ready_replicas);
+            if counted == Some(ready_groups(ns, name, size).await?) {
+                break;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+}
