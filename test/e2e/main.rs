@@ -9,6 +9,8 @@ mod harness;
 mod cluster;
 mod crds;
 mod lws;
+mod lws_lifecycle;
+mod lws_placement;
 mod lws_rolling;
 mod lws_support;
 mod manager;
