@@ -8,7 +8,9 @@ mod harness;
 
 mod cluster;
 mod crds;
+mod isolated;
 mod lws;
+mod lws_crash;
 mod lws_lifecycle;
 mod lws_placement;
 mod lws_rolling;
