@@ -335,11 +335,25 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
     cluster.start_manager()?;
     apply(&ns, &lws(LWS, GROUPS, SIZE, "vllm:1")).await?;
 
+    // 0. Killed as soon as the leader StatefulSet exists (revision made, no group yet).
+    tracker
+        .until(Duration::from_secs(60), "the leader StatefulSet", |t| {
+            t.leader_sts().is_some()
+        })
+        .await?;
+    cluster.restart_manager()?;
+    eprintln!(
+        "kill 0: {} worker StatefulSets",
+        tracker.worker_statefulsets().len()
+    );
+
     // 1. Killed while it creates groups: right after the first worker StatefulSet appears.
     tracker
-        .until(Duration::from_secs(60), "a first worker StatefulSet", |t| {
-            !t.worker_statefulsets().is_empty()
-        })
+        .until(
+            Duration::from_secs(60) + RESTART_BUDGET,
+            "a first worker StatefulSet",
+            |t| !t.worker_statefulsets().is_empty(),
+        )
         .await?;
     let ready_at_kill1 = tracker.ready_pods(None);
     cluster.restart_manager()?;

@@ -18,7 +18,7 @@ use crate::{
     lws_support::{
         GROUP_INDEX, REVISION, StsRecorder, apply, available_with, create_available, held_image,
         image, label, leader_key, lws, lws_revisions, pods_of, release_groups_one_by_one,
-        rolling_params, uids,
+        rolling_params, uids, wait_for_names,
     },
 };
 
@@ -128,10 +128,12 @@ async fn max_surge_one_rolls_through_five_replicas_then_back_to_four() -> anyhow
 #[tokio::test]
 async fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() -> anyhow::Result<()> {
     with_ns("roll-surge4", |ns| async move {
-        let obj = with_strategy(
+        let mut obj = with_strategy(
             lws("s4", 4, SIZE, "vllm:1"),
             json!({"maxSurge": 4, "maxUnavailable": 1}),
         );
+        // Surge groups get a Service each, like any group, and lose it when released.
+        obj["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
         create_available(&ns, &obj).await?;
         let seq = roll_one_by_one(&ns, &obj, 4).await?;
         // Upstream bursts to R + (unready - 1) = 7 rather than 8, then releases one surge
@@ -150,7 +152,14 @@ async fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() -> anyh
                 (4, 0)
             ]
         );
-        all_groups_run(&ns, "s4", 4, "vllm:2").await
+        all_groups_run(&ns, "s4", 4, "vllm:2").await?;
+        // The surge groups' Services go with their leaders, through the garbage collector.
+        wait_for_names(
+            &ns.api::<k8s_openapi::api::core::v1::Service>(),
+            Duration::from_secs(30),
+            &["s4-0", "s4-1", "s4-2", "s4-3"],
+        )
+        .await
     })
     .await
 }
@@ -297,6 +306,98 @@ async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> an
             ]
         );
         all_groups_run(&ns, name, 6, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn surge_groups_stay_while_a_user_partition_holds_the_update() -> anyhow::Result<()> {
+    with_ns("roll-partition-surge", |ns| async move {
+        let name = "ps";
+        let obj = with_strategy(
+            lws(name, 3, SIZE, "vllm:1"),
+            json!({"maxSurge": 1, "maxUnavailable": 1, "partition": 2}),
+        );
+        create_available(&ns, &obj).await?;
+        let recorder = StsRecorder::start(&ns, name).await?;
+        let updated = held_image(&obj, "vllm:2");
+        apply(&ns, &updated).await?;
+        // Group 2 and the surge group 3 are updated; the burst stays while partitioned.
+        let held = available_with(4, 2);
+        let released =
+            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(120), |l| held(Some(l)))
+                .await?;
+        assert_eq!(released, [3, 2]);
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [(3, 2), (4, 3), (4, 2)]
+        );
+        for pod in pods_of(&ns, name).await? {
+            let group: i32 = label(&pod, GROUP_INDEX).unwrap_or("-1").parse()?;
+            let want = if group >= 2 { "vllm:2" } else { "vllm:1" };
+            assert_eq!(image(&pod), want, "{:?}", pod.metadata.name);
+        }
+
+        // Resetting the partition finishes the update and only then lets the surge group go.
+        apply(
+            &ns,
+            &with_strategy(
+                updated.clone(),
+                json!({"maxSurge": 1, "maxUnavailable": 1, "partition": 0}),
+            ),
+        )
+        .await?;
+        let done = available_with(3, 3);
+        let released =
+            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(120), |l| done(Some(l)))
+                .await?;
+        assert_eq!(released, [1, 0]);
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [(3, 2), (4, 3), (4, 2), (4, 0), (3, 0)]
+        );
+        all_groups_run(&ns, name, 3, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_template_change_during_an_update_rolls_every_group_to_the_latest() -> anyhow::Result<()>
+{
+    with_ns("roll-twice", |ns| async move {
+        let name = "tw";
+        let obj = lws(name, 3, SIZE, "vllm:1");
+        create_available(&ns, &obj).await?;
+        // vllm:2 starts on the top group and is held there, unready…
+        apply(&ns, &held_image(&obj, "vllm:2")).await?;
+        let start = std::time::Instant::now();
+        while !pods_of(&ns, name)
+            .await?
+            .iter()
+            .any(|p| image(p) == "vllm:2")
+        {
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "no vllm:2 pod after 30s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        // …when vllm:3 replaces it: every group, the held one included, ends on vllm:3.
+        apply(&ns, &lws(name, 3, SIZE, "vllm:3")).await?;
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            name,
+            Duration::from_secs(120),
+            available_with(3, 3),
+        )
+        .await?;
+        all_groups_run(&ns, name, 3, "vllm:3").await?;
+        let revisions = lws_revisions(&ns).await?;
+        assert!(
+            revisions[0].ends_with("-3"),
+            "the third revision of the LWS: {revisions:?}"
+        );
+        Ok(())
     })
     .await
 }

@@ -151,6 +151,32 @@ pub async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
     Ok(names)
 }
 
+/// Waits until the objects of a kind in the namespace are exactly `want` (by name), or fails
+/// after `timeout` with the names last seen.
+pub async fn wait_for_names<K>(api: &Api<K>, timeout: Duration, want: &[&str]) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let start = Instant::now();
+    loop {
+        let mut names: Vec<String> = api
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter_map(|o| o.meta().name.clone())
+            .collect();
+        names.sort();
+        if names == want {
+            return Ok(());
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for exactly {want:?}; have {names:?}");
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
 /// The revision key the leader StatefulSet carries.
 pub async fn leader_key(ns: &TestNs, name: &str) -> anyhow::Result<String> {
     ns.api::<StatefulSet>()
