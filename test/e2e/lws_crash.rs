@@ -36,8 +36,8 @@ use crate::{
     harness::{TestNs, wait_for},
     isolated::IsolatedCluster,
     lws_support::{
-        NAME, REVISION, WORKER_INDEX, apply, available_with, image, label, leader_key, lws,
-        lws_revisions, pod_ready, rolling_params,
+        NAME, REVISION, StsRecorder, WORKER_INDEX, apply, available_with, image, label, leader_key,
+        lws, lws_revisions, pod_ready, rolling_params,
     },
 };
 
@@ -334,13 +334,15 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
 
     cluster.start_manager()?;
     apply(&ns, &lws(LWS, GROUPS, SIZE, "vllm:1")).await?;
-
-    // 0. Killed as soon as the leader StatefulSet exists (revision made, no group yet).
     tracker
         .until(Duration::from_secs(60), "the leader StatefulSet", |t| {
             t.leader_sts().is_some()
         })
         .await?;
+    // Every (replicas, partition) the leader StatefulSet goes through, across all restarts.
+    let recorder = StsRecorder::start(&ns, LWS).await?;
+
+    // 0. Killed as soon as the leader StatefulSet exists (revision made, no group yet).
     cluster.restart_manager()?;
     eprintln!(
         "kill 0: {} worker StatefulSets",
@@ -382,6 +384,11 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
     for (name, uids) in tracker.uids() {
         assert_eq!(uids.len(), 1, "{name} was made once, got uids {uids:?}");
     }
+    assert_eq!(
+        recorder.sequence(),
+        [(GROUPS, 0)],
+        "restarts never touched the leader StatefulSet's replicas or partition"
+    );
 
     // 3. Killed during the rolling update: as soon as the leader StatefulSet carries the new
     //    revision (the first step of the update is written)…
@@ -433,6 +440,13 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
 
     let key = check_settled(&ns, "vllm:2", GROUPS).await?;
     assert_eq!(key, new_key);
+    // The update went exactly as without kills: one group at a time, the partition only
+    // ever moving down (a restart that lost track would reset it or skip groups).
+    assert_eq!(
+        recorder.sequence(),
+        [(3, 0), (3, 3), (3, 2), (3, 1), (3, 0)],
+        "leader StatefulSet (replicas, partition) across the kills"
+    );
     let rolled = ready_pods_now(&ns).await?;
     assert_kept(&ready_at_kill4, &rolled, "during the update");
     assert_kept(&ready_at_kill5, &rolled, "during the update");
