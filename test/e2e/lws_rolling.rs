@@ -30,6 +30,26 @@ fn with_strategy(mut obj: serde_json::Value, strategy: serde_json::Value) -> ser
     obj
 }
 
+/// The LWS has exactly these condition statuses (for the current generation).
+fn conditions_are<const N: usize>(
+    want: [(&'static str, &'static str); N],
+) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
+    move |l: Option<&LeaderWorkerSet>| {
+        let Some(l) = l else { return false };
+        let Some(status) = &l.status else {
+            return false;
+        };
+        let have: std::collections::BTreeMap<&str, &str> = status
+            .conditions
+            .iter()
+            .flatten()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
+        status.observed_generation == l.metadata.generation
+            && have == want.iter().copied().collect()
+    }
+}
+
 /// Waits until the recorder has seen the leader StatefulSet's current state, then returns the
 /// whole sequence.
 async fn settled_sequence(
@@ -206,6 +226,17 @@ async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> an
         // The template change updates groups 5 and 4 only.
         let updated = held_image(&partitioned, "vllm:2");
         apply(&ns, &updated).await?;
+        wait_for(
+            &lws_api,
+            name,
+            Duration::from_secs(30),
+            conditions_are([
+                ("Available", "False"),
+                ("Progressing", "True"),
+                ("UpdateInProgress", "True"),
+            ]),
+        )
+        .await?;
         let ready_six_updated = |n: i32| {
             let available = available_with(6, n);
             move |l: &LeaderWorkerSet| available(Some(l))
@@ -231,6 +262,16 @@ async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> an
             ),
             (Some(6), Some(2), Some(6)),
             "partitioned groups updated, the rest still counted ready"
+        );
+        // Held at the partition is a finished state: Available, nothing in progress.
+        assert!(
+            conditions_are([
+                ("Available", "True"),
+                ("Progressing", "False"),
+                ("UpdateInProgress", "False"),
+            ])(Some(&lws_now)),
+            "{:?}",
+            status.conditions
         );
         let after = uids(&ns, name).await?;
         for pod in pods_of(&ns, name).await? {
@@ -398,6 +439,75 @@ async fn a_template_change_during_an_update_rolls_every_group_to_the_latest() ->
             "the third revision of the LWS: {revisions:?}"
         );
         Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn replicas_raised_with_the_template_surge_above_the_new_count() -> anyhow::Result<()> {
+    with_ns("roll-scale-up", |ns| async move {
+        // Upstream's "rolling update with replicas scaled up and maxSurge set": 2 → 4 groups
+        // together with a new template, maxSurge 2.
+        let name = "ru";
+        let obj = with_strategy(
+            lws(name, 2, SIZE, "vllm:1"),
+            json!({"maxSurge": 2, "maxUnavailable": 1}),
+        );
+        create_available(&ns, &obj).await?;
+        let recorder = StsRecorder::start(&ns, name).await?;
+        let mut updated = held_image(&obj, "vllm:2");
+        updated["spec"]["replicas"] = json!(4);
+        apply(&ns, &updated).await?;
+        let done = available_with(4, 4);
+        release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
+            .await?;
+        // 4 groups plus 2 surge, the partition at the old count; then down as groups get ready.
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [(2, 0), (6, 2), (6, 1), (6, 0), (5, 0), (4, 0)]
+        );
+        all_groups_run(&ns, name, 4, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn replicas_lowered_during_an_update_hold_the_partition_then_continue() -> anyhow::Result<()>
+{
+    with_ns("roll-scale-down", |ns| async move {
+        // Upstream's "replicas decreases during rolling update": 6 groups, the update starts,
+        // then the LWS is scaled to 3.
+        let name = "rd";
+        let obj = lws(name, 6, SIZE, "vllm:1");
+        create_available(&ns, &obj).await?;
+        let recorder = StsRecorder::start(&ns, name).await?;
+        let mut updated = held_image(&obj, "vllm:2");
+        apply(&ns, &updated).await?;
+        let start = std::time::Instant::now();
+        while recorder.sequence().last() != Some(&(6, 5)) {
+            anyhow::ensure!(
+                start.elapsed() < Duration::from_secs(30),
+                "the update never reached partition 5: {:?}",
+                recorder.sequence()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        updated["spec"]["replicas"] = json!(3);
+        apply(&ns, &updated).await?;
+        let done = available_with(3, 3);
+        let released =
+            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
+                .await?;
+        assert_eq!(
+            released,
+            [2, 1, 0],
+            "group 5, held, went with the scale-down"
+        );
+        assert_eq!(
+            settled_sequence(&ns, name, &recorder).await?,
+            [(6, 0), (6, 6), (6, 5), (3, 3), (3, 2), (3, 1), (3, 0)]
+        );
+        all_groups_run(&ns, name, 3, "vllm:2").await
     })
     .await
 }
