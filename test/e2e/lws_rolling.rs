@@ -3,9 +3,12 @@
 //! changes that make a new revision roll groups.
 //!
 //! The new template carries a scheduling gate, so its pods stay Pending until the test lets
-//! them go; groups are let go one at a time, highest index first, and only once the controller
-//! has counted the previous one. That makes the sequence deterministic on a real cluster: it
-//! is the sequence upstream's algorithm gives when groups become ready one by one.
+//! them go; groups are let go one at a time, in the order the update reaches them, and the
+//! next only once the controller has reacted to the previous one. That makes the sequence
+//! deterministic on a real cluster, however loaded: it is the sequence upstream's algorithm
+//! gives when groups become ready one by one. Each script step names the StatefulSet state
+//! the update must move to once that group is ready; the whole recorded sequence is then
+//! compared, so an extra, missing or different step fails the test.
 
 use std::time::Duration;
 
@@ -16,9 +19,9 @@ use serde_json::json;
 use crate::{
     harness::{TestNs, wait_for, with_ns},
     lws_support::{
-        GROUP_INDEX, REVISION, StsRecorder, apply, available_with, create_available, held_image,
-        image, label, leader_key, lws, lws_revisions, pods_of, release_groups_one_by_one,
-        rolling_params, uids, wait_for_names,
+        GROUP_INDEX, REVISION, Release, StsRecorder, apply, available_with, create_available,
+        held_image, image, label, leader_key, lws, lws_revisions, pods_of, release,
+        release_in_order, rolling_params, uids, wait_for_names,
     },
 };
 
@@ -100,28 +103,37 @@ async fn all_groups_run(
     Ok(())
 }
 
+/// Runs `script`, then waits until the LWS is Available with (ready, updated) groups.
+async fn release_until(
+    ns: &TestNs,
+    name: &str,
+    recorder: &StsRecorder,
+    script: &[Release],
+    (ready, updated): (i32, i32),
+) -> anyhow::Result<()> {
+    release_in_order(ns, name, SIZE, recorder, script).await?;
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        name,
+        Duration::from_secs(60),
+        available_with(ready, updated),
+    )
+    .await?;
+    Ok(())
+}
+
 /// Rolls `obj` (already Available, `replicas` groups) to a held `vllm:2` template, releasing
-/// groups one by one, and returns the recorded (replicas, partition) sequence.
-async fn roll_one_by_one(
+/// groups as `script` says, and returns the recorded (replicas, partition) sequence.
+async fn roll_scripted(
     ns: &TestNs,
     obj: &serde_json::Value,
     replicas: i32,
+    script: &[Release],
 ) -> anyhow::Result<Vec<(i32, i32)>> {
     let name = obj["metadata"]["name"].as_str().unwrap_or_default();
     let recorder = StsRecorder::start(ns, name).await?;
     apply(ns, &held_image(obj, "vllm:2")).await?;
-    let done = available_with(replicas, replicas);
-    let released =
-        release_groups_one_by_one(ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
-            .await?;
-    let mut sorted = released.clone();
-    sorted.sort();
-    sorted.dedup();
-    assert_eq!(
-        sorted.len(),
-        released.len(),
-        "no group was replaced twice: {released:?}"
-    );
+    release_until(ns, name, &recorder, script, (replicas, replicas)).await?;
     settled_sequence(ns, name, &recorder).await
 }
 
@@ -133,7 +145,14 @@ async fn max_surge_one_rolls_through_five_replicas_then_back_to_four() -> anyhow
             json!({"maxSurge": 1, "maxUnavailable": 1}),
         );
         create_available(&ns, &obj).await?;
-        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        let script = [
+            release(4, Some((5, 2))),
+            release(3, Some((5, 1))),
+            release(2, Some((5, 0))),
+            release(1, Some((4, 0))),
+            release(0, None),
+        ];
+        let seq = roll_scripted(&ns, &obj, 4, &script).await?;
         // (replicas, partition): one surge group from the start, the partition steps down one
         // group per ready group, and the surge group goes once at most one group is unready.
         assert_eq!(
@@ -155,7 +174,16 @@ async fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() -> anyh
         // Surge groups get a Service each, like any group, and lose it when released.
         obj["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
         create_available(&ns, &obj).await?;
-        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        let script = [
+            release(6, Some((7, 2))),
+            release(5, Some((7, 1))),
+            release(4, Some((7, 0))),
+            release(3, Some((6, 0))),
+            release(2, Some((5, 0))),
+            release(1, Some((4, 0))),
+            release(0, None),
+        ];
+        let seq = roll_scripted(&ns, &obj, 4, &script).await?;
         // Upstream bursts to R + (unready - 1) = 7 rather than 8, then releases one surge
         // group per group that becomes ready once the partition is at 0.
         assert_eq!(
@@ -192,7 +220,13 @@ async fn max_unavailable_two_replaces_two_groups_at_a_time_without_surge() -> an
             json!({"maxSurge": 0, "maxUnavailable": 2}),
         );
         create_available(&ns, &obj).await?;
-        let seq = roll_one_by_one(&ns, &obj, 4).await?;
+        let script = [
+            release(3, Some((4, 1))),
+            release(2, Some((4, 0))),
+            release(1, None),
+            release(0, None),
+        ];
+        let seq = roll_scripted(&ns, &obj, 4, &script).await?;
         // Two groups go at once (4 → 2); each ready group frees one slot of the budget.
         assert_eq!(seq, [(4, 0), (4, 4), (4, 2), (4, 1), (4, 0)]);
         all_groups_run(&ns, "u2", 4, "vllm:2").await
@@ -237,19 +271,8 @@ async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> an
             ]),
         )
         .await?;
-        let ready_six_updated = |n: i32| {
-            let available = available_with(6, n);
-            move |l: &LeaderWorkerSet| available(Some(l))
-        };
-        let released = release_groups_one_by_one(
-            &ns,
-            name,
-            SIZE,
-            Duration::from_secs(120),
-            ready_six_updated(2),
-        )
-        .await?;
-        assert_eq!(released, [5, 4]);
+        let script = [release(5, Some((6, 4))), release(4, None)];
+        release_until(&ns, name, &recorder, &script, (6, 2)).await?;
         let new_key = leader_key(&ns, name).await?;
         assert_ne!(new_key, old_key);
         let lws_now = lws_api.get(name).await?;
@@ -309,29 +332,15 @@ async fn user_partition_updates_only_groups_at_or_above_it_until_lowered() -> an
             &with_strategy(updated.clone(), json!({"partition": 2})),
         )
         .await?;
-        let released = release_groups_one_by_one(
-            &ns,
-            name,
-            SIZE,
-            Duration::from_secs(120),
-            ready_six_updated(4),
-        )
-        .await?;
-        assert_eq!(released, [3, 2]);
+        let script = [release(3, Some((6, 2))), release(2, None)];
+        release_until(&ns, name, &recorder, &script, (6, 4)).await?;
         apply(
             &ns,
             &with_strategy(updated.clone(), json!({"partition": 0})),
         )
         .await?;
-        let released = release_groups_one_by_one(
-            &ns,
-            name,
-            SIZE,
-            Duration::from_secs(120),
-            ready_six_updated(6),
-        )
-        .await?;
-        assert_eq!(released, [1, 0]);
+        let script = [release(1, Some((6, 0))), release(0, None)];
+        release_until(&ns, name, &recorder, &script, (6, 6)).await?;
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
             [
@@ -364,11 +373,8 @@ async fn surge_groups_stay_while_a_user_partition_holds_the_update() -> anyhow::
         let updated = held_image(&obj, "vllm:2");
         apply(&ns, &updated).await?;
         // Group 2 and the surge group 3 are updated; the burst stays while partitioned.
-        let held = available_with(4, 2);
-        let released =
-            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(120), |l| held(Some(l)))
-                .await?;
-        assert_eq!(released, [3, 2]);
+        let script = [release(3, None), release(2, None)];
+        release_until(&ns, name, &recorder, &script, (4, 2)).await?;
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
             [(3, 2), (4, 3), (4, 2)]
@@ -388,11 +394,8 @@ async fn surge_groups_stay_while_a_user_partition_holds_the_update() -> anyhow::
             ),
         )
         .await?;
-        let done = available_with(3, 3);
-        let released =
-            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(120), |l| done(Some(l)))
-                .await?;
-        assert_eq!(released, [1, 0]);
+        let script = [release(1, Some((3, 0))), release(0, None)];
+        release_until(&ns, name, &recorder, &script, (3, 3)).await?;
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
             [(3, 2), (4, 3), (4, 2), (4, 0), (3, 0)]
@@ -458,9 +461,15 @@ async fn replicas_raised_with_the_template_surge_above_the_new_count() -> anyhow
         let mut updated = held_image(&obj, "vllm:2");
         updated["spec"]["replicas"] = json!(4);
         apply(&ns, &updated).await?;
-        let done = available_with(4, 4);
-        release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
-            .await?;
+        let script = [
+            release(5, None),
+            release(4, Some((6, 1))),
+            release(3, Some((6, 0))),
+            release(2, Some((5, 0))),
+            release(1, Some((4, 0))),
+            release(0, None),
+        ];
+        release_until(&ns, name, &recorder, &script, (4, 4)).await?;
         // 4 groups plus 2 surge, the partition at the old count; then down as groups get ready.
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
@@ -494,15 +503,13 @@ async fn replicas_lowered_during_an_update_hold_the_partition_then_continue() ->
         }
         updated["spec"]["replicas"] = json!(3);
         apply(&ns, &updated).await?;
-        let done = available_with(3, 3);
-        let released =
-            release_groups_one_by_one(&ns, name, SIZE, Duration::from_secs(180), |l| done(Some(l)))
-                .await?;
-        assert_eq!(
-            released,
-            [2, 1, 0],
-            "group 5, held, went with the scale-down"
-        );
+        // Group 5, held, goes with the scale-down; the update goes on from group 2.
+        let script = [
+            release(2, Some((3, 1))),
+            release(1, Some((3, 0))),
+            release(0, None),
+        ];
+        release_until(&ns, name, &recorder, &script, (3, 3)).await?;
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
             [(6, 0), (6, 6), (6, 5), (3, 3), (3, 2), (3, 1), (3, 0)]

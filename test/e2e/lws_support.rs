@@ -3,7 +3,7 @@
 //! parameters, and a driver that lets held-back groups become ready one at a time.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::BTreeMap,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -315,50 +315,59 @@ async fn ready_groups(ns: &TestNs, name: &str, size: i32) -> anyhow::Result<i32>
         .count() as i32)
 }
 
-/// Lets the groups held back by [`HOLD_GATE`] start, one group at a time, always the highest
-/// group index first (the order a rolling update creates them in): removes the gate from the
-/// group's leader and its workers as they appear, waits until the whole group runs the
-/// leader's revision and is Ready, then waits until the LWS status counts it (the controller
-/// has seen it) before the next group. Returns the groups in release order once no pod is held
-/// and `done` holds.
-pub async fn release_groups_one_by_one(
+/// One step of a scripted rollout: let `group` (held by [`HOLD_GATE`]) start, then wait until
+/// the leader StatefulSet reaches `then` — the (replicas, partition) the update must move to
+/// once that group is ready — or, for `None` (no move due), until the LWS status counts it.
+#[derive(Debug, Clone, Copy)]
+pub struct Release {
+    pub group: i32,
+    pub then: Option<(i32, i32)>,
+}
+
+/// Shorthand for a [`Release`].
+pub fn release(group: i32, then: Option<(i32, i32)>) -> Release {
+    Release { group, then }
+}
+
+/// Runs a scripted rollout: for each step, waits until the group's leader is held (the update
+/// has reached it), removes the gate from the leader and its workers as they appear, waits
+/// until the whole group runs the leader's revision and is Ready, then waits for the
+/// controller's reaction before the next group goes. Groups therefore become ready one at a
+/// time and the controller sees each on its own, which makes the StatefulSet's sequence
+/// deterministic; a controller that does something else fails the wait, naming the sequence
+/// seen so far.
+pub async fn release_in_order(
     ns: &TestNs,
     name: &str,
     size: i32,
-    timeout: Duration,
-    done: impl Fn(&LeaderWorkerSet) -> bool,
-) -> anyhow::Result<Vec<i32>> {
-    let deadline = Instant::now() + timeout;
+    recorder: &StsRecorder,
+    script: &[Release],
+) -> anyhow::Result<()> {
+    let step_timeout = Duration::from_secs(60);
     let lws_api = ns.api::<LeaderWorkerSet>();
     let pod_api = ns.api::<Pod>();
     let ungate = json!([{"op": "remove", "path": "/spec/schedulingGates"}]);
-    let mut released = Vec::new();
-    let late = |what: &str, released: &[i32]| {
-        anyhow::anyhow!("timed out after {timeout:?} {what}; groups released so far: {released:?}")
-    };
-    loop {
-        if Instant::now() > deadline {
-            return Err(late("waiting for held groups or the end", &released));
-        }
-        let lws = lws_api.get(name).await?;
-        let pods = pods_of(ns, name).await?;
-        let held: BTreeSet<i32> = pods
-            .iter()
-            .filter(|p| gated(p))
-            .filter_map(|p| label(p, GROUP_INDEX)?.parse().ok())
-            .collect();
-        let Some(&group) = held.last() else {
-            if done(&lws) {
-                return Ok(released);
+    for (n, step) in script.iter().enumerate() {
+        let group = step.group;
+        let leader_name = format!("{name}-{group}");
+        let deadline = Instant::now() + step_timeout;
+        let late = |what: &str| {
+            anyhow::anyhow!(
+                "step {n} ({step:?}): timed out after {step_timeout:?} {what}; StatefulSet sequence so far: {:?}",
+                recorder.sequence()
+            )
+        };
+        loop {
+            let leader = pod_api.get_opt(&leader_name).await?;
+            if leader.is_some_and(|l| gated(&l) && l.metadata.deletion_timestamp.is_none()) {
+                break;
+            }
+            if Instant::now() > deadline {
+                return Err(late("waiting for the update to reach the group"));
             }
             tokio::time::sleep(POLL).await;
-            continue;
-        };
-        let leader_name = format!("{name}-{group}");
+        }
         loop {
-            if Instant::now() > deadline {
-                return Err(late(&format!("releasing group {group}"), &released));
-            }
             let pods = pods_of(ns, name).await?;
             let members: Vec<&Pod> = pods
                 .iter()
@@ -390,22 +399,28 @@ pub async fn release_groups_one_by_one(
             if whole {
                 break;
             }
+            if Instant::now() > deadline {
+                return Err(late("for the group to be Ready"));
+            }
             tokio::time::sleep(POLL).await;
         }
-        released.push(group);
         loop {
-            if Instant::now() > deadline {
-                return Err(late(
-                    &format!("for the LWS status to count group {group}"),
-                    &released,
-                ));
-            }
-            let lws = lws_api.get(name).await?;
-            let counted = lws.status.as_ref().and_then(|s| s.ready_replicas);
-            if counted == Some(ready_groups(ns, name, size).await?) {
+            let caught_up = match step.then {
+                Some(state) => recorder.sequence().last() == Some(&state),
+                None => {
+                    let lws = lws_api.get(name).await?;
+                    lws.status.as_ref().and_then(|s| s.ready_replicas)
+                        == Some(ready_groups(ns, name, size).await?)
+                }
+            };
+            if caught_up {
                 break;
+            }
+            if Instant::now() > deadline {
+                return Err(late("for the controller to act on the ready group"));
             }
             tokio::time::sleep(POLL).await;
         }
     }
+    Ok(())
 }
