@@ -23,7 +23,7 @@ use serde_json::json;
 
 use crate::{
     harness::{TestNs, wait_for, with_ns},
-    lws_support::{NAME, available_with, create_available, lws, pods_of, uids},
+    lws_support::{NAME, available_with, create_available, lws, pod_ready, pods_of, uids},
 };
 
 /// Polls `check` (an API listing) until it returns true, or fails after `timeout` with `what`
@@ -496,6 +496,75 @@ async fn an_hpa_scales_the_lws_up_to_its_minimum_through_the_scale_subresource()
                 .as_deref()
                 .is_some_and(|r| r.starts_with("Succeeded")),
             "the HPA read and wrote the LWS's scale: {able:?}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+// --- restart policy -----------------------------------------------------------------------
+
+fn replaced_and_ready(old_uid: String) -> impl Fn(Option<&Pod>) -> bool {
+    move |p: Option<&Pod>| {
+        p.is_some_and(|p| p.metadata.uid.as_deref() != Some(old_uid.as_str()) && pod_ready(p))
+    }
+}
+
+#[tokio::test]
+async fn force_deleting_a_worker_still_recreates_its_group() -> anyhow::Result<()> {
+    with_ns("lws-force-delete", |ns| async move {
+        create_available(&ns, &lws("fd", 2, 3, "vllm:1")).await?;
+        let before = uids(&ns, "fd").await?;
+        // Grace period 0: the pod is gone at once, never seen terminating, and its
+        // StatefulSet makes a new one right away. The group must still be recreated whole.
+        ns.api::<Pod>()
+            .delete(
+                "fd-0-1",
+                &DeleteParams {
+                    grace_period_seconds: Some(0),
+                    ..Default::default()
+                },
+            )
+            .await?;
+        for pod in ["fd-0", "fd-0-2"] {
+            wait_for(
+                &ns.api::<Pod>(),
+                pod,
+                Duration::from_secs(60),
+                replaced_and_ready(before[pod].clone()),
+            )
+            .await?;
+        }
+        wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "fd",
+            Duration::from_secs(90),
+            available_with(2, 2),
+        )
+        .await?;
+        let after = uids(&ns, "fd").await?;
+        for pod in ["fd-1", "fd-1-1", "fd-1-2"] {
+            assert_eq!(before[pod], after[pod], "{pod} kept running");
+        }
+        let events = ns
+            .api::<k8s_openapi::api::events::v1::Event>()
+            .list(&ListParams::default())
+            .await?;
+        let notes: Vec<_> = events
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+            .map(|e| (e.note.clone(), e.series.as_ref().map_or(1, |s| s.count)))
+            .collect();
+        assert_eq!(
+            notes,
+            [(
+                Some(
+                    "Worker pod fd-0-1 failed, deleted leader pod fd-0 to recreate group fd".into()
+                ),
+                1
+            )],
+            "one recreation per incident"
         );
         Ok(())
     })
