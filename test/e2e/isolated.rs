@@ -177,6 +177,11 @@ impl ManagerProcess {
         Ok(Self { child, log, pid })
     }
 
+    /// Whether it still runs (has not exited on its own).
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// Sends `signal` (e.g. "TERM", "KILL").
     pub fn signal(&self, signal: &str) -> anyhow::Result<()> {
         let status = std::process::Command::new("kill")

@@ -5,108 +5,20 @@
 use std::time::Duration;
 
 use k8s_openapi::api::{
-    apps::v1::{ControllerRevision, StatefulSet},
+    apps::v1::StatefulSet,
     core::v1::{Pod, Service},
 };
 use kube::api::{ListParams, Patch, PatchParams};
 use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
-use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
-
-const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
-
-pub(crate) fn lws(name: &str, replicas: i32, size: i32, image: &str) -> serde_json::Value {
-    json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": name},
-        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": size,
-            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}}
-    })
-}
-
-pub(crate) async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
-    let name = obj["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    ns.api::<LeaderWorkerSet>()
-        .patch(&name, &PatchParams::apply("e2e-user"), &Patch::Apply(obj))
-        .await?;
-    Ok(())
-}
-
-pub(crate) fn available_with(
-    ready: i32,
-    updated: i32,
-) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
-    move |l: Option<&LeaderWorkerSet>| {
-        let Some(status) = l.and_then(|l| l.status.as_ref()) else {
-            return false;
-        };
-        status.ready_replicas == Some(ready)
-            && status.updated_replicas == Some(updated)
-            && status
-                .conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Available" && c.status == "True")
-            && status.observed_generation == l.and_then(|l| l.metadata.generation)
-    }
-}
-
-/// Applies an LWS and waits until all its groups are updated, ready and reported Available.
-pub(crate) async fn create_available(
-    ns: &TestNs,
-    obj: &serde_json::Value,
-) -> anyhow::Result<LeaderWorkerSet> {
-    apply(ns, obj).await?;
-    let name = obj["metadata"]["name"].as_str().unwrap_or_default();
-    let replicas = obj["spec"]["replicas"].as_i64().unwrap_or(1) as i32;
-    let lws = wait_for(
-        &ns.api(),
-        name,
-        Duration::from_secs(90),
-        available_with(replicas, replicas),
-    )
-    .await?;
-    lws.ok_or_else(|| anyhow::anyhow!("{name} vanished"))
-}
-
-async fn pods_of(ns: &TestNs, name: &str) -> anyhow::Result<Vec<Pod>> {
-    Ok(ns
-        .api::<Pod>()
-        .list(&ListParams::default().labels(&format!("{NAME}={name}")))
-        .await?
-        .items)
-}
-
-/// Names of the ControllerRevisions an LWS controls (StatefulSets keep their own beside them).
-async fn lws_revisions(ns: &TestNs) -> anyhow::Result<Vec<String>> {
-    lws_revisions_in(&ns.api::<ControllerRevision>(), &ListParams::default()).await
-}
-
-/// The same, for any namespace and selector.
-pub(crate) async fn lws_revisions_in(
-    api: &kube::Api<ControllerRevision>,
-    lp: &ListParams,
-) -> anyhow::Result<Vec<String>> {
-    Ok(api
-        .list(lp)
-        .await?
-        .items
-        .into_iter()
-        .filter(|r| {
-            r.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|o| o.kind == "LeaderWorkerSet")
-        })
-        .filter_map(|r| r.metadata.name)
-        .collect())
-}
+use crate::{
+    harness::{TestNs, wait_for, wait_for_all, with_ns},
+    lws_support::{
+        NAME, REVISION, apply, available_with, create_available, lws, lws_revisions, pods_of,
+        settled_pods, wait_for_lws_revisions,
+    },
+};
 
 #[tokio::test]
 async fn lws_becomes_groups_of_ready_pods_with_upstream_objects() -> anyhow::Result<()> {
@@ -219,8 +131,7 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
         )
         .await?;
 
-        let pods = pods_of(&ns, "roll").await?;
-        assert_eq!(pods.len(), 6);
+        let pods = settled_pods(&ns, "roll", 6).await?;
         for pod in &pods {
             let image = pod
                 .spec
@@ -262,7 +173,7 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
             .labels
             .unwrap_or_default()[REVISION]
             .clone();
-        assert_eq!(lws_revisions(&ns).await?, [format!("roll-{new_key}-2")]);
+        wait_for_lws_revisions(&ns, "roll", &[format!("roll-{new_key}-2")]).await?;
         Ok(())
     })
     .await

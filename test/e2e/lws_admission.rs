@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::{
     harness::{TestNs, wait_for, with_ns},
-    lws::{apply, create_available, lws},
+    lws_support::{apply, create_available, lws},
 };
 
 fn failure(reason: &'static str) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {

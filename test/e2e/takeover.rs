@@ -20,7 +20,7 @@ use serde_json::json;
 use crate::{
     harness::{wait_for, wait_for_all},
     isolated::{IsolatedCluster, ManagerProcess},
-    lws::lws_revisions_in,
+    lws_support::lws_revisions_in,
     upstream::upstream_script,
 };
 
