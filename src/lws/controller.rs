@@ -6,16 +6,11 @@
 //! Every event maps to its LWS, and one reconcile per LWS handles what upstream splits over an
 //! LWS reconciler and a per-pod reconciler: the leader StatefulSet, the revisions, one worker
 //! StatefulSet per leader pod, Services, group restarts and status. Nothing is kept in memory
-//! between reconciles but the worker pods seen going away that no reconcile has looked at yet
-//! (`Departures`); a restart recomputes everything else from the cluster.
+//! between reconciles; a restart recomputes everything from the cluster.
 
-use std::{
-    collections::BTreeMap,
-    sync::{Arc, Mutex},
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use futures::{StreamExt, TryStreamExt};
+use futures::StreamExt;
 use k8s_openapi::{
     api::{
         apps::v1::{ControllerRevision, StatefulSet},
@@ -116,69 +111,6 @@ pub struct Context {
     client: Client,
     stores: Stores,
     recorder: Recorder,
-    departures: Departures,
-}
-
-/// Worker pods seen going away (terminating, or deleted), per LWS `(namespace, name)`, until
-/// a reconcile of that LWS has looked at them. The stores only show the present: a pod
-/// deleted with no grace period, or deleted and replaced by its StatefulSet between two
-/// reconciles, would otherwise never be seen terminating and its group never recreated.
-#[derive(Default, Clone)]
-struct Departures(Arc<Mutex<DepartedPods>>);
-
-/// `(namespace, LWS name)` → (first seen, pod).
-type DepartedPods = BTreeMap<(String, String), Vec<(Instant, Arc<Pod>)>>;
-
-/// How long an unclaimed departure is kept (e.g. for an LWS deleted meanwhile).
-const DEPARTURE_TTL: Duration = Duration::from_secs(300);
-
-impl Departures {
-    fn record(&self, event: &watcher::Event<Pod>) {
-        let pod = match event {
-            watcher::Event::Delete(pod) => pod,
-            watcher::Event::Apply(pod) if pod.metadata.deletion_timestamp.is_some() => pod,
-            _ => return,
-        };
-        // A leader going away takes its group with it; only workers need remembering.
-        if pod
-            .labels()
-            .get(labels::WORKER_INDEX)
-            .is_none_or(|w| w == "0")
-        {
-            return;
-        }
-        let (Some(ns), Some(lws)) = (pod.namespace(), pod.labels().get(labels::NAME)) else {
-            return;
-        };
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.retain(|_, pods| {
-            pods.retain(|(seen, _)| seen.elapsed() < DEPARTURE_TTL);
-            !pods.is_empty()
-        });
-        let pods = map.entry((ns, lws.clone())).or_default();
-        if !pods.iter().any(|(_, p)| p.uid() == pod.uid()) {
-            pods.push((Instant::now(), Arc::new(pod.clone())));
-        }
-    }
-
-    fn of(&self, ns: &str, name: &str) -> Vec<Arc<Pod>> {
-        let map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(ns.to_string(), name.to_string()))
-            .map(|pods| pods.iter().map(|(_, p)| p.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    /// Forgets the given pods once a reconcile has handled them.
-    fn handled(&self, ns: &str, name: &str, pods: &[Arc<Pod>]) {
-        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (ns.to_string(), name.to_string());
-        if let Some(left) = map.get_mut(&key) {
-            left.retain(|(_, p)| !pods.iter().any(|h| h.uid() == p.uid()));
-            if left.is_empty() {
-                map.remove(&key);
-            }
-        }
-    }
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -191,17 +123,7 @@ pub async fn run(
     let (statefulsets, sts_writer) = reflector::store();
     let (services, svc_writer) = reflector::store();
     let (revisions, rev_writer) = reflector::store();
-    let departures = Departures::default();
-    let pod_stream = reflector::reflector(
-        pod_writer,
-        watcher::watcher(Api::<Pod>::all(client.clone()), owned.clone()),
-    )
-    .default_backoff()
-    .inspect_ok({
-        let departures = departures.clone();
-        move |event| departures.record(event)
-    })
-    .touched_objects();
+    let pod_stream = watcher(Api::<Pod>::all(client.clone()), owned.clone(), pod_writer);
     let sts_stream = watcher(
         Api::<StatefulSet>::all(client.clone()),
         owned.clone(),
@@ -233,7 +155,6 @@ pub async fn run(
                 instance: std::env::var("POD_NAME").ok(),
             },
         ),
-        departures,
     });
     let lws_api = Api::<LeaderWorkerSet>::all(client);
     Controller::new(lws_api, WatchConfig::default())
@@ -710,7 +631,6 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
             Err(err) => return Err(err),
         }
     }
-    let departed = ctx.departures.of(&ns, &name);
     if lws
         .spec
         .leader_worker_template
@@ -718,9 +638,8 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         .unwrap_or_default()
         == RestartPolicy::RecreateGroupOnPodRestart
     {
-        recreate_restarted_groups(&ctx, &lws, &observed, &departed).await?;
+        recreate_restarted_groups(&ctx, &lws, &observed).await?;
     }
-    ctx.departures.handled(&ns, &name, &departed);
 
     // --- status ---------------------------------------------------------------------------
     let observed_groups: Vec<status::ObservedGroup> = observed
@@ -1008,17 +927,10 @@ async fn recreate_restarted_groups(
     ctx: &Context,
     lws: &LeaderWorkerSet,
     observed: &Observed,
-    departed: &[Arc<Pod>],
 ) -> Result<(), Error> {
     let name = lws.name_any();
     let mut recreated = Vec::new();
-    // Pods going away now, plus workers already gone that no reconcile has looked at yet.
-    let incidents = observed
-        .pods
-        .iter()
-        .filter(|p| pod_restarted_or_deleted(p))
-        .chain(departed);
-    for pod in incidents {
+    for pod in observed.pods.iter().filter(|p| pod_restarted_or_deleted(p)) {
         let is_leader = pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
         let leader_name = if is_leader {
             pod.name_any()
@@ -1119,56 +1031,5 @@ async fn create_if_absent(
             action: format!("creating ControllerRevision {}", rev.name_any()),
             source,
         }),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn pod(name: &str, uid: &str, worker_index: &str, terminating: bool) -> Pod {
-        let mut pod: Pod = serde_json::from_value(json!({"metadata": {
-            "name": name, "namespace": "ns", "uid": uid,
-            "labels": {labels::NAME: "lws", labels::WORKER_INDEX: worker_index}
-        }}))
-        .unwrap();
-        if terminating {
-            pod.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
-        }
-        pod
-    }
-
-    fn uids(pods: &[Arc<Pod>]) -> Vec<String> {
-        pods.iter().filter_map(|p| p.uid()).collect()
-    }
-
-    #[test]
-    fn departures_remember_workers_going_away_until_handled() {
-        let d = Departures::default();
-        d.record(&watcher::Event::Apply(pod("lws-0-1", "a", "1", false)));
-        d.record(&watcher::Event::Apply(pod("lws-0", "b", "0", true)));
-        assert!(
-            d.of("ns", "lws").is_empty(),
-            "live workers and leaders are not departures"
-        );
-
-        d.record(&watcher::Event::Apply(pod("lws-0-1", "a", "1", true)));
-        d.record(&watcher::Event::Delete(pod("lws-0-1", "a", "1", true)));
-        d.record(&watcher::Event::Delete(pod("lws-1-2", "c", "2", false)));
-        let seen = d.of("ns", "lws");
-        assert_eq!(
-            uids(&seen),
-            ["a", "c"],
-            "one entry per pod, force-deleted ones included"
-        );
-
-        d.record(&watcher::Event::Delete(pod("lws-1-1", "e", "1", false)));
-        d.handled("ns", "lws", &seen);
-        assert_eq!(
-            uids(&d.of("ns", "lws")),
-            ["e"],
-            "only what a reconcile saw is forgotten"
-        );
-        assert!(d.of("ns", "other").is_empty());
     }
 }
