@@ -151,8 +151,9 @@ fn claim_templates(lws: &LeaderWorkerSet, namespace: &str) -> Option<Vec<Persist
 /// The leader StatefulSet `<lws>` for revision `key` at the given partition and replicas.
 ///
 /// `maxUnavailable` is `max(1, maxUnavailable + maxSurge)` scaled against replicas (upstream's
-/// post-0.8 fix #781): v0.8 passed `maxUnavailable` through, which Kubernetes ≥ 1.35 rejects
-/// when it is 0 (MaxUnavailableStatefulSet is on by default there).
+/// post-0.8 fix #781): v0.8 passed `maxUnavailable` through, which an API server with the
+/// MaxUnavailableStatefulSet gate on rejects when it is 0. (The gate is beta but off by default
+/// in 1.35 and 1.36, where the API server drops the field.)
 pub fn leader_statefulset(
     lws: &LeaderWorkerSet,
     key: &str,

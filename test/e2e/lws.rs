@@ -255,8 +255,33 @@ async fn deleting_a_worker_recreates_its_whole_group_and_only_that_group() -> an
         create_available(&ns, &lws("rs", 2, 3, "vllm:1")).await?;
         let before = uids(&ns, "rs").await?;
 
-        ns.api::<Pod>()
-            .delete("rs-0-1", &Default::default())
+        // A finalizer keeps the deleted worker Terminating for a while, as a real kubelet does
+        // (KWOK would finish termination in milliseconds, possibly between two reconciles).
+        let pods = ns.api::<Pod>();
+        let hold = |finalizers: serde_json::Value| {
+            Patch::Merge(json!({"metadata": {"finalizers": finalizers}}))
+        };
+        pods.patch(
+            "rs-0-1",
+            &PatchParams::default(),
+            &hold(json!(["lws-rollout.test/hold"])),
+        )
+        .await?;
+        pods.delete("rs-0-1", &Default::default()).await?;
+        let leader_uid = before["rs-0"].clone();
+        wait_for(
+            &pods,
+            "rs-0",
+            Duration::from_secs(60),
+            move |p: Option<&Pod>| {
+                p.is_none_or(|p| {
+                    p.metadata.deletion_timestamp.is_some()
+                        || p.metadata.uid.as_deref() != Some(leader_uid.as_str())
+                })
+            },
+        )
+        .await?;
+        pods.patch("rs-0-1", &PatchParams::default(), &hold(json!(null)))
             .await?;
         // The leader of group 0 is replaced (foreground delete takes its workers with it)…
         for pod in ["rs-0", "rs-0-1", "rs-0-2"] {
