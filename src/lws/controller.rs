@@ -8,7 +8,11 @@
 //! StatefulSet per leader pod, Services, group restarts and status. Nothing is kept in memory
 //! between reconciles; a restart recomputes everything from the cluster.
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
 
 use futures::StreamExt;
 use k8s_openapi::{
@@ -92,6 +96,50 @@ pub struct Context {
     client: Client,
     stores: Stores,
     recorder: Recorder,
+    /// Per LWS (namespace, name): the leader StatefulSet apply last accepted — a hash of the
+    /// apply body and the StatefulSet's uid and generation afterwards — so an unchanged apply
+    /// is not re-sent on every pod event (see [`LeaderApplies`]).
+    leader_applies: LeaderApplies,
+}
+
+/// Leader StatefulSet applies already accepted by the API server. Re-applying the same body
+/// is a server-side no-op, but it was one API write per reconcile and most of the
+/// controller's CPU under load (docs/performance.md). A body is sent again when it changes,
+/// when the StatefulSet was recreated (uid) or its spec changed since (generation), and after
+/// a restart (the map is in memory only).
+#[derive(Default)]
+struct LeaderApplies(Mutex<HashMap<(String, String), (u64, String, i64)>>);
+
+impl LeaderApplies {
+    fn hash(body: &impl serde::Serialize) -> u64 {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_vec(body).unwrap_or_default().hash(&mut h);
+        h.finish()
+    }
+
+    fn unchanged(&self, key: &(String, String), body: u64, observed: Option<&StatefulSet>) -> bool {
+        let Some(sts) = observed else { return false };
+        self.0
+            .lock()
+            .expect("leader applies")
+            .get(key)
+            .is_some_and(|(h, uid, generation)| {
+                *h == body
+                    && sts.metadata.uid.as_deref() == Some(uid.as_str())
+                    && sts.metadata.generation == Some(*generation)
+            })
+    }
+
+    fn record(&self, key: (String, String), body: u64, applied: &StatefulSet) {
+        if let (Some(uid), Some(generation)) = (&applied.metadata.uid, applied.metadata.generation)
+        {
+            self.0
+                .lock()
+                .expect("leader applies")
+                .insert(key, (body, uid.clone(), generation));
+        }
+    }
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -136,6 +184,7 @@ pub async fn run(
                 instance: std::env::var("POD_NAME").ok(),
             },
         ),
+        leader_applies: LeaderApplies::default(),
     });
     let lws_api = Api::<LeaderWorkerSet>::all(client);
     Controller::new(lws_api, WatchConfig::default())
@@ -482,15 +531,25 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         sts_max_unavailable,
     );
     let sts_api = Api::<StatefulSet>::namespaced(client.clone(), &ns);
-    if let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
-        if observed.leader_sts.is_none() {
-            ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
-                .await;
+    let apply_key = (ns.clone(), name.clone());
+    let body = LeaderApplies::hash(&desired);
+    if !ctx
+        .leader_applies
+        .unchanged(&apply_key, body, observed.leader_sts.as_deref())
+    {
+        match sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
+            Ok(applied) => ctx.leader_applies.record(apply_key, body, &applied),
+            Err(source) => {
+                if observed.leader_sts.is_none() {
+                    ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
+                        .await;
+                }
+                return Err(Error::Api {
+                    action: format!("applying leader StatefulSet {name}"),
+                    source,
+                });
+            }
         }
-        return Err(Error::Api {
-            action: format!("applying leader StatefulSet {name}"),
-            source,
-        });
     }
     match leader_sts {
         None => {
