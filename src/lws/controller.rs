@@ -108,7 +108,12 @@ pub struct Context {
 /// when the StatefulSet was recreated (uid) or its spec changed since (generation), and after
 /// a restart (the map is in memory only).
 #[derive(Default)]
-struct LeaderApplies(Mutex<HashMap<(String, String), (u64, String, i64)>>);
+struct LeaderApplies(Mutex<HashMap<LwsKey, AppliedLeader>>);
+
+/// (namespace, name) of an LWS.
+type LwsKey = (String, String);
+/// (hash of the apply body, StatefulSet uid, generation after the apply).
+type AppliedLeader = (u64, String, i64);
 
 impl LeaderApplies {
     fn hash(body: &impl serde::Serialize) -> u64 {
