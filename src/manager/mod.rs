@@ -98,12 +98,28 @@ pub enum Error {
     },
 }
 
+/// The user agent of every request (kube-rs sends none), so the API server's audit log can tell
+/// the manager's requests apart.
+pub const USER_AGENT: &str = concat!("lws-rollout/", env!("CARGO_PKG_VERSION"));
+
+/// A client from KUBECONFIG or the in-cluster config, sending [`USER_AGENT`].
+async fn client() -> Result<Client, kube::Error> {
+    let mut config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    config.headers.push((
+        "user-agent".parse().expect("valid header name"),
+        USER_AGENT.parse().expect("valid header value"),
+    ));
+    Client::try_from(config)
+}
+
 /// Runs the manager until `shutdown` completes.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let client = Client::try_default().await.map_err(Error::Client)?;
+    let client = client().await.map_err(Error::Client)?;
     let version = client
         .apiserver_version()
         .await

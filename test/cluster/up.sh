@@ -36,12 +36,14 @@ trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster start failed; logs in $STATE/l
 
 # --- free ports ---------------------------------------------------------------------------
 # A port is taken when something accepts on it; taken ports are skipped. We also avoid
-# handing out the same port twice within this run.
+# handing out the same port twice within this run. Ports come from 20000-31999, below Linux's
+# ephemeral range (32768+), where a client connection could take a probed port before the
+# server binds it (seen once with concurrent test clusters).
 USED_PORTS=" "
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((20000 + RANDOM % 12000))
     case "$USED_PORTS" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       USED_PORTS="$USED_PORTS$p "

@@ -51,6 +51,18 @@ impl IsolatedCluster {
     /// Starts a cluster in a fresh temporary directory named after `name` and installs our CRDs.
     /// `env` is passed to `up.sh` (e.g. `LWS_CLUSTER_NODE_PODS`).
     pub async fn start(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        match Self::start_once(name, env).await {
+            // Free ports are probed, then bound: a concurrent cluster can take one in between.
+            // The failed attempt has been stopped (Drop); one more try with fresh ports.
+            Err(err) if format!("{err:#}").contains("up.sh") => {
+                eprintln!("isolated cluster {name}: retrying once after: {err:#}");
+                Self::start_once(name, env).await
+            }
+            other => other,
+        }
+    }
+
+    async fn start_once(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
         let bin_dir = bin_dir()?;
         let dir = std::env::temp_dir().join(format!(
             "lws-e2e-cluster-{name}-{}-{:x}",

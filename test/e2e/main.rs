@@ -7,6 +7,7 @@
 mod harness;
 mod isolated;
 
+mod bench;
 mod cluster;
 mod crds;
 mod failover;

@@ -47,7 +47,7 @@ USED_PORTS=" "
 free_port() {
   local p
   for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 30000))
+    p=$((20000 + RANDOM % 12000))
     case "$USED_PORTS" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       USED_PORTS="$USED_PORTS$p "; echo "$p"; return 0

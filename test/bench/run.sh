@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The benchmark: our LWS controller and the upstream LWS v0.8.0 controller, one after the other,
+# each alone on a fresh local control plane, same scenarios, one table (docs/performance.md).
+#
+#   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream
+#
+# Builds what it needs (our manager and the driver in release mode, the control plane and the
+# upstream manager from pinned Go modules, cached under ~/.cache/lws-rollout), then runs
+# target/release/lws-bench. Every process it starts is recorded and stopped on every exit path.
+# Output: the Markdown table on stdout; JSON and each side's logs under target/bench/.
+set -euo pipefail
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$REPO"
+. test/cluster/lib.sh
+command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 (rustup) to build lws-rollout"
+
+BIN=$(test/cluster/build.sh)
+UPSTREAM_BIN=$(test/upstream/build.sh)
+log "building lws-rollout and lws-bench (release)"
+cargo build --release --locked --bin lws-rollout --bin lws-bench
+
+OUT="$REPO/target/bench"
+STATE="$OUT/state"
+mkdir -p "$OUT"
+cleanup() {
+  rc=$?
+  for d in "$STATE"/*/; do
+    [ -d "$d/pids" ] && test/cluster/down.sh "$d" --keep-logs
+  done
+  [ $rc -eq 0 ] || echo "benchmark failed; logs under $STATE/*/logs" >&2
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+log "running the benchmark (logs and JSON under $OUT)"
+target/release/lws-bench --manager-bin target/release/lws-rollout --upstream-bin "$UPSTREAM_BIN" \
+  --bin-dir "$BIN" --state-root "$STATE" --json "$OUT/results.json" --keep-logs "$@" | tee "$OUT/table.md"

@@ -1,0 +1,115 @@
+//! The benchmark harness works (`lws-bench`, run at full size by `test/bench/run.sh`): a tiny
+//! run against both controllers, each on a cluster of its own, yields every figure. It asserts
+//! the harness — never a speed.
+
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+
+use crate::{
+    isolated::{bin_dir, repo},
+    upstream::UPSTREAM_BIN_ENV,
+};
+
+#[tokio::test]
+async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow::Result<()> {
+    let upstream = std::env::var(UPSTREAM_BIN_ENV).with_context(|| {
+        format!("{UPSTREAM_BIN_ENV} is not set: run the e2e tests with test/run-tests.sh")
+    })?;
+    let state = std::env::temp_dir().join(format!("lws-e2e-bench-{}", std::process::id()));
+    let json_path = state.join("results.json");
+    std::fs::create_dir_all(&state)?;
+    let (lws, groups, size, noise) = (3usize, 2usize, 2usize, 40usize);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-bench"))
+        .args([
+            format!("--lws={lws}"),
+            format!("--groups={groups}"),
+            format!("--size={size}"),
+            format!("--noise-pods={noise}"),
+            "--settle=1".into(),
+            "--timeout=90".into(),
+        ])
+        .arg("--manager-bin")
+        .arg(env!("CARGO_BIN_EXE_lws-rollout"))
+        .arg("--upstream-bin")
+        .arg(upstream)
+        .arg("--bin-dir")
+        .arg(bin_dir()?)
+        .arg("--state-root")
+        .arg(&state)
+        .arg("--repo")
+        .arg(repo())
+        .arg("--json")
+        .arg(&json_path)
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output()
+        .await?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success() {
+        bail!("lws-bench failed:\n{stderr}");
+    }
+    let table = String::from_utf8_lossy(&out.stdout);
+    for row in [
+        "S1 time until all Available",
+        "S1 controller CPU",
+        "S2 API requests by the controller",
+        "S3 idle RSS after the unrelated pods",
+        "S4 pod mutating webhook p99",
+    ] {
+        assert!(table.contains(row), "table has {row:?}:\n{table}");
+    }
+
+    let results: Value = serde_json::from_str(&std::fs::read_to_string(&json_path)?)?;
+    let sides = results["results"].as_array().context("results")?;
+    assert_eq!(sides.len(), 2, "{results:#}");
+    for (r, side, agent) in [
+        (&sides[0], "ours", "lws-rollout/"),
+        (&sides[1], "upstream", "lws/v0.8.0"),
+    ] {
+        assert_eq!(r["side"], side);
+        let f = |k: &str| r[k].as_f64().unwrap_or(-1.0);
+        for k in [
+            "idle_rss_mib",
+            "s1_available_s",
+            "s1_peak_rss_mib",
+            "s2_updated_s",
+            "s3_rss_after_mib",
+        ] {
+            assert!(f(k) > 0.0, "{side}: {k} measured: {r:#}");
+        }
+        assert!(f("s1_cpu_s") >= 0.0 && f("s2_cpu_s") >= 0.0, "{r:#}");
+        // Every LWS and every group got its latencies measured.
+        assert_eq!(r["s1_lws_to_leader_sts"]["n"], lws, "{side}: {r:#}");
+        assert_eq!(r["s1_leader_pod_to_worker_sts"]["n"], lws * groups, "{r:#}");
+        assert_eq!(r["s1_pods_ready_to_available"]["n"], lws, "{r:#}");
+        // Requests are the controller's own (its user agent), counted from the audit log.
+        for s in ["s1_requests", "s2_requests"] {
+            assert!(r[s]["total"].as_u64().unwrap_or(0) > 0, "{side} {s}: {r:#}");
+            let agents = r[s]["user_agents"].as_array().context("agents")?;
+            assert!(
+                agents
+                    .iter()
+                    .all(|a| a.as_str().unwrap_or_default().starts_with(agent)),
+                "{side} {s}: only the controller's requests are counted: {agents:?}"
+            );
+        }
+        // Its pod webhook was called for every pod created (S1 + S2), at least.
+        let calls = r["s4_mutating"]["calls"].as_f64().unwrap_or(0.0);
+        assert!(
+            calls >= (2 * lws * groups * size) as f64,
+            "{side}: webhook calls {calls}: {r:#}"
+        );
+        assert!(r["s4_mutating"]["p99_ms"].as_f64().is_some(), "{r:#}");
+    }
+    // Each side's cluster stopped: no recorded processes left.
+    for side in ["ours", "upstream"] {
+        assert!(
+            !state.join(side).join("pids").exists(),
+            "{side}'s cluster was stopped"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&state);
+    Ok(())
+}
