@@ -193,7 +193,12 @@ where
         + Sync
         + 'static,
 {
-    reflector::reflector(writer, watcher::watcher(api, config))
+    // managedFields are never read here and are often the largest part of a pod or
+    // StatefulSet: dropped before the store keeps the object.
+    let objects = watcher::watcher(api, config).modify(|obj| {
+        obj.meta_mut().managed_fields = None;
+    });
+    reflector::reflector(writer, objects)
         .default_backoff()
         .touched_objects()
 }
