@@ -20,7 +20,7 @@ use k8s_openapi::{
 };
 use kube::{
     Api, Client, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams, PropagationPolicy},
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy},
     runtime::{
         Controller, WatchStreamExt,
         controller::{Action, Config as ControllerConfig},
@@ -886,6 +886,23 @@ async fn reconcile_group(
             Some((topology.clone(), value))
         }
     };
+    // The worker StatefulSet is owned by the leader pod's uid and runs the leader's revision:
+    // both must be the live leader's. The pod and StatefulSet watches are separate streams, so
+    // the cache can show a leader that was already replaced (same name, new uid) next to the
+    // deletion of its worker StatefulSet; a StatefulSet made for it would be garbage-collected
+    // at once and its workers with it.
+    let pods = Api::<Pod>::namespaced(ctx.client.clone(), &ns);
+    match pods
+        .get_opt(&leader_name)
+        .await
+        .map_err(api_err(format!("reading leader pod {leader_name}")))?
+    {
+        Some(live)
+            if live.metadata.uid == leader.metadata.uid
+                && live.metadata.deletion_timestamp.is_none() => {}
+        // Its successor's own events bring us back.
+        _ => return Ok(None),
+    }
     let template = objects::revision_worker_template(rev)?;
     let sts = objects::worker_statefulset(lws, leader, index, &key, template, node_selector);
     // Created once, never updated: a group changes template only by being recreated.
@@ -975,8 +992,14 @@ async fn recreate_restarted_groups(
         if !is_leader && !worker_of_current_group(pod, leader, observed) {
             continue;
         }
+        // Only the leader incarnation this decision was made on: with a cache a moment behind,
+        // the pod of that name may already be its successor, which must not be taken down.
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Foreground),
+            preconditions: Some(Preconditions {
+                uid: leader.metadata.uid.clone(),
+                resource_version: None,
+            }),
             ..Default::default()
         };
         match Api::<Pod>::namespaced(ctx.client.clone(), &pod.namespace().unwrap_or_default())
@@ -984,7 +1007,8 @@ async fn recreate_restarted_groups(
             .await
         {
             Ok(_) => {}
-            Err(err) if has_code(&err, 404) => {}
+            // Gone, or replaced by a newer incarnation (uid precondition): nothing to recreate.
+            Err(err) if has_code(&err, 404) || has_code(&err, 409) => continue,
             Err(source) => {
                 return Err(Error::Api {
                     action: format!("deleting leader pod {leader_name}"),
