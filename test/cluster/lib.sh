@@ -46,3 +46,21 @@ install_crds() {
     sleep 0.5
   done
 }
+
+# Free loopback ports for one script run. A port is taken when something accepts on it; taken ports are skipped. We also avoid
+# handing out the same port twice within this run. Ports come from 20000-31999, below Linux's
+# ephemeral range (32768+), where a client connection could take a probed port before the
+# server binds it (seen once with concurrent test clusters).
+USED_PORTS=" "
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 12000))
+    case "$USED_PORTS" in *" $p "*) continue ;; esac
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      USED_PORTS="$USED_PORTS$p "
+      echo "$p"; return 0
+    fi
+  done
+  die "no free loopback port found after 200 tries"
+}

@@ -34,24 +34,7 @@ export PATH="$BIN:$PATH"
 # On any failure, stop what was already started so no process leaks.
 trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster start failed; logs in $STATE/logs" >&2; "$CLUSTER_DIR/down.sh" "$STATE" --keep-logs >/dev/null 2>&1 || true; fi' EXIT
 
-# --- free ports ---------------------------------------------------------------------------
-# A port is taken when something accepts on it; taken ports are skipped. We also avoid
-# handing out the same port twice within this run. Ports come from 20000-31999, below Linux's
-# ephemeral range (32768+), where a client connection could take a probed port before the
-# server binds it (seen once with concurrent test clusters).
-USED_PORTS=" "
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    case "$USED_PORTS" in *" $p "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      USED_PORTS="$USED_PORTS$p "
-      echo "$p"; return 0
-    fi
-  done
-  die "no free loopback port found after 200 tries"
-}
+# --- free ports (free_port: lib.sh) ---------------------------------------------------------
 ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
 KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
 

@@ -13,10 +13,10 @@ use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, wait_for, wait_for_all, with_ns},
+    harness::{wait_for, wait_for_all, with_ns},
     lws_support::{
         NAME, REVISION, apply, available_with, create_available, lws, lws_revisions, pods_of,
-        settled_pods, wait_for_lws_revisions,
+        settled_pods, uids, wait_for_lws_revisions,
     },
 };
 
@@ -219,22 +219,6 @@ async fn scale_subresource_scales_groups_down_to_zero_and_back() -> anyhow::Resu
         Ok(())
     })
     .await
-}
-
-async fn uids(
-    ns: &TestNs,
-    name: &str,
-) -> anyhow::Result<std::collections::BTreeMap<String, String>> {
-    Ok(pods_of(ns, name)
-        .await?
-        .into_iter()
-        .map(|p| {
-            (
-                p.metadata.name.unwrap_or_default(),
-                p.metadata.uid.unwrap_or_default(),
-            )
-        })
-        .collect())
 }
 
 fn pod_replaced_and_ready(old_uid: String) -> impl Fn(Option<&Pod>) -> bool {

@@ -43,18 +43,10 @@ W="$STATE/lws-upstream"
 rm -rf "$W"
 mkdir -p "$W/certs" "$STATE/logs" "$STATE/pids"
 
-USED_PORTS=" "
-free_port() {
-  local p
-  for _ in $(seq 1 200); do
-    p=$((20000 + RANDOM % 12000))
-    case "$USED_PORTS" in *" $p "*) continue ;; esac
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-      USED_PORTS="$USED_PORTS$p "; echo "$p"; return 0
-    fi
-  done
-  die "no free loopback port found after 200 tries"
-}
+# free_port: test/cluster/lib.sh (ports below the ephemeral range).
+. "$HERE/../cluster/lib.sh"
+die() { echo "lws-rollout upstream: $*" >&2; exit 1; }
+log() { echo "[upstream $(date +%H:%M:%S)] $*" >&2; }
 WEBHOOK_PORT=$(free_port); METRICS_PORT=$(free_port); HEALTH_PORT=$(free_port)
 
 # --- serving certificate for 127.0.0.1, signed by a CA of its own ----------------------------
