@@ -12,14 +12,15 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use anyhow::Context;
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
 use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, wait_for, with_ns},
+    harness::{TestNs, wait_for, wait_for_all, with_ns},
     lws_support::{
-        GROUP_INDEX, REVISION, Release, StsRecorder, apply, available_with, create_available,
+        GROUP_INDEX, NAME, REVISION, Release, StsRecorder, apply, available_with, create_available,
         held_image, image, label, leader_key, lws, lws_revisions, lws_revisions_when, pods_of,
         release, release_in_order, rolling_params, settled_pods, uids, wait_for_names,
     },
@@ -410,18 +411,14 @@ async fn a_template_change_during_an_update_rolls_every_group_to_the_latest() ->
         create_available(&ns, &obj).await?;
         // vllm:2 starts on the top group and is held there, unready…
         apply(&ns, &held_image(&obj, "vllm:2")).await?;
-        let start = std::time::Instant::now();
-        while !pods_of(&ns, name)
-            .await?
-            .iter()
-            .any(|p| image(p) == "vllm:2")
-        {
-            anyhow::ensure!(
-                start.elapsed() < Duration::from_secs(30),
-                "no vllm:2 pod after 30s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait_for_all(
+            &ns.api::<Pod>(),
+            &format!("{NAME}={name}"),
+            Duration::from_secs(30),
+            |pods| pods.iter().any(|p| image(p) == "vllm:2"),
+        )
+        .await
+        .context("a vllm:2 pod")?;
         // …when vllm:3 replaces it: every group, the held one included, ends on vllm:3.
         apply(&ns, &lws(name, 3, SIZE, "vllm:3")).await?;
         wait_for(

@@ -213,26 +213,24 @@ pub async fn settled_pods(ns: &TestNs, name: &str, count: usize) -> anyhow::Resu
 /// after `timeout` with the names last seen.
 pub async fn wait_for_names<K>(api: &Api<K>, timeout: Duration, want: &[&str]) -> anyhow::Result<()>
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
-    let start = Instant::now();
-    loop {
-        let mut names: Vec<String> = api
-            .list(&ListParams::default())
-            .await?
-            .items
+    wait_for_all(api, "", timeout, |objects| {
+        let mut names: Vec<String> = objects
             .iter()
             .filter_map(|o| o.meta().name.clone())
             .collect();
         names.sort();
-        if names == want {
-            return Ok(());
-        }
-        if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for exactly {want:?}; have {names:?}");
-        }
-        tokio::time::sleep(POLL).await;
-    }
+        names == want
+    })
+    .await?;
+    Ok(())
 }
 
 /// The revision key the leader StatefulSet carries.
