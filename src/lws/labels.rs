@@ -1,5 +1,5 @@
 //! Label, annotation and field-manager names, exactly upstream LWS's (see
-//! `../shared/docs/lws-upstream.md` §2.6): tools and users select on them.
+//! docs/lws.md): tools and users select on them.
 
 /// LWS name, on every object the controller makes.
 pub const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
@@ -42,3 +42,15 @@ pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 /// Field manager of every write the LWS controller makes. Upstream's name, so that taking over
 /// from the upstream controller re-applies the same managed fields instead of conflicting.
 pub const FIELD_MANAGER: &str = "lws";
+
+/// Annotation on an LWS held by a Rollout: the revision key its groups must stay on while the
+/// new template runs in the Rollout's canary LWS. Set by our LWS webhook in the same admission
+/// as the template change, removed by the Rollout controller to release the LWS. Kruise's key
+/// for the stable revision (a label on Deployments there).
+pub const HELD_REVISION: &str = "rollouts.kruise.io/stable-revision";
+
+/// Annotation on a worker StatefulSet (ours, not upstream's): the uids of the worker pods of
+/// this group incarnation, in ordinal order, recorded once all of them exist. A worker that
+/// goes away — however fast, even without ever being seen terminating — is then missing from
+/// the pods the StatefulSet has, and its group is rebuilt.
+pub const WORKER_ROSTER: &str = "lws-rollout.io/worker-uids";

@@ -1,15 +1,22 @@
 //! The LeaderWorkerSet group controller: a drop-in for upstream LWS v0.8.
 //!
-//! `controller` observes and applies; everything it decides comes from the pure modules:
-//! `revision` (the template hash, byte-identical to upstream, on `gojson` and `quantity`),
-//! `rolling` (partition and surge), `objects` (what to create) and `status` (conditions).
+//! The reconcile (`controller`) runs the same steps as every controller of this crate:
+//! `observe` (the caches) → `deref` (the few fresh reads) → `plan` (pure: every decision) →
+//! `apply` (the only writes) → status. The plan builds on pure helpers: `revision` (the
+//! template hash, byte-identical to upstream, on `gojson` and `quantity`), `rolling` (partition
+//! and surge), `objects` (what to create) and `status` (counters and conditions).
+//! `admission` and `pod_defaults` are what the webhooks apply.
 
 pub mod admission;
-pub mod applied;
+pub mod apply;
 pub mod controller;
+pub mod deref;
+pub mod error;
 pub mod gojson;
 pub mod labels;
 pub mod objects;
+pub mod observe;
+pub mod plan;
 pub mod pod_defaults;
 pub mod quantity;
 pub mod revision;

@@ -243,16 +243,17 @@ pub fn shared_headless_service(lws: &LeaderWorkerSet) -> Service {
     )
 }
 
-/// The per-group headless Service `<lws>-<i>` (UniquePerReplica), owned by the leader pod.
-pub fn group_headless_service(lws: &LeaderWorkerSet, leader: &Pod, index: i32) -> Service {
+/// The per-group headless Service `<lws>-<i>` (UniquePerReplica). Owned by the LWS, so it
+/// outlives a replacement of its leader (see `plan::services` for why not by the leader pod).
+pub fn group_headless_service(lws: &LeaderWorkerSet, index: i32) -> Service {
     headless_service(
-        &leader.name_any(),
+        &format!("{}-{index}", lws.name_any()),
         lws.namespace(),
         map([
             (labels::NAME, lws.name_any()),
             (labels::GROUP_INDEX, index.to_string()),
         ]),
-        controller_ref(leader),
+        controller_ref(lws),
     )
 }
 

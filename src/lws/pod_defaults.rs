@@ -1,5 +1,5 @@
 //! What the LWS pod webhook does to a pod on CREATE (upstream's `PodWebhook.Default`,
-//! `../shared/docs/lws-upstream.md` §2.6): group and worker index labels, the group key,
+//! docs/lws.md): group and worker index labels, the group key,
 //! subgroup labels, the per-replica subdomain, exclusive-placement affinity, and the
 //! `LWS_LEADER_ADDRESS` / `LWS_GROUP_SIZE` / `LWS_WORKER_INDEX` variables first in every
 //! container. Pure: the webhook server (not built yet) turns the difference into a JSON patch.

@@ -1,6 +1,6 @@
 //! Rolling update of an LWS: the leader StatefulSet's `partition` and `replicas` for the next
 //! step, from the groups' observed state. Pure; upstream LWS v0.8.0's algorithm (see
-//! `../shared/docs/lws-upstream.md` §3.2), so updates proceed in the same sequences.
+//! docs/lws.md, "Rolling update"), so updates proceed in the same sequences.
 //!
 //! Groups `0..replicas` are the real ones; `replicas..replicas+surge` are surge groups made
 //! from the new template while old groups are being replaced. The partition only ever moves

@@ -1,12 +1,20 @@
 //! LWS status and conditions from the observed groups. Pure; upstream's counters, condition
-//! texts and flip semantics (`../shared/docs/lws-upstream.md` §3.5), with two deliberate
+//! texts and flip semantics (docs/lws.md), with two deliberate
 //! differences: a group is ready only when its leader **and every worker** are ready (v0.9's
 //! fix), and all conditions of one evaluation are applied in one write (upstream stops after the
 //! first changed condition and needs a second reconcile to get to the same state).
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::{
+    api::apps::v1::StatefulSet,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+};
+use kube::ResourceExt;
 
-use crate::api::leaderworkerset::LeaderWorkerSetStatus;
+use super::{error::Failure, labels, objects, observe::Observed, plan::leader_sts};
+use crate::{
+    api::leaderworkerset::{LeaderWorkerSet, LeaderWorkerSetStatus},
+    k8s::{events::EventSpec, pod},
+};
 
 /// What one group looks like (for groups whose leader pod exists).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -236,6 +244,82 @@ pub fn compute(input: &StatusInput<'_>, groups: &[ObservedGroup]) -> StatusOutco
         status,
         event,
         update_done: input.partition == 0 && updated_and_ready == input.replicas,
+    }
+}
+
+/// The status the observed groups call for (conditions without `ReplicaFailure`, which
+/// [`with_failure`] adds once the apply's outcome is known). `key` is the revision the groups
+/// should run.
+pub fn observed_status(
+    lws: &LeaderWorkerSet,
+    observed: &Observed,
+    key: &str,
+    leader_sts: Option<&StatefulSet>,
+    now: &Time,
+) -> StatusOutcome {
+    let size = objects::size(lws);
+    let groups: Vec<ObservedGroup> = observed
+        .leaders
+        .iter()
+        .filter_map(|leader| {
+            let index = objects::group_index(leader)?;
+            let workers = observed.worker_sts.get(&leader.name_any()).map(|ws| {
+                (
+                    leader_sts::workers_ready(ws, size),
+                    ws.labels().get(labels::REVISION).cloned(),
+                )
+            });
+            Some(ObservedGroup {
+                index,
+                leader_ready: pod::ready(leader),
+                leader_revision: leader.labels().get(labels::REVISION).cloned(),
+                workers,
+            })
+        })
+        .collect();
+    let current = lws.status.clone().unwrap_or_default();
+    let partition = lws
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.as_ref())
+        .and_then(|r| r.partition)
+        .unwrap_or(0);
+    compute(
+        &StatusInput {
+            name: &lws.name_any(),
+            generation: lws.metadata.generation,
+            replicas: objects::replicas(lws),
+            size,
+            partition,
+            revision: key,
+            sts_replicas: leader_sts
+                .and_then(|s| s.status.as_ref())
+                .map_or(0, |s| s.replicas),
+            current: &current,
+            now: now.clone(),
+        },
+        &groups,
+    )
+}
+
+/// Adds (or clears) the `ReplicaFailure` condition; a newly set failure gets a Warning event.
+pub fn with_failure(
+    status: &mut LeaderWorkerSetStatus,
+    failure: Option<&Failure>,
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<EventSpec> {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    let changed = set_failure(
+        conditions,
+        failure.map(|f| (f.reason, f.message.as_str())),
+        generation,
+        now,
+    );
+    match failure {
+        Some(f) if changed => Some(EventSpec::warning(f.reason, f.message.clone())),
+        _ => None,
     }
 }
 

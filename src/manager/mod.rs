@@ -1,6 +1,7 @@
 //! The manager process: connects to the cluster, checks that our CRDs are served, runs the
 //! controllers and serves health endpoints until asked to stop (see `docs/architecture.md`).
 
+pub mod caches;
 pub mod health;
 pub mod leader;
 
@@ -98,28 +99,14 @@ pub enum Error {
     },
 }
 
-/// The user agent of every request (kube-rs sends none), so the API server's audit log can tell
-/// the manager's requests apart.
-pub const USER_AGENT: &str = concat!("lws-rollout/", env!("CARGO_PKG_VERSION"));
-
-/// A client from KUBECONFIG or the in-cluster config, sending [`USER_AGENT`].
-async fn client() -> Result<Client, kube::Error> {
-    let mut config = kube::Config::infer()
-        .await
-        .map_err(kube::Error::InferConfig)?;
-    config.headers.push((
-        "user-agent".parse().expect("valid header name"),
-        USER_AGENT.parse().expect("valid header value"),
-    ));
-    Client::try_from(config)
-}
+pub use crate::k8s::client::USER_AGENT;
 
 /// Runs the manager until `shutdown` completes.
 pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let client = client().await.map_err(Error::Client)?;
+    let client = crate::k8s::client::infer().await.map_err(Error::Client)?;
     let version = client
         .apiserver_version()
         .await
@@ -230,7 +217,25 @@ async fn run_controllers(
             }
         }
     };
-    crate::lws::controller::run(client, lost_or_stopped).await;
+    // One set of caches per leadership term, shared by every controller.
+    let mut caches = caches::Caches::new(&client);
+    let lws = crate::lws::controller::run(
+        client,
+        crate::lws::controller::Caches {
+            lws: &mut caches.lws,
+            pods: &mut caches.pods,
+            statefulsets: &mut caches.statefulsets,
+            services: &mut caches.services,
+            revisions: &mut caches.revisions,
+        },
+        lost_or_stopped,
+    );
+    let drivers = futures::future::join_all(caches.drivers());
+    // The watches run until the controllers stop.
+    tokio::select! {
+        _ = lws => {},
+        _ = drivers => {},
+    }
 }
 
 /// Starts the TLS webhook server with a fresh certificate and points the API server at it.

@@ -1,0 +1,471 @@
+//! The applier: the one way controllers write to the API server. It holds the client and the
+//! controller's field manager, and turns the API server's answers into outcomes a controller
+//! can act on — "already exists", "gone", "replaced by a newer incarnation", "refused as
+//! invalid" — so no controller matches HTTP status codes itself.
+
+use std::fmt::Debug;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy},
+};
+use serde::{Serialize, de::DeserializeOwned};
+use serde_json::Value;
+use thiserror::Error;
+
+use super::error::{Categorized, Category};
+
+/// A write or read the API server did not accept.
+#[derive(Debug, Error)]
+#[error("{action}: {source}")]
+pub struct ApiError {
+    /// What we were doing, e.g. "creating StatefulSet demo/lws-0".
+    pub action: String,
+    /// The client's error.
+    #[source]
+    pub source: kube::Error,
+}
+
+/// What an API error means for the controller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// 404: the object is not there.
+    NotFound,
+    /// 409: it exists already, or a precondition (uid, resourceVersion) no longer holds.
+    Conflict,
+    /// 400/422: the API server refuses the content; only a change of the spec can help.
+    Refused(String),
+    /// Anything else: the network, the API server, a timeout, a permission.
+    Transient,
+}
+
+/// Classifies a client error.
+pub fn classify(err: &kube::Error) -> Failure {
+    match err {
+        kube::Error::Api(status) => match status.code {
+            404 => Failure::NotFound,
+            409 => Failure::Conflict,
+            400 | 422 => Failure::Refused(status.message.clone()),
+            _ => Failure::Transient,
+        },
+        _ => Failure::Transient,
+    }
+}
+
+impl ApiError {
+    /// What the failure means.
+    pub fn failure(&self) -> Failure {
+        classify(&self.source)
+    }
+
+    /// The API server's message when it refused the object's content.
+    pub fn refused(&self) -> Option<String> {
+        match self.failure() {
+            Failure::Refused(message) => Some(message),
+            _ => None,
+        }
+    }
+}
+
+impl Categorized for ApiError {
+    fn category(&self) -> Category {
+        match self.failure() {
+            Failure::Refused(_) => Category::Spec,
+            _ => Category::Transient,
+        }
+    }
+}
+
+/// The result of a create-if-absent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Created {
+    /// We created it.
+    Created,
+    /// An object of that name was already there (ours or not: the caller checks).
+    AlreadyExists,
+}
+
+/// The result of a delete.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Deleted {
+    /// Deletion started.
+    Deleted,
+    /// Nothing of that name was there.
+    Gone,
+    /// The name now belongs to a newer incarnation (the uid precondition failed): left alone.
+    Replaced,
+}
+
+/// How a delete treats what the object owns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// The API server's default for the kind.
+    Default,
+    /// The object stays (with a deletionTimestamp) until its dependents are gone.
+    Foreground,
+    /// Dependents are collected after the object is gone.
+    Background,
+}
+
+/// Writes with one field manager.
+#[derive(Clone)]
+pub struct Applier {
+    client: Client,
+    field_manager: &'static str,
+}
+
+/// Kinds the applier writes: namespaced, typed objects.
+pub trait Object:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+fn describe<K: Object>(verb: &str, namespace: &str, name: &str) -> String {
+    format!("{verb} {} {namespace}/{name}", K::kind(&()))
+}
+
+impl Applier {
+    /// An applier writing as `field_manager`.
+    pub fn new(client: Client, field_manager: &'static str) -> Self {
+        Self {
+            client,
+            field_manager,
+        }
+    }
+
+    /// The client, for reads.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    fn api<K: Object>(&self, namespace: &str) -> Api<K> {
+        Api::namespaced(self.client.clone(), namespace)
+    }
+
+    fn post_params(&self) -> PostParams {
+        PostParams {
+            field_manager: Some(self.field_manager.into()),
+            ..Default::default()
+        }
+    }
+
+    /// Creates `obj` unless an object of its name exists. Used for what is created once and
+    /// never updated (revisions, worker StatefulSets, Services that must not take over a
+    /// user's object of the same name).
+    pub async fn create_if_absent<K: Object>(&self, obj: &K) -> Result<Created, ApiError> {
+        let namespace = obj.namespace().unwrap_or_default();
+        match self
+            .api::<K>(&namespace)
+            .create(&self.post_params(), obj)
+            .await
+        {
+            Ok(_) => Ok(Created::Created),
+            Err(err) if classify(&err) == Failure::Conflict => Ok(Created::AlreadyExists),
+            Err(source) => Err(ApiError {
+                action: describe::<K>("creating", &namespace, &obj.name_any()),
+                source,
+            }),
+        }
+    }
+
+    /// Server-side applies `obj`, taking over the fields it names from other managers (the
+    /// plan already decided the object is ours).
+    pub async fn apply<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
+        let namespace = obj.namespace().unwrap_or_default();
+        let name = obj.name_any();
+        let params = PatchParams::apply(self.field_manager).force();
+        self.api::<K>(&namespace)
+            .patch(&name, &params, &Patch::Apply(obj))
+            .await
+            .map_err(|source| ApiError {
+                action: describe::<K>("applying", &namespace, &name),
+                source,
+            })
+    }
+
+    /// Deletes `name`. With `uid`, only that incarnation: a successor of the same name is
+    /// never deleted on the strength of a cache that is a moment behind.
+    pub async fn delete<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+        uid: Option<&str>,
+        propagation: Propagation,
+    ) -> Result<Deleted, ApiError> {
+        let params = DeleteParams {
+            propagation_policy: match propagation {
+                Propagation::Default => None,
+                Propagation::Foreground => Some(PropagationPolicy::Foreground),
+                Propagation::Background => Some(PropagationPolicy::Background),
+            },
+            preconditions: uid.map(|uid| Preconditions {
+                uid: Some(uid.to_string()),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        match self.api::<K>(namespace).delete(name, &params).await {
+            Ok(_) => Ok(Deleted::Deleted),
+            Err(err) => match classify(&err) {
+                Failure::NotFound => Ok(Deleted::Gone),
+                Failure::Conflict if uid.is_some() => Ok(Deleted::Replaced),
+                _ => Err(ApiError {
+                    action: describe::<K>("deleting", namespace, name),
+                    source: err,
+                }),
+            },
+        }
+    }
+
+    /// Merge-patches `status` into the status subresource.
+    pub async fn patch_status<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+        status: &impl Serialize,
+    ) -> Result<(), ApiError> {
+        let body = serde_json::json!({ "status": status });
+        self.api::<K>(namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
+            .await
+            .map(|_| ())
+            .map_err(|source| ApiError {
+                action: describe::<K>("patching the status of", namespace, name),
+                source,
+            })
+    }
+
+    /// Merge-patches the object itself (metadata or spec fields a controller owns by
+    /// convention, e.g. an annotation).
+    pub async fn merge_patch<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(), ApiError> {
+        self.api::<K>(namespace)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| ApiError {
+                action: describe::<K>("patching", namespace, name),
+                source,
+            })
+    }
+
+    /// A fresh read, for the few facts a cache may not hold or may hold stale.
+    pub async fn get_opt<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<K>, ApiError> {
+        self.api::<K>(namespace)
+            .get_opt(name)
+            .await
+            .map_err(|source| ApiError {
+                action: describe::<K>("reading", namespace, name),
+                source,
+            })
+    }
+}
+
+/// The no-op check: true when every field of `desired` is already in `observed` with the same
+/// value. Objects may hold more keys (defaults, other managers' fields, status); lists must
+/// have the same length and match element by element. Applying `desired` — which always names
+/// the same set of fields — then changes nothing, and the write can be skipped. Anything else
+/// (a value differs, a list grew or shrank, a quantity the API server canonicalised) is a
+/// difference.
+pub fn already_applied(desired: &Value, observed: &Value) -> bool {
+    match (desired, observed) {
+        (Value::Object(want), Value::Object(have)) => want.iter().all(|(k, v)| match have.get(k) {
+            Some(h) => already_applied(v, h),
+            None => is_empty(v),
+        }),
+        (Value::Array(want), Value::Array(have)) => {
+            want.len() == have.len() && want.iter().zip(have).all(|(w, h)| already_applied(w, h))
+        }
+        // An empty desired object or list the API server dropped is no difference either.
+        (want, Value::Null) => is_empty(want),
+        (want, have) => want == have,
+    }
+}
+
+fn is_empty(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Null => true,
+        _ => false,
+    }
+}
+
+/// The controller that owns `obj` (the uid of its controller owner reference).
+pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.uid.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::ObjectMeta;
+    use serde_json::json;
+
+    /// A client whose "API server" answers every request with `code` and a Status body, the
+    /// way kube-apiserver does.
+    fn answering(code: u16) -> Client {
+        let service =
+            tower::service_fn(move |_req: http::Request<kube::client::Body>| async move {
+                let body = json!({
+                    "kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": format!("answer {code}"),
+                    "reason": if code == 404 { "NotFound" } else { "Test" }, "code": code,
+                });
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(code)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            });
+        Client::new(service, "default")
+    }
+
+    fn config_map() -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta {
+                name: Some("cm".into()),
+                namespace: Some("ns".into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn api_answers_map_to_outcomes() {
+        let cm = config_map();
+        let conflict = Applier::new(answering(409), "test");
+        assert_eq!(
+            conflict.create_if_absent(&cm).await.unwrap(),
+            Created::AlreadyExists
+        );
+        assert_eq!(
+            conflict
+                .delete::<ConfigMap>("ns", "cm", Some("uid-1"), Propagation::Foreground)
+                .await
+                .unwrap(),
+            Deleted::Replaced,
+            "a failed uid precondition means a successor holds the name"
+        );
+        assert!(
+            conflict
+                .delete::<ConfigMap>("ns", "cm", None, Propagation::Default)
+                .await
+                .is_err(),
+            "a conflict without a precondition is an error"
+        );
+
+        let gone = Applier::new(answering(404), "test");
+        assert_eq!(
+            gone.delete::<ConfigMap>("ns", "cm", None, Propagation::Default)
+                .await
+                .unwrap(),
+            Deleted::Gone
+        );
+        assert_eq!(gone.get_opt::<ConfigMap>("ns", "cm").await.unwrap(), None);
+
+        let invalid = Applier::new(answering(422), "test");
+        let err = invalid.apply(&cm).await.unwrap_err();
+        assert_eq!(err.refused().as_deref(), Some("answer 422"));
+        assert_eq!(err.category(), Category::Spec);
+        assert!(
+            err.to_string().starts_with("applying ConfigMap ns/cm: "),
+            "{err}"
+        );
+
+        let down = Applier::new(answering(503), "test");
+        let err = down.create_if_absent(&cm).await.unwrap_err();
+        assert_eq!(err.failure(), Failure::Transient);
+        assert_eq!(err.category(), Category::Transient);
+    }
+
+    #[test]
+    fn applied_means_every_desired_field_is_there() {
+        let observed = json!({"a": 1, "b": {"c": [1, 2], "d": "x"}, "status": {}});
+        assert!(already_applied(&json!({"b": {"c": [1, 2]}}), &observed));
+        assert!(!already_applied(&json!({"b": {"c": [1]}}), &observed));
+        assert!(!already_applied(&json!({"a": 2}), &observed));
+        assert!(already_applied(&json!({"e": {}}), &observed));
+        assert!(!already_applied(&json!({"e": 0}), &observed));
+    }
+
+    #[test]
+    fn defaults_and_extra_fields_do_not_count() {
+        let desired = json!({"spec": {"replicas": 3, "template": {"spec": {"containers": [
+            {"name": "c", "image": "i:1"}]}}}});
+        let observed = json!({"metadata": {"uid": "u"}, "spec": {"replicas": 3,
+            "revisionHistoryLimit": 10, "template": {"spec": {"containers": [
+            {"name": "c", "image": "i:1", "imagePullPolicy": "IfNotPresent"}]}}},
+            "status": {"replicas": 3}});
+        assert!(already_applied(&desired, &observed));
+    }
+
+    #[test]
+    fn a_changed_value_or_list_length_means_apply() {
+        let desired = json!({"spec": {"replicas": 3, "env": [{"name": "A"}]}});
+        assert!(!already_applied(
+            &desired,
+            &json!({"spec": {"replicas": 2, "env": [{"name": "A"}]}})
+        ));
+        assert!(!already_applied(
+            &desired,
+            &json!({"spec": {"replicas": 3, "env": [{"name": "A"}, {"name": "B"}]}})
+        ));
+        assert!(!already_applied(
+            &desired,
+            &json!({"spec": {"replicas": 3, "env": [{"name": "B"}]}})
+        ));
+        assert!(!already_applied(
+            &desired,
+            &json!({"spec": {"env": [{"name": "A"}]}})
+        ));
+    }
+
+    #[test]
+    fn empty_objects_the_server_dropped_are_equal() {
+        assert!(already_applied(
+            &json!({"a": {}, "b": [], "c": 1}),
+            &json!({"c": 1})
+        ));
+        assert!(already_applied(&json!({"a": {}}), &json!({"a": null})));
+        assert!(
+            !already_applied(&json!({"a": 0}), &json!({})),
+            "a scalar is never empty"
+        );
+    }
+}

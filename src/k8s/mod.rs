@@ -1,0 +1,20 @@
+//! The shared controller kit: what every controller of this crate needs to talk to the API
+//! server, and nothing that decides anything. Business logic lives in the controllers'
+//! `plan` modules; these helpers only carry their decisions out.
+//!
+//! - [`client`]: one way to build a client (kubeconfig or in-cluster, our User-Agent).
+//! - [`apply`]: the [`apply::Applier`] — create-if-absent, server-side apply, the no-op check,
+//!   deletes with uid preconditions, status patches — and the mapping of API errors to outcomes.
+//! - [`events`]: Events for any object, with reasons as named constants.
+//! - [`watch`]: label-filtered watches whose caches are shared between controllers.
+//! - [`conditions`]: setting a status condition without losing when it last changed.
+//! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
+//! - [`pod`]: facts about pods every controller reads the same way (readiness).
+
+pub mod apply;
+pub mod client;
+pub mod conditions;
+pub mod error;
+pub mod events;
+pub mod pod;
+pub mod watch;

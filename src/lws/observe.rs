@@ -1,0 +1,101 @@
+//! Observe: what the caches hold about one LWS, gathered into one plain struct. No API calls
+//! (the few fresh reads are in [`super::deref`]), no decisions.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::api::{
+    apps::v1::{ControllerRevision, StatefulSet},
+    core::v1::{Pod, Service},
+};
+use kube::{Resource, ResourceExt, runtime::reflector::Store};
+
+use super::labels;
+
+/// The reflector stores the LWS controller reads (shared with the release controllers).
+#[derive(Clone)]
+pub struct Stores {
+    /// Pods labelled with an LWS name.
+    pub pods: Store<Pod>,
+    /// StatefulSets labelled with an LWS name.
+    pub statefulsets: Store<StatefulSet>,
+    /// Services labelled with an LWS name.
+    pub services: Store<Service>,
+    /// ControllerRevisions labelled with an LWS name.
+    pub revisions: Store<ControllerRevision>,
+}
+
+/// Everything the caches hold about one LWS.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    /// The leader StatefulSet `<lws>`.
+    pub leader_sts: Option<Arc<StatefulSet>>,
+    /// Worker StatefulSets by name (`<lws>-<group>`, the leader pod's name).
+    pub worker_sts: BTreeMap<String, Arc<StatefulSet>>,
+    /// Leader pods (worker index 0).
+    pub leaders: Vec<Arc<Pod>>,
+    /// Every pod of the LWS, leaders included.
+    pub pods: Vec<Arc<Pod>>,
+    /// ControllerRevisions this LWS controls (not the StatefulSets' own, which copy our labels).
+    pub revisions: Vec<Arc<ControllerRevision>>,
+    /// Services labelled with the LWS name.
+    pub services: Vec<Arc<Service>>,
+}
+
+fn same_lws<K: Resource>(obj: &K, namespace: &str, name: &str) -> bool {
+    obj.namespace().as_deref() == Some(namespace)
+        && obj.labels().get(labels::NAME).map(String::as_str) == Some(name)
+}
+
+/// Reads the caches for LWS `namespace/name`.
+pub fn observe(stores: &Stores, namespace: &str, name: &str) -> Observed {
+    let mut observed = Observed::default();
+    for sts in stores
+        .statefulsets
+        .state()
+        .into_iter()
+        .filter(|s| same_lws(s.as_ref(), namespace, name))
+    {
+        if sts.name_any() == name {
+            observed.leader_sts = Some(sts);
+        } else {
+            observed.worker_sts.insert(sts.name_any(), sts);
+        }
+    }
+    observed.pods = stores
+        .pods
+        .state()
+        .into_iter()
+        .filter(|p| same_lws(p.as_ref(), namespace, name))
+        .collect();
+    observed.leaders = observed
+        .pods
+        .iter()
+        .filter(|p| is_leader(p))
+        .cloned()
+        .collect();
+    // StatefulSets make ControllerRevisions of their own that copy our template labels: only
+    // those an LWS controls are ours.
+    observed.revisions = stores
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| same_lws(r.as_ref(), namespace, name))
+        .filter(|r| {
+            r.owner_references()
+                .iter()
+                .any(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
+        })
+        .collect();
+    observed.services = stores
+        .services
+        .state()
+        .into_iter()
+        .filter(|s| same_lws(s.as_ref(), namespace, name))
+        .collect();
+    observed
+}
+
+/// A leader pod (worker index 0).
+pub fn is_leader(pod: &Pod) -> bool {
+    pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0")
+}

@@ -1,0 +1,225 @@
+//! The leader StatefulSet: its partition and replicas for the next step of a rolling update
+//! ([`crate::lws::rolling`], upstream's algorithm), and whether applying it would change
+//! anything (an unchanged StatefulSet is not written).
+
+use k8s_openapi::{api::apps::v1::StatefulSet, apimachinery::pkg::util::intstr::IntOrString};
+use kube::ResourceExt;
+use serde_json::Value;
+
+use super::{How, OnRefusal, Write, reasons, revisions::Revisions};
+use crate::{
+    api::leaderworkerset::LeaderWorkerSet,
+    k8s::{apply::already_applied, events::EventSpec, pod},
+    lws::{error::Failure, labels, objects, observe::Observed, rolling},
+};
+
+/// The leader StatefulSet decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaderPlan {
+    /// The step the StatefulSet should be at.
+    pub step: rolling::Step,
+    /// The write, when the StatefulSet would change.
+    pub write: Option<Write<StatefulSet>>,
+}
+
+/// The leader StatefulSet as the rolling algorithm sees it.
+pub fn current(sts: &StatefulSet) -> rolling::LeaderSts {
+    let spec = sts.spec.as_ref();
+    rolling::LeaderSts {
+        replicas: spec.and_then(|s| s.replicas).unwrap_or(1),
+        partition: spec
+            .and_then(|s| s.update_strategy.as_ref())
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+            .unwrap_or(0),
+        recorded_lws_replicas: sts
+            .annotations()
+            .get(labels::REPLICAS)
+            .and_then(|v| v.parse().ok()),
+    }
+}
+
+/// Ready/updated per leader ordinal `0..sts_replicas`: a group is ready only when its leader
+/// and every worker are, and updated when both run revision `key`.
+pub fn group_states(
+    observed: &Observed,
+    name: &str,
+    size: i32,
+    key: &str,
+    sts_replicas: i32,
+) -> Vec<rolling::GroupState> {
+    (0..sts_replicas)
+        .map(|i| {
+            let pod_name = format!("{name}-{i}");
+            let Some(leader) = observed.leaders.iter().find(|p| p.name_any() == pod_name) else {
+                return rolling::GroupState::default();
+            };
+            let leader_updated =
+                leader.labels().get(labels::REVISION).map(String::as_str) == Some(key);
+            if size == 1 {
+                return rolling::GroupState {
+                    ready: pod::ready(leader),
+                    updated: leader_updated,
+                };
+            }
+            match observed.worker_sts.get(&pod_name) {
+                None => rolling::GroupState::default(),
+                Some(ws) => rolling::GroupState {
+                    ready: pod::ready(leader) && workers_ready(ws, size),
+                    updated: leader_updated
+                        && ws.labels().get(labels::REVISION).map(String::as_str) == Some(key),
+                },
+            }
+        })
+        .collect()
+}
+
+/// Every worker of a group's StatefulSet is ready and available.
+pub fn workers_ready(sts: &StatefulSet, size: i32) -> bool {
+    let want = size - 1;
+    let Some(status) = &sts.status else {
+        return false;
+    };
+    sts.spec.as_ref().and_then(|s| s.replicas) == Some(want)
+        && status.replicas == want
+        && status.ready_replicas.unwrap_or(0) == want
+        && status.available_replicas.unwrap_or(0) == want
+}
+
+/// Plans the leader StatefulSet.
+pub fn plan(
+    lws: &LeaderWorkerSet,
+    observed: &Observed,
+    observed_sts: Option<&StatefulSet>,
+    revisions: &Revisions,
+) -> Result<LeaderPlan, Failure> {
+    let name = lws.name_any();
+    let size = objects::size(lws);
+    let replicas = objects::replicas(lws);
+    let ruc = lws
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.clone())
+        .unwrap_or_default();
+    let max_surge = ruc.max_surge.clone().unwrap_or(IntOrString::Int(0));
+    let max_unavailable = ruc.max_unavailable.clone().unwrap_or(IntOrString::Int(1));
+    let leader_sts = observed_sts.map(current);
+    let groups = group_states(
+        observed,
+        &name,
+        size,
+        &revisions.key,
+        leader_sts.map_or(0, |s| s.replicas),
+    );
+    let invalid = |e: rolling::InvalidIntOrPercent| Failure::spec("InvalidSpec", e.0);
+    let step = rolling::next_step(&rolling::Input {
+        replicas,
+        max_surge: &max_surge,
+        max_unavailable: &max_unavailable,
+        user_partition: ruc.partition.unwrap_or(0),
+        leader_sts,
+        template_changed: revisions.template_changed,
+        groups: &groups,
+    })
+    .map_err(invalid)?;
+    let sts_max_unavailable = rolling::scaled(&max_unavailable, replicas, false)
+        .map_err(invalid)?
+        + rolling::scaled(&max_surge, replicas, true)
+            .map_err(invalid)?
+            .min(replicas);
+    let desired = objects::leader_statefulset(
+        lws,
+        &revisions.key,
+        step.partition,
+        step.replicas,
+        sts_max_unavailable,
+    );
+    if observed_sts.is_some_and(|sts| as_desired(&desired, sts)) {
+        return Ok(LeaderPlan { step, write: None });
+    }
+    let on_success = match leader_sts {
+        None => vec![EventSpec::normal(
+            reasons::GROUPS_PROGRESSING,
+            format!("Created leader statefulset {name}"),
+        )],
+        Some(old) if !revisions.template_changed && old.partition != step.partition => {
+            vec![EventSpec::normal(
+                reasons::GROUPS_UPDATING,
+                format!("Updating replicas {} to {}", old.partition, step.partition),
+            )]
+        }
+        Some(_) => Vec::new(),
+    };
+    let on_failure = match leader_sts {
+        None => vec![EventSpec::warning(
+            reasons::FAILED_CREATE,
+            format!("Failed to create leader statefulset {name}"),
+        )],
+        Some(_) => Vec::new(),
+    };
+    Ok(LeaderPlan {
+        step,
+        write: Some(Write {
+            object: desired,
+            how: How::Apply,
+            on_success,
+            on_failure,
+            on_refusal: Some(OnRefusal {
+                reason: reasons::FAILED_CREATE,
+                what: format!("the API server refused leader StatefulSet {name}"),
+                blocks: true,
+            }),
+        }),
+    })
+}
+
+/// Whether applying `desired` to `observed` would change nothing. A field the API server drops
+/// is not a difference: `rollingUpdate.maxUnavailable` needs the MaxUnavailableStatefulSet
+/// feature, and a v1.36.3 API server with default feature gates drops it (measured), which
+/// would otherwise make every reconcile write.
+pub fn as_desired(desired: &StatefulSet, observed: &StatefulSet) -> bool {
+    let (Ok(mut want), Ok(have)) = (
+        serde_json::to_value(desired),
+        serde_json::to_value(observed),
+    ) else {
+        return false;
+    };
+    let dropped = have
+        .pointer("/spec/updateStrategy/rollingUpdate/maxUnavailable")
+        .is_none();
+    if dropped
+        && let Some(rolling) = want
+            .pointer_mut("/spec/updateStrategy/rollingUpdate")
+            .and_then(Value::as_object_mut)
+    {
+        rolling.remove("maxUnavailable");
+    }
+    already_applied(&want, &have)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::as_desired;
+    use serde_json::json;
+
+    #[test]
+    fn a_dropped_max_unavailable_is_no_difference_but_a_partition_is() {
+        let sts = |partition: i32,
+                   max_unavailable: Option<i32>|
+         -> k8s_openapi::api::apps::v1::StatefulSet {
+            let mut rolling = json!({"partition": partition});
+            if let Some(m) = max_unavailable {
+                rolling["maxUnavailable"] = json!(m);
+            }
+            serde_json::from_value(json!({"metadata": {"name": "x"}, "spec": {
+                "selector": {}, "serviceName": "x", "template": {},
+                "updateStrategy": {"type": "RollingUpdate", "rollingUpdate": rolling}}}))
+            .unwrap()
+        };
+        assert!(as_desired(&sts(2, Some(1)), &sts(2, None)));
+        assert!(as_desired(&sts(2, Some(1)), &sts(2, Some(1))));
+        assert!(!as_desired(&sts(2, Some(1)), &sts(2, Some(2))));
+        assert!(!as_desired(&sts(1, Some(1)), &sts(2, None)));
+    }
+}

@@ -1,0 +1,234 @@
+//! Plan: everything the LWS controller decides, as a pure function from what it observed to
+//! the writes, events and status it wants. No client, no clock (the time comes in as `now`);
+//! table-tested without a cluster. Split by concern:
+//!
+//! - [`revisions`]: which template revision the groups should run, and which
+//!   ControllerRevisions to record;
+//! - [`leader_sts`]: the leader StatefulSet's partition and replicas (the rolling update);
+//! - [`services`]: the shared headless Service, or one Service per group;
+//! - [`groups`]: one worker StatefulSet per leader pod;
+//! - [`restarts`]: which groups to take down and rebuild (RecreateGroupOnPodRestart).
+//!
+//! [`super::apply`] carries the plan out without deciding anything; [`super::status`] turns the
+//! observation and the apply's outcome into the status.
+
+pub mod groups;
+pub mod leader_sts;
+pub mod restarts;
+pub mod revisions;
+pub mod services;
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{ControllerRevision, StatefulSet},
+        core::v1::Service,
+    },
+    apimachinery::pkg::apis::meta::v1::Time,
+};
+use kube::ResourceExt;
+
+use super::{
+    admission,
+    deref::Dereferenced,
+    error::Failure,
+    observe::Observed,
+    status::{self, StatusOutcome},
+};
+use crate::{
+    api::leaderworkerset::{LeaderWorkerSet, RestartPolicy},
+    k8s::{apply::controller_uid, error::BLOCKED_RECHECK, events::EventSpec},
+};
+
+/// Event reasons (upstream's, so tools that watch for them keep working).
+pub mod reasons {
+    /// A ControllerRevision was recorded.
+    pub const CREATING_REVISION: &str = "CreatingRevision";
+    /// Groups are being created or recovering.
+    pub const GROUPS_PROGRESSING: &str = "GroupsProgressing";
+    /// The rolling update moved.
+    pub const GROUPS_UPDATING: &str = "GroupsUpdating";
+    /// A group is rebuilt because one of its pods restarted or went away.
+    pub const RECREATE_GROUP: &str = "RecreateGroupOnPodRestart";
+    /// An object could not be created.
+    pub const FAILED_CREATE: &str = "FailedCreate";
+}
+
+/// How one object is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum How {
+    /// Created once, never updated: an existing object of that name is left as it is.
+    CreateIfAbsent,
+    /// Server-side applied with our field manager.
+    Apply,
+}
+
+/// What a refusal (the API server calls the object invalid) of one write means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OnRefusal {
+    /// The `ReplicaFailure` reason.
+    pub reason: &'static str,
+    /// What failed, before the API server's message (e.g. "the API server refused leader
+    /// StatefulSet vllm").
+    pub what: String,
+    /// The rest of the plan cannot go on without this object.
+    pub blocks: bool,
+}
+
+/// One object to write.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Write<K> {
+    /// The object.
+    pub object: K,
+    /// Create once, or apply.
+    pub how: How,
+    /// Published once the write took effect (not when the object was already there).
+    pub on_success: Vec<EventSpec>,
+    /// Published when it failed.
+    pub on_failure: Vec<EventSpec>,
+    /// What a refusal means (None: a refusal is an error like any other).
+    pub on_refusal: Option<OnRefusal>,
+}
+
+/// A leader pod to delete (foreground), so its whole group is rebuilt.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Restart {
+    /// Leader pod name.
+    pub leader: String,
+    /// The incarnation decided on: a successor of the same name is never deleted.
+    pub uid: String,
+    /// Published once the leader is being deleted.
+    pub event: EventSpec,
+}
+
+/// Remembering which worker pods make up a group's current incarnation (see [`restarts`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roster {
+    /// Worker StatefulSet name.
+    pub worker_sts: String,
+    /// Its uid (the annotation is written only on that incarnation).
+    pub uid: String,
+    /// The annotation value.
+    pub value: String,
+}
+
+/// An object of ours to delete by name and uid.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delete {
+    /// Name.
+    pub name: String,
+    /// Uid of the incarnation decided on.
+    pub uid: Option<String>,
+}
+
+/// Everything one reconcile of one LWS should do.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// The LWS cannot be built as written, or something is in the way: nothing below is
+    /// written; only the `ReplicaFailure` condition says why.
+    pub blocked: Option<Failure>,
+    /// ControllerRevisions to record.
+    pub revisions: Vec<Write<ControllerRevision>>,
+    /// The leader StatefulSet, when it would change.
+    pub leader_sts: Option<Write<StatefulSet>>,
+    /// Services to create or apply.
+    pub services: Vec<Write<Service>>,
+    /// Per-group Services whose group is gone.
+    pub delete_services: Vec<Delete>,
+    /// Worker StatefulSets to create.
+    pub worker_sts: Vec<Write<StatefulSet>>,
+    /// Group rosters to record.
+    pub rosters: Vec<Roster>,
+    /// Groups to rebuild.
+    pub restarts: Vec<Restart>,
+    /// ControllerRevisions no longer needed (the update is done).
+    pub truncate_revisions: Vec<Delete>,
+    /// A failure found while planning (a foreign object, a missing node label), for the
+    /// `ReplicaFailure` condition; the rest of the plan still goes ahead.
+    pub failure: Option<Failure>,
+    /// Events that belong to no write.
+    pub events: Vec<EventSpec>,
+    /// The status from what was observed (conditions without `ReplicaFailure`).
+    pub status: Option<StatusOutcome>,
+    /// Look again after this long (something we need is not in the caches yet).
+    pub requeue: Option<Duration>,
+}
+
+impl Plan {
+    fn blocked(failure: Failure) -> Self {
+        Self {
+            requeue: failure.category.requeue_after(1),
+            blocked: Some(failure),
+            ..Default::default()
+        }
+    }
+
+    fn requeue_within(&mut self, wait: Option<Duration>) {
+        if let Some(wait) = wait {
+            self.requeue = Some(self.requeue.map_or(wait, |w| w.min(wait)));
+        }
+    }
+}
+
+/// Plans one reconcile of `lws`.
+pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, now: &Time) -> Plan {
+    if let Some(problem) = admission::name_too_long(lws) {
+        return Plan::blocked(Failure::spec("NameTooLong", problem));
+    }
+    let leader_sts = observed.leader_sts.as_deref().or(deref.leader_sts.as_ref());
+    if let Some(sts) = leader_sts
+        && controller_uid(sts) != lws.metadata.uid.as_deref()
+    {
+        // Server-side apply with force would silently take someone else's StatefulSet over.
+        return Plan::blocked(Failure::blocked(
+            "ObjectConflict",
+            format!(
+                "StatefulSet {} already exists and is not controlled by this LeaderWorkerSet; \
+                 delete or rename it",
+                lws.name_any()
+            ),
+        ));
+    }
+    let revisions = match revisions::plan(lws, observed, leader_sts) {
+        Ok(revisions) => revisions,
+        Err(failure) => return Plan::blocked(failure),
+    };
+    // From here on, the LWS as its groups run it (the held template while a Rollout holds it).
+    let lws = match revisions::effective(lws, observed, &revisions) {
+        Ok(lws) => lws,
+        Err(failure) => return Plan::blocked(failure),
+    };
+    let lws = lws.as_ref();
+    let leader = match leader_sts::plan(lws, observed, leader_sts, &revisions) {
+        Ok(leader) => leader,
+        Err(failure) => return Plan::blocked(failure),
+    };
+    let mut plan = Plan {
+        revisions: revisions.writes.clone(),
+        leader_sts: leader.write.clone(),
+        ..Default::default()
+    };
+    services::plan(lws, observed, deref, leader.step.replicas, &mut plan);
+    groups::plan(lws, observed, deref, &mut plan);
+    if lws
+        .spec
+        .leader_worker_template
+        .restart_policy
+        .unwrap_or_default()
+        == RestartPolicy::RecreateGroupOnPodRestart
+    {
+        restarts::plan(lws, observed, &mut plan);
+    }
+    let outcome = status::observed_status(lws, observed, &revisions.key, leader_sts, now);
+    if outcome.update_done {
+        plan.truncate_revisions = revisions::obsolete(observed, &revisions.key);
+    }
+    plan.status = Some(outcome);
+    plan
+}
+
+/// Requeue for a blocked object whose obstacle we do not watch.
+pub const RECHECK: Duration = BLOCKED_RECHECK;

@@ -1,0 +1,839 @@
+//! Table tests of the LWS plan: an observed world built as plain data, the plan checked as
+//! plain data. No cluster, no client.
+
+use std::{collections::BTreeMap, sync::Arc};
+
+use k8s_openapi::{
+    api::{
+        apps::v1::{ControllerRevision, StatefulSet, StatefulSetStatus},
+        core::v1::{ContainerStatus, Pod, PodCondition, PodSpec, PodStatus, Service},
+    },
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time},
+    jiff::Timestamp,
+};
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    k8s::error::Category,
+    lws::{
+        deref::{Dereferenced, LiveLeader},
+        labels, objects,
+        observe::Observed,
+        revision,
+    },
+};
+
+fn now() -> Time {
+    Time(Timestamp::from_second(1_795_327_200).unwrap())
+}
+
+fn lws_with(name: &str, replicas: i32, size: i32, image: &str, extra: Value) -> LeaderWorkerSet {
+    let mut spec = json!({
+        "replicas": replicas,
+        "leaderWorkerTemplate": {
+            "size": size,
+            "restartPolicy": "RecreateGroupOnPodRestart",
+            "workerTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}
+        },
+        "rolloutStrategy": {"type": "RollingUpdate",
+            "rollingUpdateConfiguration": {"maxUnavailable": 1, "maxSurge": 0}},
+        "startupPolicy": "LeaderCreated",
+        "networkConfig": {"subdomainPolicy": "Shared"}
+    });
+    merge(&mut spec, extra);
+    serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name, "namespace": "ns", "uid": "lws-uid", "generation": 1},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+fn merge(target: &mut Value, extra: Value) {
+    match (target, extra) {
+        (Value::Object(t), Value::Object(e)) => {
+            for (k, v) in e {
+                merge(t.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (t, e) => *t = e,
+    }
+}
+
+fn key_of(lws: &LeaderWorkerSet) -> String {
+    revision::revision_key(&data_of(lws))
+}
+
+fn data_of(lws: &LeaderWorkerSet) -> String {
+    revision::revision_data(&serde_json::to_value(&lws.spec).unwrap()).unwrap()
+}
+
+/// A cluster as our controller would have left it: revision, leader StatefulSet, Service,
+/// `groups` whole groups on `lws`'s current template, all ready.
+struct World {
+    lws: LeaderWorkerSet,
+    observed: Observed,
+    deref: Dereferenced,
+}
+
+impl World {
+    fn settled(lws: LeaderWorkerSet) -> Self {
+        let key = key_of(&lws);
+        let mut world = World {
+            observed: Observed::default(),
+            deref: Dereferenced::default(),
+            lws,
+        };
+        world.add_revision(&key, 1);
+        let replicas = objects::replicas(&world.lws);
+        let mut sts = objects::leader_statefulset(&world.lws, &key, 0, replicas, 1);
+        sts.metadata.uid = Some("leader-sts-uid".into());
+        sts.status = Some(StatefulSetStatus {
+            replicas,
+            ready_replicas: Some(replicas),
+            ..Default::default()
+        });
+        world.observed.leader_sts = Some(Arc::new(sts));
+        let svc = objects::shared_headless_service(&world.lws);
+        world.observed.services.push(Arc::new(svc));
+        for i in 0..replicas {
+            world.add_group(i, &key, "a");
+        }
+        world
+    }
+
+    fn add_revision(&mut self, key: &str, number: i64) {
+        let mut rev =
+            objects::controller_revision(&self.lws, key, number, &data_of(&self.lws)).unwrap();
+        rev.metadata.uid = Some(format!("rev-{key}"));
+        self.observed.revisions.push(Arc::new(rev));
+    }
+
+    /// Group `i` on revision `key`, incarnation `gen` (part of every uid).
+    fn add_group(&mut self, i: i32, key: &str, generation: &str) {
+        let name = self.lws.name_any();
+        let leader = pod(
+            &format!("{name}-{i}"),
+            &format!("leader-{i}-{generation}"),
+            &[
+                (labels::NAME, &name),
+                (labels::WORKER_INDEX, "0"),
+                (labels::GROUP_INDEX, &i.to_string()),
+                (labels::REVISION, key),
+            ],
+            Some(("leader-sts-uid", "StatefulSet")),
+        );
+        self.deref.live_leaders.insert(
+            leader.name_any(),
+            LiveLeader {
+                uid: leader.metadata.uid.clone().unwrap(),
+                deleting: false,
+            },
+        );
+        let size = objects::size(&self.lws);
+        if size > 1 {
+            let rev = self
+                .observed
+                .revisions
+                .iter()
+                .find(|r| r.labels().get(labels::REVISION).map(String::as_str) == Some(key))
+                .unwrap()
+                .clone();
+            let template = objects::revision_worker_template(&rev).unwrap();
+            let mut sts = objects::worker_statefulset(&self.lws, &leader, i, key, template, None);
+            sts.metadata.uid = Some(format!("wsts-{i}-{generation}"));
+            sts.status = Some(StatefulSetStatus {
+                replicas: size - 1,
+                ready_replicas: Some(size - 1),
+                available_replicas: Some(size - 1),
+                ..Default::default()
+            });
+            let mut uids = Vec::new();
+            for j in 1..size {
+                let uid = format!("worker-{i}-{j}-{generation}");
+                uids.push(uid.clone());
+                self.observed.pods.push(Arc::new(pod(
+                    &format!("{name}-{i}-{j}"),
+                    &uid,
+                    &[
+                        (labels::NAME, &name),
+                        (labels::WORKER_INDEX, &j.to_string()),
+                        (labels::GROUP_INDEX, &i.to_string()),
+                        (labels::REVISION, key),
+                    ],
+                    Some((sts.metadata.uid.as_deref().unwrap(), "StatefulSet")),
+                )));
+            }
+            sts.metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(labels::WORKER_ROSTER.into(), uids.join(","));
+            self.observed
+                .worker_sts
+                .insert(sts.name_any(), Arc::new(sts));
+        }
+        let leader = Arc::new(leader);
+        self.observed.pods.push(leader.clone());
+        self.observed.leaders.push(leader);
+    }
+
+    fn plan(&self) -> Plan {
+        let mut observed = self.observed.clone();
+        observed.leaders = observed
+            .pods
+            .iter()
+            .filter(|p| crate::lws::observe::is_leader(p))
+            .cloned()
+            .collect();
+        plan(&self.lws, &observed, &self.deref, &now())
+    }
+
+    fn pod_mut(&mut self, name: &str) -> &mut Pod {
+        let i = self
+            .observed
+            .pods
+            .iter()
+            .position(|p| p.name_any() == name)
+            .unwrap();
+        Arc::make_mut(&mut self.observed.pods[i])
+    }
+
+    fn remove_pod(&mut self, name: &str) {
+        self.observed.pods.retain(|p| p.name_any() != name);
+        self.observed.leaders.retain(|p| p.name_any() != name);
+    }
+}
+
+fn pod(name: &str, uid: &str, labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> Pod {
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("ns".into()),
+            uid: Some(uid.into()),
+            labels: Some(
+                labels
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            owner_references: owner.map(|(uid, kind)| {
+                vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+                        api_version: "apps/v1".into(),
+                        kind: kind.into(),
+                        name: "owner".into(),
+                        uid: uid.into(),
+                        controller: Some(true),
+                        ..Default::default()
+                    },
+                ]
+            }),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            node_name: Some("node-a".into()),
+            ..Default::default()
+        }),
+        status: Some(PodStatus {
+            phase: Some("Running".into()),
+            conditions: Some(vec![PodCondition {
+                type_: "Ready".into(),
+                status: "True".into(),
+                ..Default::default()
+            }]),
+            container_statuses: Some(vec![ContainerStatus {
+                name: "c".into(),
+                restart_count: 0,
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+    }
+}
+
+fn names<K: Resource>(writes: &[Write<K>]) -> Vec<String> {
+    writes.iter().map(|w| w.object.name_any()).collect()
+}
+
+fn restarted(plan: &Plan) -> Vec<&str> {
+    plan.restarts.iter().map(|r| r.leader.as_str()).collect()
+}
+
+#[test]
+fn a_settled_lws_writes_nothing() {
+    let world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    let plan = world.plan();
+    assert_eq!(plan.blocked, None);
+    assert!(
+        plan.revisions.is_empty() && plan.leader_sts.is_none(),
+        "{plan:#?}"
+    );
+    assert!(plan.services.is_empty() && plan.worker_sts.is_empty());
+    assert!(plan.restarts.is_empty() && plan.rosters.is_empty());
+    assert!(plan.events.is_empty());
+    let status = plan.status.unwrap();
+    assert_eq!(status.status.ready_replicas, Some(2));
+    assert!(status.update_done);
+}
+
+#[test]
+fn a_new_lws_records_its_revision_and_creates_its_leader_statefulset() {
+    let lws = lws_with("vllm", 2, 3, "img:1", json!({}));
+    let world = World {
+        observed: Observed::default(),
+        deref: Dereferenced::default(),
+        lws,
+    };
+    let plan = world.plan();
+    assert_eq!(
+        names(&plan.revisions),
+        [format!("vllm-{}-1", key_of(&world.lws))]
+    );
+    assert_eq!(
+        plan.revisions[0].on_success[0].note,
+        format!(
+            "Creating revision with key {} for a newly created LeaderWorkerSet",
+            key_of(&world.lws)
+        )
+    );
+    let sts = plan.leader_sts.as_ref().expect("leader StatefulSet");
+    assert_eq!(sts.object.spec.as_ref().unwrap().replicas, Some(2));
+    assert_eq!(sts.on_success[0].note, "Created leader statefulset vllm");
+    assert_eq!(names(&plan.services), ["vllm"]);
+}
+
+#[test]
+fn a_foreign_statefulset_with_the_lws_name_blocks_and_is_rechecked() {
+    let lws = lws_with("vllm", 2, 3, "img:1", json!({}));
+    let mut foreign = objects::leader_statefulset(&lws, "x", 0, 1, 1);
+    foreign.metadata.owner_references = None;
+    let world = World {
+        observed: Observed::default(),
+        deref: Dereferenced {
+            leader_sts: Some(foreign),
+            ..Default::default()
+        },
+        lws,
+    };
+    let plan = world.plan();
+    let blocked = plan.blocked.as_ref().expect("blocked");
+    assert_eq!(blocked.reason, "ObjectConflict");
+    assert_eq!(blocked.category, Category::Blocked);
+    assert!(plan.leader_sts.is_none() && plan.revisions.is_empty());
+    assert_eq!(plan.requeue, Some(RECHECK));
+}
+
+#[test]
+fn our_statefulset_missing_from_a_lagging_cache_is_not_recreated() {
+    let settled = World::settled(lws_with("vllm", 2, 1, "img:1", json!({})));
+    let mut world = settled;
+    world.deref.leader_sts = world.observed.leader_sts.take().map(|s| (*s).clone());
+    let plan = world.plan();
+    assert_eq!(plan.blocked, None);
+    assert!(
+        plan.leader_sts.is_none(),
+        "nothing to change: {:?}",
+        plan.leader_sts
+    );
+}
+
+#[test]
+fn a_name_too_long_blocks_until_the_spec_changes() {
+    let world = World {
+        observed: Observed::default(),
+        deref: Dereferenced::default(),
+        lws: lws_with(&"x".repeat(60), 2, 2, "img:1", json!({})),
+    };
+    let plan = world.plan();
+    let blocked = plan.blocked.expect("blocked");
+    assert_eq!(
+        (blocked.reason, blocked.category),
+        ("NameTooLong", Category::Spec)
+    );
+    assert_eq!(plan.requeue, None, "waits for a change");
+}
+
+#[test]
+fn a_spec_that_cannot_be_hashed_blocks_with_a_condition_not_a_retry_loop() {
+    let lws = lws_with(
+        "vllm",
+        1,
+        1,
+        "img:1",
+        json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+            {"name": "c", "image": "i", "resources": {"limits": {"example.com/x": "not a quantity"}}}
+        ]}}}}),
+    );
+    let world = World {
+        observed: Observed::default(),
+        deref: Dereferenced::default(),
+        lws,
+    };
+    let plan = world.plan();
+    let blocked = plan.blocked.expect("blocked");
+    assert_eq!(
+        (blocked.reason, blocked.category),
+        ("InvalidSpec", Category::Spec)
+    );
+    assert!(
+        blocked.message.contains("template revision"),
+        "{}",
+        blocked.message
+    );
+    assert_eq!(plan.requeue, None);
+}
+
+#[test]
+fn a_template_change_records_a_revision_and_starts_the_rolling_update() {
+    let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    let old_key = key_of(&world.lws);
+    world.lws = lws_with("vllm", 4, 2, "img:2", json!({}));
+    let new_key = key_of(&world.lws);
+    let plan = world.plan();
+    assert_eq!(names(&plan.revisions), [format!("vllm-{new_key}-2")]);
+    let sts = &plan.leader_sts.as_ref().unwrap().object;
+    assert_eq!(sts.labels()[labels::REVISION], new_key);
+    let rolling = sts
+        .spec
+        .as_ref()
+        .unwrap()
+        .update_strategy
+        .as_ref()
+        .unwrap()
+        .rolling_update
+        .as_ref()
+        .unwrap();
+    assert_eq!(
+        rolling.partition,
+        Some(4),
+        "the StatefulSet gets the new template before any group is released"
+    );
+    assert!(plan.truncate_revisions.is_empty(), "{old_key} still runs");
+}
+
+#[test]
+fn a_held_lws_keeps_its_groups_on_the_stable_revision() {
+    let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    let stable = key_of(&world.lws);
+    world.lws = lws_with("vllm", 4, 2, "img:2", json!({}));
+    world
+        .lws
+        .annotations_mut()
+        .insert(labels::HELD_REVISION.into(), stable.clone());
+    let plan = world.plan();
+    assert!(
+        plan.revisions.is_empty(),
+        "no revision for the held-back template"
+    );
+    assert!(
+        plan.leader_sts.is_none(),
+        "no surge, no partition change: {:?}",
+        plan.leader_sts
+    );
+    assert!(plan.restarts.is_empty() && plan.worker_sts.is_empty());
+}
+
+#[test]
+fn taking_over_upstream_objects_records_the_missing_revision_and_rolls_nothing() {
+    let mut world = World::settled(lws_with("vllm", 2, 2, "img:1", json!({})));
+    world.observed.revisions.clear(); // upstream's revision is not ours (no LWS controller ref)
+    let key = key_of(&world.lws);
+    let plan = world.plan();
+    assert_eq!(
+        plan.revisions[0].on_success[0].note,
+        format!("Creating missing revision with key {key} for existing LeaderWorkerSet")
+    );
+    assert!(
+        plan.leader_sts.is_none(),
+        "same template, same partition: nothing rolls"
+    );
+    assert!(plan.restarts.is_empty());
+}
+
+#[test]
+fn worker_statefulsets_are_built_only_for_the_live_leader() {
+    let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    world.observed.worker_sts.remove("vllm-1");
+    world
+        .observed
+        .pods
+        .retain(|p| !p.name_any().starts_with("vllm-1-"));
+    assert_eq!(names(&world.plan().worker_sts), ["vllm-1"]);
+    let sts = &world.plan().worker_sts[0];
+    assert_eq!(
+        sts.on_success[0].note,
+        "Created worker statefulset for leader pod vllm-1"
+    );
+
+    // The cache still shows the leader that was just replaced: its successor has another uid.
+    world.deref.live_leaders.insert(
+        "vllm-1".into(),
+        LiveLeader {
+            uid: "leader-1-b".into(),
+            deleting: false,
+        },
+    );
+    assert!(world.plan().worker_sts.is_empty(), "stale leader");
+    world.deref.live_leaders.remove("vllm-1");
+    assert!(world.plan().worker_sts.is_empty(), "leader gone");
+}
+
+#[test]
+fn a_worker_whose_revision_is_not_cached_yet_is_retried_soon() {
+    let mut world = World::settled(lws_with("vllm", 1, 2, "img:1", json!({})));
+    world.observed.worker_sts.clear();
+    world.observed.revisions.clear();
+    world.add_revision("other", 2);
+    let plan = world.plan();
+    assert!(plan.worker_sts.is_empty());
+    assert_eq!(plan.requeue, Some(std::time::Duration::from_secs(1)));
+}
+
+#[test]
+fn a_missing_topology_label_is_a_visible_failure() {
+    let mut world = World::settled(lws_with("vllm", 1, 2, "img:1", json!({})));
+    world.lws.annotations_mut().insert(
+        labels::EXCLUSIVE_TOPOLOGY.into(),
+        "topology.kubernetes.io/zone".into(),
+    );
+    world.observed.worker_sts.clear();
+    world
+        .deref
+        .node_labels
+        .insert("node-a".into(), BTreeMap::new());
+    let plan = world.plan();
+    assert!(plan.worker_sts.is_empty());
+    let failure = plan.failure.expect("failure");
+    assert_eq!(failure.reason, "TopologyLabelMissing");
+    world.deref.node_labels.insert(
+        "node-a".into(),
+        [("topology.kubernetes.io/zone".to_string(), "z1".to_string())].into(),
+    );
+    let plan = world.plan();
+    let selector = plan.worker_sts[0]
+        .object
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+        .node_selector
+        .clone();
+    assert_eq!(selector.unwrap()["topology.kubernetes.io/zone"], "z1");
+}
+
+#[test]
+fn a_users_service_with_the_lws_name_is_reported_once_and_not_taken_over() {
+    let mut world = World::settled(lws_with("vllm", 1, 1, "img:1", json!({})));
+    world.observed.services.clear();
+    world.deref.shared_service = Some(Service {
+        metadata: ObjectMeta {
+            name: Some("vllm".into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let plan = world.plan();
+    assert!(plan.services.is_empty(), "never taken over");
+    let failure = plan.failure.clone().expect("failure");
+    assert_eq!(failure.reason, "ObjectConflict");
+    assert!(
+        plan.events[0]
+            .note
+            .starts_with("Failed to create headless service")
+    );
+    // Once the condition says so, the event is not repeated.
+    let mut status = world.lws.status.clone().unwrap_or_default();
+    status.conditions = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+            type_: "ReplicaFailure".into(),
+            status: "True".into(),
+            reason: failure.reason.into(),
+            message: failure.message.clone(),
+            last_transition_time: now(),
+            observed_generation: None,
+        },
+    ]);
+    world.lws.status = Some(status);
+    assert!(world.plan().events.is_empty());
+}
+
+#[test]
+fn group_restarts_table() {
+    struct Case {
+        name: &'static str,
+        change: fn(&mut World),
+        restarts: &'static [&'static str],
+        note: Option<&'static str>,
+    }
+    let cases = [
+        Case {
+            name: "a worker container restarted",
+            change: |w| {
+                w.pod_mut("vllm-1-2")
+                    .status
+                    .as_mut()
+                    .unwrap()
+                    .container_statuses
+                    .as_mut()
+                    .unwrap()[0]
+                    .restart_count = 1
+            },
+            restarts: &["vllm-1"],
+            note: Some(
+                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
+            ),
+        },
+        Case {
+            name: "a worker is terminating",
+            change: |w| {
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &["vllm-0"],
+            note: None,
+        },
+        Case {
+            name: "a worker vanished before any cache saw it terminating",
+            change: |w| w.remove_pod("vllm-1-2"),
+            restarts: &["vllm-1"],
+            note: Some(
+                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
+            ),
+        },
+        Case {
+            name: "a worker was replaced by the StatefulSet controller (new uid)",
+            change: |w| {
+                w.pod_mut("vllm-0-2").metadata.uid = Some("worker-0-2-replacement".into());
+            },
+            restarts: &["vllm-0"],
+            note: None,
+        },
+        Case {
+            name: "the leader container restarted",
+            change: |w| {
+                w.pod_mut("vllm-0")
+                    .status
+                    .as_mut()
+                    .unwrap()
+                    .container_statuses
+                    .as_mut()
+                    .unwrap()[0]
+                    .restart_count = 2
+            },
+            restarts: &["vllm-0"],
+            note: None,
+        },
+        Case {
+            name: "the leader is already going: nothing to add",
+            change: |w| {
+                w.pod_mut("vllm-0").metadata.deletion_timestamp = Some(now());
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+            note: None,
+        },
+        Case {
+            name: "a straggler of the previous incarnation does not count",
+            change: |w| {
+                let mut straggler = (*w
+                    .observed
+                    .pods
+                    .iter()
+                    .find(|p| p.name_any() == "vllm-1-1")
+                    .unwrap())
+                .as_ref()
+                .clone();
+                straggler.metadata.name = Some("vllm-1-3".into());
+                straggler.metadata.uid = Some("old".into());
+                straggler.metadata.deletion_timestamp = Some(now());
+                straggler.metadata.owner_references.as_mut().unwrap()[0].uid = "wsts-1-old".into();
+                w.observed.pods.push(Arc::new(straggler));
+            },
+            restarts: &[],
+            note: None,
+        },
+        Case {
+            name: "a worker StatefulSet of a replaced leader is not the group's",
+            change: |w| {
+                w.remove_pod("vllm-1-2");
+                w.pod_mut("vllm-1").metadata.uid = Some("leader-1-new".into());
+            },
+            restarts: &[],
+            note: None,
+        },
+        Case {
+            name: "a worker on another revision than its leader is part of an update",
+            change: |w| {
+                w.pod_mut("vllm-1-1")
+                    .metadata
+                    .labels
+                    .as_mut()
+                    .unwrap()
+                    .insert(labels::REVISION.into(), "other".into());
+                w.pod_mut("vllm-1-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+            note: None,
+        },
+    ];
+    for case in cases {
+        let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+        (case.change)(&mut world);
+        let plan = world.plan();
+        assert_eq!(restarted(&plan), case.restarts, "{}", case.name);
+        if let Some(note) = case.note {
+            assert_eq!(plan.restarts[0].event.note, note, "{}", case.name);
+        }
+        for r in &plan.restarts {
+            assert!(
+                r.uid.starts_with(&format!("leader-{}", &r.leader[5..])),
+                "uid precondition: {}",
+                case.name
+            );
+        }
+    }
+}
+
+#[test]
+fn restart_policy_none_restarts_no_group() {
+    let mut world = World::settled(lws_with(
+        "vllm",
+        2,
+        3,
+        "img:1",
+        json!({"leaderWorkerTemplate": {"restartPolicy": "None"}}),
+    ));
+    world.remove_pod("vllm-1-2");
+    assert!(world.plan().restarts.is_empty());
+}
+
+#[test]
+fn a_roster_is_recorded_once_every_worker_exists() {
+    let mut world = World::settled(lws_with("vllm", 1, 3, "img:1", json!({})));
+    let sts = Arc::make_mut(world.observed.worker_sts.get_mut("vllm-0").unwrap());
+    sts.metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .remove(labels::WORKER_ROSTER);
+    let plan = world.plan();
+    assert_eq!(
+        plan.rosters,
+        [Roster {
+            worker_sts: "vllm-0".into(),
+            uid: "wsts-0-a".into(),
+            value: "worker-0-1-a,worker-0-2-a".into(),
+        }]
+    );
+    // Not before every worker exists.
+    world.remove_pod("vllm-0-2");
+    let plan = world.plan();
+    assert!(plan.rosters.is_empty() && plan.restarts.is_empty());
+}
+
+#[test]
+fn surge_groups_keep_their_services_while_they_exist() {
+    let extra = json!({"networkConfig": {"subdomainPolicy": "UniquePerReplica"},
+        "rolloutStrategy": {"rollingUpdateConfiguration": {"maxSurge": 4}}});
+    let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", extra.clone()));
+    world.observed.services.clear();
+    let key = key_of(&world.lws);
+    let mut names_now: Vec<String> = world
+        .plan()
+        .services
+        .iter()
+        .map(|w| w.object.name_any())
+        .collect();
+    names_now.sort();
+    assert_eq!(names_now, ["vllm-0", "vllm-1", "vllm-2", "vllm-3"]);
+    for i in 0..4 {
+        world
+            .observed
+            .services
+            .push(Arc::new(objects::group_headless_service(&world.lws, i)));
+    }
+    // The template changes: the leader StatefulSet goes to 7 replicas; surge groups 4..6
+    // get their Services before their pods exist.
+    world.lws = lws_with("vllm", 4, 2, "img:2", extra.clone());
+    let plan = world.plan();
+    assert_eq!(
+        plan.leader_sts
+            .as_ref()
+            .unwrap()
+            .object
+            .spec
+            .as_ref()
+            .unwrap()
+            .replicas,
+        Some(7)
+    );
+    assert_eq!(names(&plan.services), ["vllm-4", "vllm-5", "vllm-6"]);
+    assert!(plan.delete_services.is_empty());
+    for i in 4..7 {
+        world
+            .observed
+            .services
+            .push(Arc::new(objects::group_headless_service(&world.lws, i)));
+        world.add_group(i, &key, "s");
+    }
+    // The update ends: the StatefulSet goes back to 4, but groups 4..6 still have pods.
+    let sts = Arc::make_mut(world.observed.leader_sts.as_mut().unwrap());
+    sts.spec.as_mut().unwrap().replicas = Some(4);
+    world.lws = lws_with("vllm", 4, 2, "img:1", extra);
+    let plan = world.plan();
+    assert!(
+        plan.delete_services.is_empty(),
+        "pods of groups 4..6 still run"
+    );
+    // Once their pods are gone, so are their Services — and only theirs.
+    for i in 4..7 {
+        world.remove_pod(&format!("vllm-{i}"));
+        world.remove_pod(&format!("vllm-{i}-1"));
+    }
+    let deleted: Vec<_> = world
+        .plan()
+        .delete_services
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    assert_eq!(deleted, ["vllm-4", "vllm-5", "vllm-6"]);
+}
+
+#[test]
+fn group_services_are_owned_by_the_lws_not_the_leader() {
+    let lws = lws_with("vllm", 1, 1, "img:1", json!({}));
+    let svc = objects::group_headless_service(&lws, 3);
+    let owner = &svc.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("LeaderWorkerSet", "lws-uid")
+    );
+    assert_eq!(svc.metadata.name.as_deref(), Some("vllm-3"));
+}
+
+#[test]
+fn an_update_that_is_done_truncates_old_revisions() {
+    let mut world = World::settled(lws_with("vllm", 2, 1, "img:1", json!({})));
+    world.add_revision("old-key", 0);
+    let plan = world.plan();
+    assert_eq!(
+        plan.truncate_revisions
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>(),
+        ["vllm-old-key-0"]
+    );
+}
+
+#[test]
+fn the_plan_is_a_function_of_its_inputs() {
+    let world = World::settled(lws_with("vllm", 3, 2, "img:2", json!({})));
+    assert_eq!(world.plan(), world.plan());
+}
+
+#[allow(dead_code)]
+fn unused(_: ControllerRevision, _: StatefulSet) {}
