@@ -20,8 +20,8 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
 log "building lws-rollout and its tests"
-cargo build --locked --all-targets
-cargo test --locked --no-run --all-targets 2>&1 | grep -v '^ *Executable' || true
+cargo build --locked --workspace --all-targets
+cargo test --locked --no-run --workspace --all-targets 2>&1 | grep -v '^ *Executable' || true
 
 # 3. A cluster of our own, in a fresh state dir, stopped on every exit path.
 STATE=$(mktemp -d "${TMPDIR:-/tmp}/lws-rollout-e2e.XXXXXX")

@@ -25,11 +25,17 @@ pub async fn infer() -> Result<Client, kube::Error> {
     Client::try_from(with_user_agent(config))
 }
 
-/// A client from one kubeconfig file (tests and tools that talk to several clusters).
-pub async fn from_kubeconfig(path: &Path) -> Result<Client, kube::Error> {
+/// The client configuration of one kubeconfig file, with our User-Agent (for tools that
+/// adjust it before building a client).
+pub async fn config_from_kubeconfig(path: &Path) -> Result<Config, kube::Error> {
     let kubeconfig = Kubeconfig::read_from(path).map_err(kube::Error::InferKubeconfig)?;
     let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
         .await
         .map_err(kube::Error::InferKubeconfig)?;
-    Client::try_from(with_user_agent(config))
+    Ok(with_user_agent(config))
+}
+
+/// A client from one kubeconfig file (tests and tools that talk to several clusters).
+pub async fn from_kubeconfig(path: &Path) -> Result<Client, kube::Error> {
+    Client::try_from(config_from_kubeconfig(path).await?)
 }

@@ -75,8 +75,10 @@ async fn write<K: Object>(
     }
 }
 
-/// Carries out the writes of `plan` in order: revisions, leader StatefulSet, Services, worker
-/// StatefulSets, rosters, group restarts, old revisions, then the plan's own events.
+/// Carries out the writes of `plan` in order: revisions, Services (before the leader
+/// StatefulSet, so a group's Service exists before its ordinal does), leader StatefulSet,
+/// Service deletions, worker StatefulSets, rosters, group restarts, old revisions, then the
+/// plan's own events.
 pub async fn apply(
     applier: &Applier,
     events: &Events,
@@ -100,12 +102,6 @@ pub async fn apply(
             return Ok(applied);
         }
     }
-    if let Some(sts) = &plan.leader_sts
-        && let Written::Refused(f, blocks) = write(applier, events, lws, sts).await?
-        && refused(&mut applied, f, blocks)
-    {
-        return Ok(applied);
-    }
     // A Service failure (typically a name the user already owns) is reported but does not
     // hold back the groups or the status.
     for svc in &plan.services {
@@ -118,6 +114,12 @@ pub async fn apply(
             Ok(Written::Done) => {}
             Err(err) => applied.deferred = Some(err),
         }
+    }
+    if let Some(sts) = &plan.leader_sts
+        && let Written::Refused(f, blocks) = write(applier, events, lws, sts).await?
+        && refused(&mut applied, f, blocks)
+    {
+        return Ok(applied);
     }
     for svc in &plan.delete_services {
         applier

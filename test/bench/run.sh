@@ -17,7 +17,8 @@ command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 
 BIN=$(test/cluster/build.sh)
 UPSTREAM_BIN=$(test/upstream/build.sh)
 log "building lws-rollout and lws-bench (release)"
-cargo build --release --locked --bin lws-rollout --bin lws-bench
+cargo build --release --locked --bin lws-rollout
+cargo build --release --locked -p lws-bench
 
 OUT="$REPO/target/bench"
 STATE="$OUT/state"

@@ -21,7 +21,7 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
     let json_path = state.join("results.json");
     std::fs::create_dir_all(&state)?;
     let (lws, groups, size, noise) = (3usize, 2usize, 2usize, 40usize);
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-bench"))
+    let out = tokio::process::Command::new(lws_bench())
         .args([
             format!("--lws={lws}"),
             format!("--groups={groups}"),
@@ -112,4 +112,9 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
     }
     let _ = std::fs::remove_dir_all(&state);
     Ok(())
+}
+
+/// `lws-bench` is a workspace member of its own (test tooling), built beside our binaries.
+fn lws_bench() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_BIN_EXE_lws-rollout")).with_file_name("lws-bench")
 }

@@ -10,9 +10,8 @@ use k8s_openapi::{
     api::core::v1::{Namespace, ServiceAccount},
 };
 use kube::{
-    Api, Client, Config, Resource, ResourceExt,
+    Api, Client, Resource, ResourceExt,
     api::{DeleteParams, DynamicObject, ListParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     discovery::ApiResource,
     runtime::wait::{Condition, await_condition},
 };
@@ -31,9 +30,9 @@ pub fn kubeconfig_path() -> anyhow::Result<String> {
 /// A client for the test cluster.
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path()?;
-    let kubeconfig = Kubeconfig::read_from(&path).with_context(|| format!("reading {path}"))?;
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    Ok(Client::try_from(config)?)
+    lws_rollout::k8s::client::from_kubeconfig(std::path::Path::new(&path))
+        .await
+        .with_context(|| format!("a client from {path}"))
 }
 
 /// A namespace that exists for one test.

@@ -13,10 +13,7 @@ use std::{
 };
 
 use anyhow::{Context, anyhow, bail};
-use kube::{
-    Client, Config,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Client, Config};
 
 /// Environment variable naming the directory of control-plane binaries.
 pub const BIN_DIR_ENV: &str = "LWS_E2E_BIN_DIR";
@@ -114,10 +111,7 @@ impl IsolatedCluster {
                 String::from_utf8_lossy(&crds.stderr)
             );
         }
-        let kubeconfig = Kubeconfig::read_from(&cluster.kubeconfig)?;
-        let config =
-            Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-        cluster.client = Client::try_from(config)?;
+        cluster.client = lws_rollout::k8s::client::from_kubeconfig(&cluster.kubeconfig).await?;
         cluster.failed = false;
         Ok(cluster)
     }

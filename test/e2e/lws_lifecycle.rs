@@ -510,47 +510,37 @@ fn replaced_and_ready(old_uid: String) -> impl Fn(Option<&Pod>) -> bool {
     }
 }
 
-// Known gap, shared with upstream v0.8 (which acts only on a pod its cache shows terminating):
-// a worker deleted with no grace period is never seen terminating and its StatefulSet replaces
-// it at once, so the group is not recreated. A watch-fed memory of departed workers fixed this
-// test but, in full-suite runs, also recreated groups mid-rollout when a fresh worker of the
-// new revision was deleted within a second of creation; not fixed yet (see docs/lws.md).
-#[tokio::test]
-#[ignore = "known gap: force-deleted workers do not recreate their group (docs/lws.md, Not built yet)"]
-async fn force_deleting_a_worker_still_recreates_its_group() -> anyhow::Result<()> {
-    with_ns("lws-force-delete", |ns| async move {
-        create_available(&ns, &lws("fd", 2, 3, "vllm:1")).await?;
-        let before = uids(&ns, "fd").await?;
-        // Grace period 0: the pod is gone at once, never seen terminating, and its
-        // StatefulSet makes a new one right away. The group must still be recreated whole.
-        ns.api::<Pod>()
-            .delete(
-                "fd-0-1",
-                &DeleteParams {
-                    grace_period_seconds: Some(0),
-                    ..Default::default()
-                },
-            )
-            .await?;
-        for pod in ["fd-0", "fd-0-2"] {
+/// Deletes worker `pod` of LWS `name` with `params` and checks that its group — and only its
+/// group — is rebuilt, once.
+async fn deleting_a_worker_recreates_its_group(
+    prefix: &str,
+    name: &'static str,
+    params: DeleteParams,
+) -> anyhow::Result<()> {
+    with_ns(prefix, |ns| async move {
+        create_available(&ns, &lws(name, 2, 3, "vllm:1")).await?;
+        let before = uids(&ns, name).await?;
+        let worker = format!("{name}-0-1");
+        ns.api::<Pod>().delete(&worker, &params).await?;
+        for pod in [format!("{name}-0"), format!("{name}-0-2")] {
             wait_for(
                 &ns.api::<Pod>(),
-                pod,
+                &pod,
                 Duration::from_secs(60),
-                replaced_and_ready(before[pod].clone()),
+                replaced_and_ready(before[&pod].clone()),
             )
             .await?;
         }
         wait_for(
             &ns.api::<LeaderWorkerSet>(),
-            "fd",
+            name,
             Duration::from_secs(90),
             available_with(2, 2),
         )
         .await?;
-        let after = uids(&ns, "fd").await?;
-        for pod in ["fd-1", "fd-1-1", "fd-1-2"] {
-            assert_eq!(before[pod], after[pod], "{pod} kept running");
+        let after = uids(&ns, name).await?;
+        for pod in [format!("{name}-1"), format!("{name}-1-1"), format!("{name}-1-2")] {
+            assert_eq!(before[&pod], after[&pod], "{pod} kept running");
         }
         let events = ns
             .api::<k8s_openapi::api::events::v1::Event>()
@@ -565,14 +555,39 @@ async fn force_deleting_a_worker_still_recreates_its_group() -> anyhow::Result<(
         assert_eq!(
             notes,
             [(
-                Some(
-                    "Worker pod fd-0-1 failed, deleted leader pod fd-0 to recreate group fd".into()
-                ),
+                Some(format!(
+                    "Worker pod {worker} failed, deleted leader pod {name}-0 to recreate group {name}"
+                )),
                 1
             )],
             "one recreation per incident"
         );
         Ok(())
     })
+    .await
+}
+
+// A worker that goes away fast is never seen terminating by any cache, and its StatefulSet
+// replaces it at once: the group is recreated because the worker's uid is missing from the
+// roster recorded on the worker StatefulSet (upstream v0.8 misses both cases).
+
+/// A plain `kubectl delete pod`: KWOK finishes the graceful deletion in milliseconds, as a
+/// kubelet does when the process exits at once on SIGTERM.
+#[tokio::test]
+async fn deleting_a_worker_that_goes_away_at_once_recreates_its_group() -> anyhow::Result<()> {
+    deleting_a_worker_recreates_its_group("lws-plain-delete", "pd", DeleteParams::default()).await
+}
+
+/// Grace period 0 (a force delete, or a lost node).
+#[tokio::test]
+async fn force_deleting_a_worker_still_recreates_its_group() -> anyhow::Result<()> {
+    deleting_a_worker_recreates_its_group(
+        "lws-force-delete",
+        "fd",
+        DeleteParams {
+            grace_period_seconds: Some(0),
+            ..Default::default()
+        },
+    )
     .await
 }

@@ -24,10 +24,8 @@ use serde_json::json;
 
 use crate::harness::{TestNs, wait_for, wait_for_all};
 
-pub const NAME: &str = "leaderworkerset.sigs.k8s.io/name";
-pub const REVISION: &str = "leaderworkerset.sigs.k8s.io/template-revision-hash";
-pub const GROUP_INDEX: &str = "leaderworkerset.sigs.k8s.io/group-index";
-pub const WORKER_INDEX: &str = "leaderworkerset.sigs.k8s.io/worker-index";
+pub use lws_rollout::k8s::pod::ready as pod_ready;
+pub use lws_rollout::lws::labels::{GROUP_INDEX, NAME, REVISION, WORKER_INDEX};
 
 /// Scheduling gate the tests put on a new template: its pods stay Pending (unready) until the
 /// test removes the gate, so the order in which groups become ready is the test's choice.
@@ -259,16 +257,6 @@ pub fn image(pod: &Pod) -> String {
         .as_ref()
         .and_then(|s| s.containers[0].image.clone())
         .unwrap_or_default()
-}
-
-pub fn pod_ready(pod: &Pod) -> bool {
-    pod.status.as_ref().is_some_and(|s| {
-        s.phase.as_deref() == Some("Running")
-            && s.conditions
-                .iter()
-                .flatten()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-    })
 }
 
 fn gated(pod: &Pod) -> bool {

@@ -17,6 +17,7 @@ mod lws_crash;
 mod lws_lifecycle;
 mod lws_placement;
 mod lws_rolling;
+mod lws_services;
 mod lws_support;
 mod manager;
 mod markers;

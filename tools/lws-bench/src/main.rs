@@ -36,9 +36,8 @@ use k8s_openapi::api::{
     core::v1::{Namespace, Pod, ServiceAccount},
 };
 use kube::{
-    Api, Client, Config, ResourceExt,
+    Api, Client, ResourceExt,
     api::{Patch, PatchParams, PostParams},
-    config::{KubeConfigOptions, Kubeconfig},
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::LeaderWorkerSet;
@@ -233,9 +232,10 @@ impl Drop for Cluster {
 }
 
 async fn client_for(path: &Path) -> anyhow::Result<Client> {
-    let kubeconfig = Kubeconfig::read_from(path).with_context(|| format!("reading {path:?}"))?;
-    let mut config =
-        Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let mut config = lws_rollout::k8s::client::config_from_kubeconfig(path)
+        .await
+        .with_context(|| format!("reading {path:?}"))?;
+    // Lists of thousands of pods on a loaded 2-core machine.
     config.read_timeout = Some(Duration::from_secs(300));
     Ok(Client::try_from(config)?)
 }
@@ -1085,12 +1085,7 @@ impl Watch {
     }
 }
 
-fn pod_ready(p: &Pod) -> bool {
-    p.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
+use lws_rollout::k8s::pod::ready as pod_ready;
 
 fn spawn_watch<K>(
     api: Api<K>,
