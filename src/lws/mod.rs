@@ -13,6 +13,7 @@ pub mod controller;
 pub mod deref;
 pub mod error;
 pub mod gojson;
+pub mod hold;
 pub mod labels;
 pub mod objects;
 pub mod observe;

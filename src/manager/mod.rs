@@ -294,10 +294,11 @@ async fn start_webhook(
             source,
         })?;
     let serve_handle = handle.clone();
+    let router = webhook::router(client.clone());
     tokio::spawn(async move {
         if let Err(err) = server
             .handle(serve_handle)
-            .serve(webhook::router().into_make_service())
+            .serve(router.into_make_service())
             .await
         {
             tracing::error!(error = %err, "webhook server stopped");

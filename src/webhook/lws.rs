@@ -1,14 +1,22 @@
 //! `POST /mutate-lws` and `POST /validate-lws`: the LeaderWorkerSet webhooks, on top of
 //! [`crate::lws::admission`].
 
-use axum::Json;
-use kube::core::{
-    DynamicObject,
-    admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
+use axum::{Json, extract::State};
+use k8s_openapi::api::apps::v1::StatefulSet;
+use kube::{
+    Api, Client, ResourceExt,
+    api::ListParams,
+    core::{
+        DynamicObject,
+        admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
+    },
 };
 use tracing::warn;
 
-use crate::{api::leaderworkerset::LeaderWorkerSet, lws::admission};
+use crate::{
+    api::{leaderworkerset::LeaderWorkerSet, rollout::Rollout},
+    lws::{admission, hold, labels, revision},
+};
 
 /// Path of the LWS defaulting endpoint.
 pub const MUTATE_PATH: &str = "/mutate-lws";
@@ -35,25 +43,102 @@ fn typed(obj: Option<&DynamicObject>) -> Option<LeaderWorkerSet> {
         .and_then(|v| serde_json::from_value(v).ok())
 }
 
-/// Handles one defaulting AdmissionReview.
+/// Handles one defaulting AdmissionReview: upstream's defaults, and the release hold.
 pub async fn mutate(
+    State(client): State<Client>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request = match request(review) {
         Ok(r) => r,
         Err(answer) => return Json(*answer),
     };
-    Json(default_response(&request).into_review())
+    let hold = match release_hold(&client, &request).await {
+        Ok(hold) => hold,
+        // Without knowing whether a Rollout controls this LWS, letting a template change
+        // through could roll every stable group: refuse, the client retries.
+        Err(err) => {
+            warn!(error = %err, "cannot decide the release hold");
+            return Json(
+                AdmissionResponse::from(&request)
+                    .deny(format!(
+                        "cannot check for a Rollout of this LeaderWorkerSet: {err}"
+                    ))
+                    .into_review(),
+            );
+        }
+    };
+    Json(default_response(&request, hold).into_review())
 }
 
-/// The defaulting decision (pure).
-pub fn default_response(request: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+/// The hold annotation this UPDATE must carry ([`hold::decide`]), reading the Rollouts of the
+/// namespace and the revision the groups run.
+async fn release_hold(
+    client: &Client,
+    request: &AdmissionRequest<DynamicObject>,
+) -> Result<Option<String>, kube::Error> {
+    if request.operation != Operation::Update {
+        return Ok(None);
+    }
+    let (Some(old), Some(new)) = (
+        typed(request.old_object.as_ref()),
+        typed(request.object.as_ref()),
+    ) else {
+        return Ok(None);
+    };
+    let namespace = new.namespace().unwrap_or_default();
+    let rollouts = Api::<Rollout>::namespaced(client.clone(), &namespace)
+        .list(&ListParams::default())
+        .await?;
+    let controlled = rollouts.items.iter().any(|r| hold::controls(r, &new));
+    if !controlled {
+        return Ok(None);
+    }
+    // What the groups run: the leader StatefulSet's revision label; the old spec's revision
+    // when there is no StatefulSet yet.
+    let running = Api::<StatefulSet>::namespaced(client.clone(), &namespace)
+        .get_opt(&new.name_any())
+        .await?
+        .and_then(|sts| sts.labels().get(labels::REVISION).cloned());
+    let field_manager = request
+        .options
+        .as_ref()
+        .and_then(|o| o.0.get("fieldManager"))
+        .and_then(|m| m.as_str())
+        .map(str::to_string);
+    Ok(hold::decide(
+        &old,
+        &new,
+        controlled,
+        field_manager.as_deref(),
+        || {
+            running.unwrap_or_else(|| {
+                let spec = serde_json::to_value(&old.spec).unwrap_or_default();
+                revision::revision_data(&spec)
+                    .map(|d| revision::revision_key(&d))
+                    .unwrap_or_default()
+            })
+        },
+    ))
+}
+
+/// The defaulting decision (pure): upstream's defaults, and `hold` as the release-hold
+/// annotation when given.
+pub fn default_response(
+    request: &AdmissionRequest<DynamicObject>,
+    hold: Option<String>,
+) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     let Some(before) = typed(request.object.as_ref()) else {
         return response;
     };
     let mut after = before.clone();
-    if !admission::default_lws(&mut after) {
+    let defaulted = admission::default_lws(&mut after);
+    if let Some(key) = &hold {
+        after
+            .annotations_mut()
+            .insert(labels::HELD_REVISION.into(), key.clone());
+    }
+    if !defaulted && hold.is_none() {
         return response;
     }
     let (Ok(before), Ok(after)) = (serde_json::to_value(&before), serde_json::to_value(&after))
@@ -136,7 +221,7 @@ mod tests {
 
     #[test]
     fn restart_policy_default_is_patched_to_none() {
-        let resp = default_response(&review(lws("Default", serde_json::json!({}))));
+        let resp = default_response(&review(lws("Default", serde_json::json!({}))), None);
         assert!(resp.allowed);
         let patch: serde_json::Value =
             serde_json::from_slice(resp.patch.as_ref().expect("a patch")).unwrap();
@@ -144,13 +229,13 @@ mod tests {
             patch,
             serde_json::json!([{"op": "replace", "path": "/spec/leaderWorkerTemplate/restartPolicy", "value": "None"}])
         );
-        let untouched = default_response(&review(lws("None", serde_json::json!({}))));
+        let untouched = default_response(&review(lws("None", serde_json::json!({}))), None);
         assert!(untouched.allowed && untouched.patch.is_none());
     }
 
     #[test]
     fn unparseable_objects_are_left_to_schema_validation() {
-        let resp = default_response(&review(lws("Bogus", serde_json::json!({}))));
+        let resp = default_response(&review(lws("Bogus", serde_json::json!({}))), None);
         assert!(resp.allowed && resp.patch.is_none());
     }
 

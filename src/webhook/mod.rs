@@ -49,12 +49,14 @@ impl From<secret::SecretError> for Error {
     }
 }
 
-/// Routes of the webhook server.
-pub fn router() -> Router {
+/// Routes of the webhook server; `client` answers the questions admission needs the cluster
+/// for (does a Rollout control this LWS?).
+pub fn router(client: kube::Client) -> Router {
     Router::new()
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
         .route(lws::VALIDATE_PATH, post(lws::validate))
+        .with_state(client)
 }
 
 /// TLS settings for `certs`, using the ring provider the Kubernetes client uses too.

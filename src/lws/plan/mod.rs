@@ -232,3 +232,16 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
 
 /// Requeue for a blocked object whose obstacle we do not watch.
 pub const RECHECK: Duration = BLOCKED_RECHECK;
+
+/// Deep-merges `extra` into `target` (test fixtures).
+#[cfg(test)]
+pub(crate) fn merge_json(target: &mut serde_json::Value, extra: serde_json::Value) {
+    match (target, extra) {
+        (serde_json::Value::Object(t), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge_json(t.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (t, e) => *t = e,
+    }
+}

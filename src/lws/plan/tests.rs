@@ -42,24 +42,13 @@ fn lws_with(name: &str, replicas: i32, size: i32, image: &str, extra: Value) -> 
         "startupPolicy": "LeaderCreated",
         "networkConfig": {"subdomainPolicy": "Shared"}
     });
-    merge(&mut spec, extra);
+    merge_json(&mut spec, extra);
     serde_json::from_value(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
         "metadata": {"name": name, "namespace": "ns", "uid": "lws-uid", "generation": 1},
         "spec": spec,
     }))
     .unwrap()
-}
-
-fn merge(target: &mut Value, extra: Value) {
-    match (target, extra) {
-        (Value::Object(t), Value::Object(e)) => {
-            for (k, v) in e {
-                merge(t.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (t, e) => *t = e,
-    }
 }
 
 fn key_of(lws: &LeaderWorkerSet) -> String {

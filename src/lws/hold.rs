@@ -1,0 +1,205 @@
+//! The release hold, decided at admission: when a Rollout controls an LWS and an UPDATE
+//! changes its template, the same admission records the revision the groups run now in the
+//! annotation `rollouts.kruise.io/stable-revision`. The LWS controller keeps every group on that
+//! revision (see `plan::revisions`), so no stable group ever rolls natively — there is no
+//! moment, not even between two reconciles, when the new template is visible without the
+//! hold. No user-owned spec field changes, so GitOps tools see no drift in the spec.
+//!
+//! Only the Rollout controller lifts the hold (a write with field manager
+//! [`RELEASE_FIELD_MANAGER`]); any other update that drops the annotation while a Rollout
+//! controls the LWS gets it back.
+
+use crate::{
+    api::{leaderworkerset::LeaderWorkerSet, rollout::Rollout},
+    lws::{labels, revision},
+};
+
+/// Field manager of the Rollout controller's write that releases a held LWS.
+pub const RELEASE_FIELD_MANAGER: &str = "lws-rollout-release";
+
+/// Whether `rollout` takes releases of `lws` over: it names the LWS, is enabled and not being
+/// deleted, and uses the style this controller supports (canary with a canary LWS).
+pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
+    let target = &rollout.spec.workload_ref;
+    target.kind == "LeaderWorkerSet"
+        && target.api_version.starts_with("leaderworkerset.x-k8s.io/")
+        && Some(target.name.as_str()) == lws.metadata.name.as_deref()
+        && rollout.metadata.namespace == lws.metadata.namespace
+        && !rollout.spec.disabled
+        && rollout.metadata.deletion_timestamp.is_none()
+        && rollout
+            .spec
+            .strategy
+            .canary
+            .as_ref()
+            .is_some_and(|c| c.enable_extra_workload_for_canary)
+}
+
+fn held(lws: &LeaderWorkerSet) -> Option<&str> {
+    lws.metadata
+        .annotations
+        .as_ref()?
+        .get(labels::HELD_REVISION)
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// The template as the revision hash sees it; when it cannot be hashed, the raw fields (a
+/// spurious difference only sets a hold that changes nothing).
+fn template_identity(lws: &LeaderWorkerSet) -> String {
+    let spec = serde_json::to_value(&lws.spec).unwrap_or_default();
+    match revision::revision_data(&spec) {
+        Ok(data) => revision::revision_key(&data),
+        Err(_) => format!("{}{}", spec["leaderWorkerTemplate"], spec["networkConfig"]),
+    }
+}
+
+/// The hold annotation an UPDATE from `old` to `new` must carry, or `None` to leave the
+/// annotations as the request has them. `controlled`: a Rollout controls the LWS.
+/// `running_revision`: the revision the groups run now (asked only when a hold starts).
+pub fn decide(
+    old: &LeaderWorkerSet,
+    new: &LeaderWorkerSet,
+    controlled: bool,
+    field_manager: Option<&str>,
+    running_revision: impl FnOnce() -> String,
+) -> Option<String> {
+    if !controlled || held(new).is_some() {
+        return None;
+    }
+    if let Some(stable) = held(old) {
+        return (field_manager != Some(RELEASE_FIELD_MANAGER)).then(|| stable.to_string());
+    }
+    (template_identity(old) != template_identity(new)).then(running_revision)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn lws(image: &str, hold: Option<&str>) -> LeaderWorkerSet {
+        let mut obj = json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "m", "namespace": "ns"},
+            "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}}}
+        });
+        if let Some(h) = hold {
+            obj["metadata"]["annotations"] = json!({labels::HELD_REVISION: h});
+        }
+        serde_json::from_value(obj).unwrap()
+    }
+
+    fn rollout(extra: serde_json::Value) -> Rollout {
+        let mut obj = json!({
+            "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet", "name": "m"},
+                "strategy": {"canary": {"enableExtraWorkloadForCanary": true,
+                    "steps": [{"replicas": 1}]}}}
+        });
+        crate::lws::plan::merge_json(&mut obj, extra);
+        serde_json::from_value(obj).unwrap()
+    }
+
+    #[test]
+    fn only_an_enabled_canary_rollout_of_this_lws_controls_it() {
+        let m = lws("a", None);
+        assert!(controls(&rollout(json!({})), &m));
+        assert!(!controls(&rollout(json!({"spec": {"disabled": true}})), &m));
+        assert!(!controls(
+            &rollout(json!({"spec": {"workloadRef": {"name": "other"}}})),
+            &m
+        ));
+        assert!(!controls(
+            &rollout(
+                json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false}}}})
+            ),
+            &m
+        ));
+        assert!(!controls(
+            &rollout(json!({"metadata": {"namespace": "elsewhere"}})),
+            &m
+        ));
+    }
+
+    #[test]
+    fn hold_decisions() {
+        let running = || "stable-key".to_string();
+        type Case<'a> = (
+            &'a str,
+            LeaderWorkerSet,
+            LeaderWorkerSet,
+            bool,
+            Option<&'a str>,
+            Option<&'a str>,
+        );
+        let cases: [Case; 7] = [
+            (
+                "a template change under a Rollout starts the hold",
+                lws("a", None),
+                lws("b", None),
+                true,
+                None,
+                Some("stable-key"),
+            ),
+            (
+                "no Rollout: nothing",
+                lws("a", None),
+                lws("b", None),
+                false,
+                None,
+                None,
+            ),
+            (
+                "no template change: nothing",
+                lws("a", None),
+                lws("a", None),
+                true,
+                None,
+                None,
+            ),
+            (
+                "a hold the request carries stays as it is",
+                lws("a", Some("k1")),
+                lws("c", Some("k1")),
+                true,
+                None,
+                None,
+            ),
+            (
+                "a user dropping the hold mid-release gets it back",
+                lws("b", Some("k1")),
+                lws("b", None),
+                true,
+                Some("kubectl"),
+                Some("k1"),
+            ),
+            (
+                "the Rollout controller releases it",
+                lws("b", Some("k1")),
+                lws("b", None),
+                true,
+                Some(RELEASE_FIELD_MANAGER),
+                None,
+            ),
+            (
+                "without a Rollout anyone may drop it",
+                lws("b", Some("k1")),
+                lws("b", None),
+                false,
+                Some("kubectl"),
+                None,
+            ),
+        ];
+        for (name, old, new, controlled, manager, want) in cases {
+            assert_eq!(
+                decide(&old, &new, controlled, manager, running).as_deref(),
+                want,
+                "{name}"
+            );
+        }
+    }
+}
