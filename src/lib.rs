@@ -5,4 +5,5 @@
 pub mod api;
 pub mod lws;
 pub mod manager;
+pub mod traffic;
 pub mod webhook;

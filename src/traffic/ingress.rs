@@ -1,0 +1,168 @@
+//! The nginx canary Ingress `<ingress>-canary`: a copy of the user's Ingress whose paths to the
+//! stable Service go to the canary Service instead, with ingress-nginx's canary annotations.
+//! The user's Ingress itself is never changed; restoring is deleting the canary Ingress.
+
+use super::{
+    intent::CanaryRoute,
+    json, names,
+    observe::OwnerInfo,
+    service::copy_untracked,
+    write::{Kind, Owned, Problem, Target, Write},
+};
+use gateway_api::apis::standard::httproutes::HttpRouteRulesMatchesHeadersType;
+use k8s_openapi::api::networking::v1::{
+    HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use std::collections::BTreeMap;
+
+/// Every ingress-nginx canary annotation starts with this; copies of the user's are dropped.
+const CANARY_PREFIX: &str = "nginx.ingress.kubernetes.io/canary";
+/// Marks an Ingress as a canary of the Ingress with the same host and path.
+pub const CANARY: &str = "nginx.ingress.kubernetes.io/canary";
+/// Percent of requests for the canary.
+pub const CANARY_WEIGHT: &str = "nginx.ingress.kubernetes.io/canary-weight";
+/// Header whose value `always` (or the `-value`/`-pattern` below) selects the canary.
+pub const CANARY_BY_HEADER: &str = "nginx.ingress.kubernetes.io/canary-by-header";
+/// Exact header value selecting the canary.
+pub const CANARY_BY_HEADER_VALUE: &str = "nginx.ingress.kubernetes.io/canary-by-header-value";
+/// Regular expression on the header value selecting the canary.
+pub const CANARY_BY_HEADER_PATTERN: &str = "nginx.ingress.kubernetes.io/canary-by-header-pattern";
+/// Cookie whose value `always` selects the canary.
+pub const CANARY_BY_COOKIE: &str = "nginx.ingress.kubernetes.io/canary-by-cookie";
+/// Kruise's convention: a header match with this name means "cookie named <value>".
+pub const COOKIE_MATCH_NAME: &str = "canary-by-cookie";
+
+/// The canary Ingress for `route`, or a problem when the user's Ingress has no path to the
+/// stable Service.
+pub fn canary(
+    ingress: &Ingress,
+    stable_service: &str,
+    canary_service: &str,
+    route: &CanaryRoute,
+    owner: &OwnerInfo,
+) -> Result<Ingress, Problem> {
+    let user_name = ingress.metadata.name.clone().unwrap_or_default();
+    let spec = ingress.spec.clone().unwrap_or_default();
+    let to_canary = |b: &IngressBackend| -> Option<IngressBackend> {
+        let svc = b.service.as_ref()?;
+        (svc.name == stable_service).then(|| {
+            let mut b = b.clone();
+            b.service.as_mut().expect("checked").name = canary_service.into();
+            b
+        })
+    };
+    let rules: Vec<IngressRule> = spec
+        .rules
+        .iter()
+        .flatten()
+        .filter_map(|rule| {
+            let paths: Vec<_> = rule
+                .http
+                .as_ref()?
+                .paths
+                .iter()
+                .filter_map(|p| {
+                    let mut p2 = p.clone();
+                    p2.backend = to_canary(&p.backend)?;
+                    Some(p2)
+                })
+                .collect();
+            (!paths.is_empty()).then(|| IngressRule {
+                host: rule.host.clone(),
+                http: Some(HTTPIngressRuleValue { paths }),
+            })
+        })
+        .collect();
+    let default_backend = spec.default_backend.as_ref().and_then(to_canary);
+    if rules.is_empty() && default_backend.is_none() {
+        return Err(Problem::NoStableBackend {
+            target: Target {
+                kind: Kind::Ingress,
+                name: user_name,
+            },
+            service: stable_service.into(),
+        });
+    }
+    let mut labels = copy_untracked(ingress.metadata.labels.as_ref());
+    labels.insert(names::CANARY_OF.into(), user_name.clone());
+    let mut annotations = copy_untracked(ingress.metadata.annotations.as_ref());
+    annotations.retain(|k, _| !k.starts_with(CANARY_PREFIX));
+    annotations.extend(canary_annotations(route));
+    Ok(Ingress {
+        metadata: ObjectMeta {
+            name: Some(names::canary_ingress(&user_name)),
+            namespace: ingress.metadata.namespace.clone(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner.owner_reference()]),
+            ..Default::default()
+        },
+        spec: Some(IngressSpec {
+            ingress_class_name: spec.ingress_class_name,
+            tls: spec.tls,
+            default_backend,
+            rules: (!rules.is_empty()).then_some(rules),
+        }),
+        status: None,
+    })
+}
+
+/// ingress-nginx's canary annotations for `route`, as Kruise's nginx script writes them:
+/// `canary: "true"` always; `canary-weight` when a weight is given (0 when neither weight nor
+/// matches are); from the first header of the first match, a cookie (Kruise's
+/// `canary-by-cookie` header name) or a header with its exact value or pattern. nginx has no
+/// path or query-parameter canary, so those parts of a match are not expressible here.
+pub fn canary_annotations(route: &CanaryRoute) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::from([(CANARY.to_string(), "true".to_string())]);
+    let weight = match route.weight {
+        Some(w) => Some(w),
+        None if route.matches.is_empty() => Some(0),
+        None => None,
+    };
+    if let Some(w) = weight {
+        out.insert(CANARY_WEIGHT.into(), w.clamp(0, 100).to_string());
+    }
+    let header = route
+        .matches
+        .iter()
+        .find_map(|m| m.headers.as_ref().and_then(|h| h.first()));
+    if let Some(h) = header {
+        if h.name == COOKIE_MATCH_NAME {
+            out.insert(CANARY_BY_COOKIE.into(), h.value.clone());
+        } else {
+            out.insert(CANARY_BY_HEADER.into(), h.name.clone());
+            let key = match h.r#type {
+                Some(HttpRouteRulesMatchesHeadersType::RegularExpression) => {
+                    CANARY_BY_HEADER_PATTERN
+                }
+                _ => CANARY_BY_HEADER_VALUE,
+            };
+            out.insert(key.into(), h.value.clone());
+        }
+    }
+    out
+}
+
+/// The write bringing the observed canary Ingress to `desired`, or `None` when it holds it.
+/// Annotations are compared exactly: a canary annotation left from an earlier step (a header
+/// after a header-less step) must go, and only a full apply removes it.
+pub fn apply_canary(observed: Option<&Ingress>, desired: Ingress) -> Option<Write> {
+    let same = observed.is_some_and(|o| {
+        json::holds(o, &desired)
+            && canary_keys(o.metadata.annotations.as_ref())
+                == canary_keys(desired.metadata.annotations.as_ref())
+    });
+    (!same).then(|| Write::Apply {
+        object: Owned::Ingress(Box::new(desired)),
+        field_manager: names::FIELD_MANAGER,
+    })
+}
+
+fn canary_keys(map: Option<&BTreeMap<String, String>>) -> Vec<&String> {
+    map.into_iter()
+        .flatten()
+        .filter(|(k, _)| k.starts_with(CANARY_PREFIX))
+        .map(|(k, _)| k)
+        .collect()
+}
