@@ -199,3 +199,171 @@ fn patch(observed: &Service, desired: &Service) -> Option<Write> {
         field_manager: names::FIELD_MANAGER,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::fixtures::*;
+    use serde_json::json;
+
+    fn patch_json(w: Option<Write>) -> serde_json::Value {
+        match w.expect("a write") {
+            Write::Patch { patch, .. } => serde_json::to_value(patch).unwrap(),
+            other => panic!("expected a patch, got {other:?}"),
+        }
+    }
+
+    fn pinned(svc: &Service) -> Service {
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            stable_service: Some(svc.clone()),
+            ..Default::default()
+        };
+        execute(&mut obs, &[pin(svc, "vllm").unwrap().unwrap()]);
+        obs.stable_service.unwrap()
+    }
+
+    #[test]
+    fn pin_adds_lws_name_and_leader_index_and_records_the_user_selector_in_one_guarded_patch() {
+        let svc = service(json!({"app": "vllm"}));
+        assert_eq!(
+            patch_json(pin(&svc, "vllm").unwrap()),
+            json!([
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "10"},
+                {"op": "add", "path": "/metadata/annotations/lws-rollout.x-k8s.io~1original-selector",
+                 "value": "{\"app\":\"vllm\"}"},
+                {"op": "add", "path": "/spec/selector/leaderworkerset.sigs.k8s.io~1name", "value": "vllm"},
+                {"op": "add", "path": "/spec/selector/leaderworkerset.sigs.k8s.io~1worker-index", "value": "0"}
+            ])
+        );
+    }
+
+    #[test]
+    fn pin_is_idempotent_and_keeps_a_users_own_worker_index() {
+        let svc = service(json!({"app": "vllm", "leaderworkerset.sigs.k8s.io/worker-index": "0"}));
+        let after = pinned(&svc);
+        assert_eq!(
+            after.spec.as_ref().unwrap().selector.as_ref().unwrap(),
+            &BTreeMap::from([
+                ("app".to_string(), "vllm".to_string()),
+                (names::LWS_NAME.to_string(), "vllm".to_string()),
+                (names::WORKER_INDEX.to_string(), "0".to_string()),
+            ])
+        );
+        assert_eq!(pin(&after, "vllm").unwrap(), None, "second pin writes nothing");
+        // A selector that already is the pin needs neither a write nor a record.
+        let already = service(json!({"app": "vllm", names::LWS_NAME: "vllm", names::WORKER_INDEX: "0"}));
+        assert_eq!(pin(&already, "vllm").unwrap(), None);
+        assert_eq!(unpin(&already), None);
+    }
+
+    #[test]
+    fn unpin_restores_the_exact_service() {
+        let svc = service(json!({"app": "vllm", names::LWS_NAME: "old-name"}));
+        let after = pinned(&svc);
+        assert_eq!(
+            after.spec.as_ref().unwrap().selector.as_ref().unwrap()[names::LWS_NAME],
+            "vllm"
+        );
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            stable_service: Some(after.clone()),
+            ..Default::default()
+        };
+        execute(&mut obs, &[unpin(&after).unwrap()]);
+        let restored = obs.stable_service.unwrap();
+        assert_eq!(content(&restored), content(&svc));
+        assert_eq!(unpin(&restored), None, "nothing of ours left");
+    }
+
+    #[test]
+    fn a_selector_the_user_rewrites_during_the_release_is_theirs() {
+        let after = pinned(&service(json!({"app": "vllm"})));
+        // Argo CD syncs a new selector over our pin; the record is now stale.
+        let mut synced = after.clone();
+        synced.spec.as_mut().unwrap().selector =
+            Some(BTreeMap::from([("app".into(), "vllm-v2".into())]));
+        assert_eq!(user_selector(&synced).unwrap()["app"], "vllm-v2");
+        let repin = patch_json(pin(&synced, "vllm").unwrap());
+        assert!(repin.to_string().contains(r#"{\"app\":\"vllm-v2\"}"#), "{repin}");
+        // Restoring now keeps their selector and only drops our record.
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            stable_service: Some(synced.clone()),
+            ..Default::default()
+        };
+        execute(&mut obs, &[unpin(&synced).unwrap()]);
+        let s = obs.stable_service.unwrap();
+        assert_eq!(s.spec.unwrap().selector.unwrap()["app"], "vllm-v2");
+        assert!(!s.metadata.annotations.unwrap().contains_key(names::ORIGINAL_SELECTOR));
+    }
+
+    #[test]
+    fn a_service_without_selector_cannot_be_pinned() {
+        let mut svc = service(json!({}));
+        assert_eq!(pin(&svc, "vllm"), Err(Problem::NoSelector("svc".into())));
+        svc.spec.as_mut().unwrap().selector = None;
+        assert_eq!(
+            canary(&svc, "c", &owner()).unwrap_err(),
+            Problem::NoSelector("svc".into())
+        );
+    }
+
+    #[test]
+    fn canary_is_a_cluster_ip_copy_selecting_canary_leaders_owned_by_the_rollout() {
+        // Copied from a pinned Service: the record must not leak into the copy.
+        let stable = pinned(&load_balancer_service());
+        let c = json_of(&canary(&stable, "vllm-canary-abc", &owner()).unwrap());
+        assert_eq!(
+            c,
+            json!({
+                "apiVersion": "v1", "kind": "Service",
+                "metadata": {
+                    "name": "svc-canary", "namespace": "ns",
+                    "labels": {"app": "vllm", names::CANARY_OF: "svc"},
+                    "annotations": {"team": "inference"},
+                    "ownerReferences": [{"apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+                        "name": "r", "uid": "rollout-uid", "controller": true, "blockOwnerDeletion": true}]
+                },
+                "spec": {
+                    "type": "ClusterIP",
+                    "selector": {"app": "vllm", names::LWS_NAME: "vllm-canary-abc", names::WORKER_INDEX: "0"},
+                    "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8000}],
+                    "sessionAffinity": "None", "internalTrafficPolicy": "Cluster"
+                }
+            })
+        );
+    }
+
+    #[test]
+    fn a_headless_service_gets_a_headless_canary() {
+        let mut svc = service(json!({"app": "vllm"}));
+        let spec = svc.spec.as_mut().unwrap();
+        spec.cluster_ip = Some("None".into());
+        spec.cluster_ips = Some(vec!["None".into()]);
+        let c = canary(&svc, "c", &owner()).unwrap().spec.unwrap();
+        assert_eq!(c.cluster_ip.as_deref(), Some("None"));
+        assert_eq!(c.cluster_ips, Some(vec!["None".to_string()]));
+    }
+
+    #[test]
+    fn a_canary_name_longer_than_a_service_name_may_be_is_a_problem() {
+        let mut svc = service(json!({"app": "vllm"}));
+        svc.metadata.name = Some("s".repeat(60));
+        assert!(matches!(
+            canary(&svc, "c", &owner()),
+            Err(Problem::TooLarge { target, .. }) if target.name.len() == 67
+        ));
+    }
+
+    #[test]
+    fn applied_canary_with_server_fields_is_in_place_and_a_new_canary_lws_is_not() {
+        let stable = service(json!({"app": "vllm"}));
+        let desired = canary(&stable, "vllm-canary-abc", &owner()).unwrap();
+        assert!(apply_canary(None, desired.clone()).is_some());
+        let mut obs = crate::traffic::observe::TrafficObserved::default();
+        execute(&mut obs, &[apply_canary(None, desired.clone()).unwrap()]);
+        let stored = obs.canary_service.unwrap();
+        assert!(stored.spec.as_ref().unwrap().cluster_ip.is_some());
+        assert_eq!(apply_canary(Some(&stored), desired), None);
+        let other = canary(&stable, "vllm-canary-def", &owner()).unwrap();
+        assert!(apply_canary(Some(&stored), other).is_some());
+    }
+}
