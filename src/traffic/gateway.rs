@@ -196,10 +196,10 @@ fn with_weight(
                 (own * i64::from(100 - p), own * i64::from(p), own * 100)
             };
             if refs.is(b, refs.stable) {
-                canaries.push(canary_ref(b, refs.canary, weight(canary_w)?, modifier));
-                b.weight = Some(weight(stable_w)?);
+                canaries.push(canary_ref(b, refs.canary, checked_weight(canary_w)?, modifier));
+                b.weight = Some(checked_weight(stable_w)?);
             } else {
-                b.weight = Some(weight(other_w)?);
+                b.weight = Some(checked_weight(other_w)?);
             }
         }
         backends.extend(canaries);
@@ -299,7 +299,7 @@ fn normalised(mut m: HttpRouteRulesMatches) -> HttpRouteRulesMatches {
     m
 }
 
-fn weight(w: i64) -> Option<i32> {
+fn checked_weight(w: i64) -> Option<i32> {
     (w <= MAX_WEIGHT).then(|| i32::try_from(w).expect("at most MAX_WEIGHT"))
 }
 
@@ -392,5 +392,232 @@ fn target(route: &HttpRoute) -> Target {
     Target {
         kind: Kind::HttpRoute,
         name: route.metadata.name.clone().unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::fixtures::*;
+    use serde_json::{Value, json};
+
+    fn rules_after(route: &HttpRoute, want: Option<&CanaryRoute>) -> Value {
+        json_of(&desired(route, "svc", "svc-canary", want).unwrap())["spec"]["rules"].clone()
+    }
+
+    /// Applies the patch as the API server would and returns the stored route.
+    fn patched(route: &HttpRoute, want: Option<&CanaryRoute>) -> HttpRoute {
+        let d = desired(route, "svc", "svc-canary", want).unwrap();
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            http_route: Some(route.clone()),
+            ..Default::default()
+        };
+        execute(&mut obs, &write(route, &d).into_iter().collect::<Vec<_>>());
+        obs.http_route.unwrap()
+    }
+
+    fn header(name: &str, value: &str) -> Value {
+        json!({"name": name, "value": value})
+    }
+
+    fn step_match(v: Value) -> HttpRouteMatch {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn weights_split_the_stable_rule_and_restore_exactly() {
+        let user = simple_route();
+        for (p, stable_w, canary_w) in [(5, 95, 5), (50, 50, 50), (100, 0, 100)] {
+            let route = patched(&user, Some(&weight(p)));
+            assert_eq!(
+                json_of(&route)["spec"]["rules"],
+                json!([{"matches": [catch_all()],
+                        "backendRefs": [backend("svc", stable_w), backend("svc-canary", canary_w)]}]),
+                "{p}%"
+            );
+            assert_eq!(
+                route.metadata.annotations.as_ref().unwrap()[names::ORIGINAL_WEIGHTS],
+                r#"{"0":[1]}"#
+            );
+            // Idempotent: the stored route is what a second plan wants.
+            let again = desired(&route, "svc", "svc-canary", Some(&weight(p))).unwrap();
+            assert_eq!(write(&route, &again), None, "{p}%: second plan writes nothing");
+            // Restore: the user's route, byte for byte (but the resourceVersion).
+            assert_eq!(content(&patched(&route, None)), content(&user), "{p}% restore");
+        }
+    }
+
+    #[test]
+    fn weight_zero_without_matches_is_the_users_route() {
+        let user = simple_route();
+        let mid = patched(&user, Some(&weight(30)));
+        let zero = patched(&mid, Some(&CanaryRoute::none()));
+        assert_eq!(content(&zero), content(&user));
+        assert!(!sends_to_canary(&zero, "svc-canary"));
+        assert_eq!(write(&user, &desired(&user, "svc", "svc-canary", Some(&CanaryRoute::none())).unwrap()), None);
+    }
+
+    #[test]
+    fn only_rules_and_refs_to_the_stable_service_change_and_shares_of_others_are_kept() {
+        let user = route(json!([
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}], "backendRefs": [backend("svc", 1)]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/docs"}}], "backendRefs": [backend("docs", 1)]},
+            {"matches": [catch_all()], "backendRefs": [backend("svc", 3), backend("legacy", 1)]},
+            // Same name, other namespace: not our Service.
+            {"matches": [{"path": {"type": "Exact", "value": "/x"}}],
+             "backendRefs": [{"group": "", "kind": "Service", "name": "svc", "namespace": "elsewhere", "port": 80, "weight": 1}]}
+        ]));
+        let r = patched(&user, Some(&weight(5)));
+        let rules = json_of(&r)["spec"]["rules"].clone();
+        assert_eq!(rules[0]["backendRefs"], json!([backend("svc", 95), backend("svc-canary", 5)]));
+        assert_eq!(rules[1], json_of(&user)["spec"]["rules"][1]);
+        // 3:1 between svc and legacy before; svc's 3 is split 95:5 and legacy keeps its quarter.
+        assert_eq!(
+            rules[2]["backendRefs"],
+            json!([backend("svc", 285), backend("legacy", 100), backend("svc-canary", 15)])
+        );
+        assert_eq!(rules[3], json_of(&user)["spec"]["rules"][3]);
+        assert_eq!(
+            r.metadata.annotations.as_ref().unwrap()[names::ORIGINAL_WEIGHTS],
+            r#"{"0":[1],"2":[3,1]}"#
+        );
+        assert_eq!(content(&patched(&r, None)), content(&user));
+    }
+
+    #[test]
+    fn header_query_and_path_matches_become_canary_only_rules_beside_the_users() {
+        let user = route(json!([
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/v1"}, "method": "POST"},
+                         {"path": {"type": "PathPrefix", "value": "/v2"}}],
+             "backendRefs": [backend("svc", 1)]},
+            {"matches": [{"path": {"type": "PathPrefix", "value": "/chat"}}],
+             "filters": [{"type": "URLRewrite", "urlRewrite": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/"}}}],
+             "backendRefs": [backend("svc", 1)]}
+        ]));
+        let want = CanaryRoute {
+            weight: Some(20), // ignored: matches take precedence for Gateway API
+            matches: vec![
+                step_match(json!({"headers": [header("x-canary", "yes")], "queryParams": [{"name": "v", "value": "2"}]})),
+                step_match(json!({"path": {"type": "Exact", "value": "/canary"}, "headers": [{"name": "x-a", "type": "RegularExpression", "value": "b.*"}]})),
+            ],
+            request_header_modifier: None,
+        };
+        let r = patched(&user, Some(&want));
+        let rules = json_of(&r)["spec"]["rules"].clone();
+        let users = json_of(&user)["spec"]["rules"].clone();
+        assert_eq!(rules[0], users[0], "user rules untouched in match mode");
+        assert_eq!(rules[1], users[1]);
+        let narrowed = |path: &str, method: Option<&str>| {
+            let mut m = json!({"path": {"type": "PathPrefix", "value": path},
+                "headers": [{"name": "x-canary", "type": "Exact", "value": "yes"}],
+                "queryParams": [{"name": "v", "type": "Exact", "value": "2"}]});
+            if let Some(method) = method {
+                m["method"] = json!(method);
+            }
+            m
+        };
+        let standalone = json!({"path": {"type": "Exact", "value": "/canary"},
+            "headers": [{"name": "x-a", "type": "RegularExpression", "value": "b.*"}]});
+        assert_eq!(
+            rules[2],
+            json!({"matches": [narrowed("/v1", Some("POST")), narrowed("/v2", None), standalone],
+                   "backendRefs": [backend("svc-canary", 1)]})
+        );
+        // The path-bearing match is attached once; the rule's own filters come along.
+        assert_eq!(
+            rules[3],
+            json!({"matches": [narrowed("/chat", None)], "filters": users[1]["filters"],
+                   "backendRefs": [backend("svc-canary", 1)]})
+        );
+        assert_eq!(rules.as_array().unwrap().len(), 4);
+        assert!(r.metadata.annotations.as_ref().unwrap().get(names::ORIGINAL_WEIGHTS).is_none());
+        let again = desired(&r, "svc", "svc-canary", Some(&want)).unwrap();
+        assert_eq!(write(&r, &again), None, "second plan writes nothing");
+        assert_eq!(content(&patched(&r, None)), content(&user));
+    }
+
+    #[test]
+    fn weight_to_match_step_keeps_the_stable_rule_unlike_upstream() {
+        let user = simple_route();
+        let weighted = patched(&user, Some(&weight(50)));
+        let want = CanaryRoute {
+            weight: None,
+            matches: vec![step_match(json!({"headers": [header("x-canary", "yes")]}))],
+            request_header_modifier: None,
+        };
+        let matched = patched(&weighted, Some(&want));
+        let rules = json_of(&matched)["spec"]["rules"].clone();
+        assert_eq!(rules[0], json_of(&user)["spec"]["rules"][0], "stable rule back to the user's");
+        assert_eq!(rules[1]["backendRefs"], json!([backend("svc-canary", 1)]));
+        assert_eq!(content(&patched(&matched, None)), content(&user));
+    }
+
+    #[test]
+    fn request_header_modifier_goes_on_canary_bound_requests_only() {
+        let user = route(json!([{"matches": [catch_all()],
+            "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-Env", "value": "prod"}], "remove": ["x-debug"]}}],
+            "backendRefs": [backend("svc", 1)]}]));
+        let modifier: HttpRouteRulesFiltersRequestHeaderModifier = serde_json::from_value(
+            json!({"set": [{"name": "x-env", "value": "canary"}], "add": [{"name": "x-canary", "value": "1"}]}),
+        )
+        .unwrap();
+        // Match mode: merged into the canary rule's own RequestHeaderModifier (one per rule).
+        let want = CanaryRoute {
+            weight: None,
+            matches: vec![step_match(json!({"headers": [header("x-canary", "yes")]}))],
+            request_header_modifier: Some(modifier.clone()),
+        };
+        let rules = rules_after(&user, Some(&want));
+        assert_eq!(
+            rules[1]["filters"],
+            json!([{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                "set": [{"name": "x-env", "value": "canary"}],
+                "add": [{"name": "x-canary", "value": "1"}],
+                "remove": ["x-debug"]}}])
+        );
+        assert_eq!(rules[0], json_of(&user)["spec"]["rules"][0]);
+        // Weight mode: on the canary backendRef, the stable ref untouched but its weight.
+        let want = CanaryRoute {
+            weight: Some(10),
+            matches: vec![],
+            request_header_modifier: Some(modifier),
+        };
+        let rules = rules_after(&user, Some(&want));
+        assert_eq!(rules[0]["backendRefs"][0], backend("svc", 90));
+        assert_eq!(
+            rules[0]["backendRefs"][1]["filters"],
+            json!([{"type": "RequestHeaderModifier", "requestHeaderModifier": {
+                "set": [{"name": "x-env", "value": "canary"}], "add": [{"name": "x-canary", "value": "1"}]}}])
+        );
+    }
+
+    #[test]
+    fn a_route_without_the_stable_service_or_past_api_limits_is_a_problem() {
+        let other = route(json!([{"matches": [catch_all()], "backendRefs": [backend("docs", 1)]}]));
+        assert!(matches!(
+            desired(&other, "svc", "svc-canary", Some(&weight(5))),
+            Err(Problem::NoStableBackend { .. })
+        ));
+        // Restoring such a route is fine (nothing of ours on it).
+        assert!(desired(&other, "svc", "svc-canary", None).is_ok());
+        let sixteen: Vec<Value> = (0..16)
+            .map(|i| json!({"matches": [{"path": {"type": "PathPrefix", "value": format!("/{i}")}}], "backendRefs": [backend("svc", 1)]}))
+            .collect();
+        let full = route(Value::Array(sixteen));
+        let want = CanaryRoute {
+            weight: None,
+            matches: vec![step_match(json!({"headers": [header("x-canary", "yes")]}))],
+            request_header_modifier: None,
+        };
+        assert!(matches!(
+            desired(&full, "svc", "svc-canary", Some(&want)),
+            Err(Problem::TooLarge { limit, .. }) if limit.contains("16 rules")
+        ));
+        assert!(desired(&full, "svc", "svc-canary", Some(&weight(5))).is_ok());
+        let heavy = route(json!([{"backendRefs": [backend("svc", 20_000), backend("b", 1)]}]));
+        assert!(matches!(
+            desired(&heavy, "svc", "svc-canary", Some(&weight(5))),
+            Err(Problem::TooLarge { .. })
+        ));
     }
 }

@@ -166,3 +166,100 @@ fn canary_keys(map: Option<&BTreeMap<String, String>>) -> Vec<&String> {
         .map(|(k, _)| k)
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::traffic::fixtures::*;
+    use serde_json::json;
+
+    fn annotations(route: CanaryRoute) -> serde_json::Value {
+        json_of(&canary(&user_ingress(), "svc", "svc-canary", &route, &owner()).unwrap())["metadata"]
+            ["annotations"]
+            .clone()
+    }
+
+    fn with_header(weight: Option<i32>, h: serde_json::Value) -> CanaryRoute {
+        CanaryRoute {
+            weight,
+            matches: vec![serde_json::from_value(json!({"headers": [h]})).unwrap()],
+            request_header_modifier: None,
+        }
+    }
+
+    #[test]
+    fn canary_ingress_copies_only_paths_to_the_stable_service() {
+        let c = json_of(&canary(&user_ingress(), "svc", "svc-canary", &weight(5), &owner()).unwrap());
+        assert_eq!(
+            c["spec"],
+            json!({
+                "ingressClassName": "nginx",
+                "tls": [{"hosts": ["models.example"], "secretName": "tls"}],
+                "rules": [{"host": "models.example", "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": "svc-canary", "port": {"number": 80}}}}
+                ]}}]
+            })
+        );
+        assert_eq!(c["metadata"]["name"], "web-canary");
+        assert_eq!(c["metadata"]["labels"], json!({"app": "vllm", names::CANARY_OF: "web"}));
+        assert_eq!(c["metadata"]["ownerReferences"][0]["uid"], "rollout-uid");
+    }
+
+    #[test]
+    fn weight_header_cookie_and_both() {
+        let base = json!({"nginx.ingress.kubernetes.io/proxy-body-size": "8m", CANARY: "true"});
+        let with = |extra: serde_json::Value| {
+            let mut m = base.clone();
+            m.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            m
+        };
+        // The user's own stale canary-weight (77) is never copied.
+        assert_eq!(annotations(weight(5)), with(json!({CANARY_WEIGHT: "5"})));
+        assert_eq!(annotations(CanaryRoute::none()), with(json!({CANARY_WEIGHT: "0"})));
+        assert_eq!(
+            annotations(with_header(None, json!({"name": "x-canary", "value": "yes"}))),
+            with(json!({CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"}))
+        );
+        assert_eq!(
+            annotations(with_header(None, json!({"name": "x-canary", "type": "RegularExpression", "value": "y.*"}))),
+            with(json!({CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_PATTERN: "y.*"}))
+        );
+        assert_eq!(
+            annotations(with_header(None, json!({"name": COOKIE_MATCH_NAME, "value": "beta"}))),
+            with(json!({CANARY_BY_COOKIE: "beta"}))
+        );
+        assert_eq!(
+            annotations(with_header(Some(20), json!({"name": "x-canary", "value": "yes"}))),
+            with(json!({CANARY_WEIGHT: "20", CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"}))
+        );
+    }
+
+    #[test]
+    fn an_ingress_without_a_path_to_the_stable_service_is_a_problem() {
+        assert_eq!(
+            canary(&user_ingress(), "nope", "nope-canary", &weight(5), &owner()).unwrap_err(),
+            Problem::NoStableBackend {
+                target: Target { kind: Kind::Ingress, name: "web".into() },
+                service: "nope".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_changed_step_reapplies_and_an_unchanged_one_does_not() {
+        let header = canary(
+            &user_ingress(),
+            "svc",
+            "svc-canary",
+            &with_header(Some(10), json!({"name": "x-canary", "value": "yes"})),
+            &owner(),
+        )
+        .unwrap();
+        assert!(apply_canary(None, header.clone()).is_some());
+        assert_eq!(apply_canary(Some(&header), header.clone()), None);
+        // Dropping the header leaves every remaining annotation equal: still a write, since
+        // only an apply removes the stale canary-by-header.
+        let weight_only = canary(&user_ingress(), "svc", "svc-canary", &weight(10), &owner()).unwrap();
+        assert!(apply_canary(Some(&header), weight_only).is_some());
+    }
+}
