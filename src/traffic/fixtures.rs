@@ -208,7 +208,11 @@ pub fn execute(observed: &mut TrafficObserved, writes: &[Write]) {
                     (Kind::Ingress, true) => observed.canary_ingress.take().map(|o| o.metadata),
                     _ => panic!("only canary objects are deleted, not {target:?}"),
                 };
-                assert_eq!(gone.and_then(|m| m.uid).as_ref(), Some(uid), "uid precondition");
+                assert_eq!(
+                    gone.and_then(|m| m.uid).as_ref(),
+                    Some(uid),
+                    "uid precondition"
+                );
             }
         }
     }
@@ -217,7 +221,11 @@ pub fn execute(observed: &mut TrafficObserved, writes: &[Write]) {
 fn patch_slot<T: Serialize + DeserializeOwned>(slot: &mut Option<T>, patch: &json_patch::Patch) {
     let mut v = json_of(slot.as_ref().expect("patched object exists"));
     json_patch::patch(&mut v, patch).expect("patch applies to what it was computed from");
-    let rv: u64 = v["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
+    let rv: u64 = v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
     v["metadata"]["resourceVersion"] = json!((rv + 1).to_string());
     *slot = Some(typed(v));
 }
@@ -251,6 +259,9 @@ pub fn converge(
 /// An object without its resourceVersion, for "equal to before" comparisons.
 pub fn content<T: Serialize>(t: &T) -> Value {
     let mut v = json_of(t);
-    v["metadata"].as_object_mut().unwrap().remove("resourceVersion");
+    v["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("resourceVersion");
     v
 }

@@ -62,14 +62,19 @@ pub fn desired(
             }
             let modifier = want.request_header_modifier.as_ref();
             if !want.matches.is_empty() {
-                (with_matches(&base, &refs, &want.matches, modifier), Record::new())
+                (
+                    with_matches(&base, &refs, &want.matches, modifier),
+                    Record::new(),
+                )
             } else {
                 match want.weight.unwrap_or(0).clamp(0, 100) {
                     0 => (base, Record::new()),
-                    p => with_weight(&base, &refs, p, modifier).ok_or_else(|| Problem::TooLarge {
-                        target: target(route),
-                        limit: format!("a backendRef weight is at most {MAX_WEIGHT}"),
-                    })?,
+                    p => {
+                        with_weight(&base, &refs, p, modifier).ok_or_else(|| Problem::TooLarge {
+                            target: target(route),
+                            limit: format!("a backendRef weight is at most {MAX_WEIGHT}"),
+                        })?
+                    }
                 }
             }
         }
@@ -196,7 +201,12 @@ fn with_weight(
                 (own * i64::from(100 - p), own * i64::from(p), own * 100)
             };
             if refs.is(b, refs.stable) {
-                canaries.push(canary_ref(b, refs.canary, checked_weight(canary_w)?, modifier));
+                canaries.push(canary_ref(
+                    b,
+                    refs.canary,
+                    checked_weight(canary_w)?,
+                    modifier,
+                ));
                 b.weight = Some(checked_weight(stable_w)?);
             } else {
                 b.weight = Some(checked_weight(other_w)?);
@@ -286,11 +296,15 @@ fn extend<T: Clone>(into: &mut Option<Vec<T>>, more: Option<&[T]>) {
 /// A match with the API server's defaults filled in, so what we write compares equal to what
 /// we read back (path `PathPrefix /`, header and query match type `Exact`).
 fn normalised(mut m: HttpRouteRulesMatches) -> HttpRouteRulesMatches {
-    let path = m.path.get_or_insert_with(HttpRouteRulesMatchesPath::default);
-    path.r#type.get_or_insert(HttpRouteRulesMatchesPathType::PathPrefix);
+    let path = m
+        .path
+        .get_or_insert_with(HttpRouteRulesMatchesPath::default);
+    path.r#type
+        .get_or_insert(HttpRouteRulesMatchesPathType::PathPrefix);
     path.value.get_or_insert_with(|| "/".into());
     for h in m.headers.iter_mut().flatten() {
-        h.r#type.get_or_insert(HttpRouteRulesMatchesHeadersType::Exact);
+        h.r#type
+            .get_or_insert(HttpRouteRulesMatchesHeadersType::Exact);
     }
     for q in m.query_params.iter_mut().flatten() {
         q.r#type
@@ -337,7 +351,9 @@ fn with_modifier(
         .find(|f| f.r#type == HttpRouteRulesFiltersType::RequestHeaderModifier)
     {
         Some(existing) => {
-            let e = existing.request_header_modifier.get_or_insert_with(Default::default);
+            let e = existing
+                .request_header_modifier
+                .get_or_insert_with(Default::default);
             let set = e.set.get_or_insert_with(Vec::new);
             for s in modifier.set.iter().flatten() {
                 set.retain(|x| !x.name.eq_ignore_ascii_case(&s.name));
@@ -441,9 +457,17 @@ mod tests {
             );
             // Idempotent: the stored route is what a second plan wants.
             let again = desired(&route, "svc", "svc-canary", Some(&weight(p))).unwrap();
-            assert_eq!(write(&route, &again), None, "{p}%: second plan writes nothing");
+            assert_eq!(
+                write(&route, &again),
+                None,
+                "{p}%: second plan writes nothing"
+            );
             // Restore: the user's route, byte for byte (but the resourceVersion).
-            assert_eq!(content(&patched(&route, None)), content(&user), "{p}% restore");
+            assert_eq!(
+                content(&patched(&route, None)),
+                content(&user),
+                "{p}% restore"
+            );
         }
     }
 
@@ -454,7 +478,13 @@ mod tests {
         let zero = patched(&mid, Some(&CanaryRoute::none()));
         assert_eq!(content(&zero), content(&user));
         assert!(!sends_to_canary(&zero, "svc-canary"));
-        assert_eq!(write(&user, &desired(&user, "svc", "svc-canary", Some(&CanaryRoute::none())).unwrap()), None);
+        assert_eq!(
+            write(
+                &user,
+                &desired(&user, "svc", "svc-canary", Some(&CanaryRoute::none())).unwrap()
+            ),
+            None
+        );
     }
 
     #[test]
@@ -469,12 +499,19 @@ mod tests {
         ]));
         let r = patched(&user, Some(&weight(5)));
         let rules = json_of(&r)["spec"]["rules"].clone();
-        assert_eq!(rules[0]["backendRefs"], json!([backend("svc", 95), backend("svc-canary", 5)]));
+        assert_eq!(
+            rules[0]["backendRefs"],
+            json!([backend("svc", 95), backend("svc-canary", 5)])
+        );
         assert_eq!(rules[1], json_of(&user)["spec"]["rules"][1]);
         // 3:1 between svc and legacy before; svc's 3 is split 95:5 and legacy keeps its quarter.
         assert_eq!(
             rules[2]["backendRefs"],
-            json!([backend("svc", 285), backend("legacy", 100), backend("svc-canary", 15)])
+            json!([
+                backend("svc", 285),
+                backend("legacy", 100),
+                backend("svc-canary", 15)
+            ])
         );
         assert_eq!(rules[3], json_of(&user)["spec"]["rules"][3]);
         assert_eq!(
@@ -497,8 +534,12 @@ mod tests {
         let want = CanaryRoute {
             weight: Some(20), // ignored: matches take precedence for Gateway API
             matches: vec![
-                step_match(json!({"headers": [header("x-canary", "yes")], "queryParams": [{"name": "v", "value": "2"}]})),
-                step_match(json!({"path": {"type": "Exact", "value": "/canary"}, "headers": [{"name": "x-a", "type": "RegularExpression", "value": "b.*"}]})),
+                step_match(
+                    json!({"headers": [header("x-canary", "yes")], "queryParams": [{"name": "v", "value": "2"}]}),
+                ),
+                step_match(
+                    json!({"path": {"type": "Exact", "value": "/canary"}, "headers": [{"name": "x-a", "type": "RegularExpression", "value": "b.*"}]}),
+                ),
             ],
             request_header_modifier: None,
         };
@@ -530,7 +571,14 @@ mod tests {
                    "backendRefs": [backend("svc-canary", 1)]})
         );
         assert_eq!(rules.as_array().unwrap().len(), 4);
-        assert!(r.metadata.annotations.as_ref().unwrap().get(names::ORIGINAL_WEIGHTS).is_none());
+        assert!(
+            r.metadata
+                .annotations
+                .as_ref()
+                .unwrap()
+                .get(names::ORIGINAL_WEIGHTS)
+                .is_none()
+        );
         let again = desired(&r, "svc", "svc-canary", Some(&want)).unwrap();
         assert_eq!(write(&r, &again), None, "second plan writes nothing");
         assert_eq!(content(&patched(&r, None)), content(&user));
@@ -547,7 +595,11 @@ mod tests {
         };
         let matched = patched(&weighted, Some(&want));
         let rules = json_of(&matched)["spec"]["rules"].clone();
-        assert_eq!(rules[0], json_of(&user)["spec"]["rules"][0], "stable rule back to the user's");
+        assert_eq!(
+            rules[0],
+            json_of(&user)["spec"]["rules"][0],
+            "stable rule back to the user's"
+        );
         assert_eq!(rules[1]["backendRefs"], json!([backend("svc-canary", 1)]));
         assert_eq!(content(&patched(&matched, None)), content(&user));
     }

@@ -189,7 +189,8 @@ mod tests {
 
     #[test]
     fn canary_ingress_copies_only_paths_to_the_stable_service() {
-        let c = json_of(&canary(&user_ingress(), "svc", "svc-canary", &weight(5), &owner()).unwrap());
+        let c =
+            json_of(&canary(&user_ingress(), "svc", "svc-canary", &weight(5), &owner()).unwrap());
         assert_eq!(
             c["spec"],
             json!({
@@ -201,7 +202,10 @@ mod tests {
             })
         );
         assert_eq!(c["metadata"]["name"], "web-canary");
-        assert_eq!(c["metadata"]["labels"], json!({"app": "vllm", names::CANARY_OF: "web"}));
+        assert_eq!(
+            c["metadata"]["labels"],
+            json!({"app": "vllm", names::CANARY_OF: "web"})
+        );
         assert_eq!(c["metadata"]["ownerReferences"][0]["uid"], "rollout-uid");
     }
 
@@ -210,27 +214,46 @@ mod tests {
         let base = json!({"nginx.ingress.kubernetes.io/proxy-body-size": "8m", CANARY: "true"});
         let with = |extra: serde_json::Value| {
             let mut m = base.clone();
-            m.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            m.as_object_mut()
+                .unwrap()
+                .extend(extra.as_object().unwrap().clone());
             m
         };
         // The user's own stale canary-weight (77) is never copied.
         assert_eq!(annotations(weight(5)), with(json!({CANARY_WEIGHT: "5"})));
-        assert_eq!(annotations(CanaryRoute::none()), with(json!({CANARY_WEIGHT: "0"})));
         assert_eq!(
-            annotations(with_header(None, json!({"name": "x-canary", "value": "yes"}))),
+            annotations(CanaryRoute::none()),
+            with(json!({CANARY_WEIGHT: "0"}))
+        );
+        assert_eq!(
+            annotations(with_header(
+                None,
+                json!({"name": "x-canary", "value": "yes"})
+            )),
             with(json!({CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"}))
         );
         assert_eq!(
-            annotations(with_header(None, json!({"name": "x-canary", "type": "RegularExpression", "value": "y.*"}))),
+            annotations(with_header(
+                None,
+                json!({"name": "x-canary", "type": "RegularExpression", "value": "y.*"})
+            )),
             with(json!({CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_PATTERN: "y.*"}))
         );
         assert_eq!(
-            annotations(with_header(None, json!({"name": COOKIE_MATCH_NAME, "value": "beta"}))),
+            annotations(with_header(
+                None,
+                json!({"name": COOKIE_MATCH_NAME, "value": "beta"})
+            )),
             with(json!({CANARY_BY_COOKIE: "beta"}))
         );
         assert_eq!(
-            annotations(with_header(Some(20), json!({"name": "x-canary", "value": "yes"}))),
-            with(json!({CANARY_WEIGHT: "20", CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"}))
+            annotations(with_header(
+                Some(20),
+                json!({"name": "x-canary", "value": "yes"})
+            )),
+            with(
+                json!({CANARY_WEIGHT: "20", CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"})
+            )
         );
     }
 
@@ -239,7 +262,10 @@ mod tests {
         assert_eq!(
             canary(&user_ingress(), "nope", "nope-canary", &weight(5), &owner()).unwrap_err(),
             Problem::NoStableBackend {
-                target: Target { kind: Kind::Ingress, name: "web".into() },
+                target: Target {
+                    kind: Kind::Ingress,
+                    name: "web".into()
+                },
                 service: "nope".into()
             }
         );
@@ -259,7 +285,8 @@ mod tests {
         assert_eq!(apply_canary(Some(&header), header.clone()), None);
         // Dropping the header leaves every remaining annotation equal: still a write, since
         // only an apply removes the stale canary-by-header.
-        let weight_only = canary(&user_ingress(), "svc", "svc-canary", &weight(10), &owner()).unwrap();
+        let weight_only =
+            canary(&user_ingress(), "svc", "svc-canary", &weight(10), &owner()).unwrap();
         assert!(apply_canary(Some(&header), weight_only).is_some());
     }
 }

@@ -40,7 +40,11 @@ pub struct CanaryRoute {
 impl CanaryRoute {
     /// No request reaches the canary (traffic back to stable before the canary shrinks).
     pub fn none() -> Self {
-        Self { weight: Some(0), matches: Vec::new(), request_header_modifier: None }
+        Self {
+            weight: Some(0),
+            matches: Vec::new(),
+            request_header_modifier: None,
+        }
     }
 
     /// The route a canary step asks for.

@@ -70,7 +70,10 @@ mod tests {
     #[test]
     fn holds_ignores_extra_keys_but_not_extra_list_items() {
         let observed = json!({"a": {"b": 1, "c": 2}, "l": [{"x": 1, "y": 2}]});
-        assert!(contains(&observed, &json!({"a": {"b": 1}, "l": [{"x": 1}]})));
+        assert!(contains(
+            &observed,
+            &json!({"a": {"b": 1}, "l": [{"x": 1}]})
+        ));
         assert!(!contains(&observed, &json!({"a": {"b": 2}})));
         assert!(!contains(&observed, &json!({"l": []})));
         assert!(!contains(&observed, &json!({"d": 1})));

@@ -125,7 +125,11 @@ fn release(
     // A route may send to the canary Service only once we have seen it exist as ours.
     let canary_exists = canary_svc == Some(true);
 
-    if let Some(gw) = routing.gateway.as_ref().and_then(|g| g.http_route_name.as_ref()) {
+    if let Some(gw) = routing
+        .gateway
+        .as_ref()
+        .and_then(|g| g.http_route_name.as_ref())
+    {
         match observed.http_route.as_ref() {
             None => out.problems.push(missing(Kind::HttpRoute, gw)),
             Some(r) => match gateway::desired(r, &routing.service, canary_name, Some(route)) {
@@ -170,7 +174,10 @@ fn release(
 /// With the stable Service missing nothing is planned, but every other missing object is
 /// named too, so one look at the condition tells the whole story.
 fn missing_routes(routing: &TrafficRoutingRef, observed: &TrafficObserved, out: &mut TrafficPlan) {
-    if let Some(gw) = routing.gateway.as_ref().and_then(|g| g.http_route_name.as_ref())
+    if let Some(gw) = routing
+        .gateway
+        .as_ref()
+        .and_then(|g| g.http_route_name.as_ref())
         && observed.http_route.is_none()
     {
         out.problems.push(missing(Kind::HttpRoute, gw));

@@ -81,7 +81,10 @@ pub fn canary(stable: &Service, canary_lws: &str, owner: &OwnerInfo) -> Result<S
                 kind: Kind::Service,
                 name,
             },
-            limit: format!("a Service name is at most {} characters", names::MAX_SERVICE_NAME),
+            limit: format!(
+                "a Service name is at most {} characters",
+                names::MAX_SERVICE_NAME
+            ),
         });
     }
     let original = user_selector(stable).ok_or_else(|| Problem::NoSelector(stable_name.clone()))?;
@@ -249,9 +252,14 @@ mod tests {
                 (names::WORKER_INDEX.to_string(), "0".to_string()),
             ])
         );
-        assert_eq!(pin(&after, "vllm").unwrap(), None, "second pin writes nothing");
+        assert_eq!(
+            pin(&after, "vllm").unwrap(),
+            None,
+            "second pin writes nothing"
+        );
         // A selector that already is the pin needs neither a write nor a record.
-        let already = service(json!({"app": "vllm", names::LWS_NAME: "vllm", names::WORKER_INDEX: "0"}));
+        let already =
+            service(json!({"app": "vllm", names::LWS_NAME: "vllm", names::WORKER_INDEX: "0"}));
         assert_eq!(pin(&already, "vllm").unwrap(), None);
         assert_eq!(unpin(&already), None);
     }
@@ -283,7 +291,10 @@ mod tests {
             Some(BTreeMap::from([("app".into(), "vllm-v2".into())]));
         assert_eq!(user_selector(&synced).unwrap()["app"], "vllm-v2");
         let repin = patch_json(pin(&synced, "vllm").unwrap());
-        assert!(repin.to_string().contains(r#"{\"app\":\"vllm-v2\"}"#), "{repin}");
+        assert!(
+            repin.to_string().contains(r#"{\"app\":\"vllm-v2\"}"#),
+            "{repin}"
+        );
         // Restoring now keeps their selector and only drops our record.
         let mut obs = crate::traffic::observe::TrafficObserved {
             stable_service: Some(synced.clone()),
@@ -292,7 +303,12 @@ mod tests {
         execute(&mut obs, &[unpin(&synced).unwrap()]);
         let s = obs.stable_service.unwrap();
         assert_eq!(s.spec.unwrap().selector.unwrap()["app"], "vllm-v2");
-        assert!(!s.metadata.annotations.unwrap().contains_key(names::ORIGINAL_SELECTOR));
+        assert!(
+            !s.metadata
+                .annotations
+                .unwrap()
+                .contains_key(names::ORIGINAL_SELECTOR)
+        );
     }
 
     #[test]
