@@ -110,8 +110,8 @@ pub fn canary(
 
 /// ingress-nginx's canary annotations for `route`, as Kruise's nginx script writes them:
 /// `canary: "true"` always; `canary-weight` when a weight is given (0 when neither weight nor
-/// matches are); from the first header of the first match, a cookie (Kruise's
-/// `canary-by-cookie` header name) or a header with its exact value or pattern. nginx has no
+/// matches are); from the first header of each match, a cookie (Kruise's `canary-by-cookie`
+/// header name) or a header with its exact value or pattern. nginx has no
 /// path or query-parameter canary, so those parts of a match are not expressible here.
 pub fn canary_annotations(route: &CanaryRoute) -> BTreeMap<String, String> {
     let mut out = BTreeMap::from([(CANARY.to_string(), "true".to_string())]);
@@ -123,23 +123,25 @@ pub fn canary_annotations(route: &CanaryRoute) -> BTreeMap<String, String> {
     if let Some(w) = weight {
         out.insert(CANARY_WEIGHT.into(), w.clamp(0, 100).to_string());
     }
-    let header = route
+    // Each match contributes its first header; a later match overwrites an earlier one of
+    // the same kind, so a cookie match and a header match can both be set (Kruise's order).
+    for h in route
         .matches
         .iter()
-        .find_map(|m| m.headers.as_ref().and_then(|h| h.first()));
-    if let Some(h) = header {
+        .filter_map(|m| m.headers.as_ref().and_then(|h| h.first()))
+    {
         if h.name == COOKIE_MATCH_NAME {
             out.insert(CANARY_BY_COOKIE.into(), h.value.clone());
-        } else {
-            out.insert(CANARY_BY_HEADER.into(), h.name.clone());
-            let key = match h.r#type {
-                Some(HttpRouteRulesMatchesHeadersType::RegularExpression) => {
-                    CANARY_BY_HEADER_PATTERN
-                }
-                _ => CANARY_BY_HEADER_VALUE,
-            };
-            out.insert(key.into(), h.value.clone());
+            continue;
         }
+        out.remove(CANARY_BY_HEADER_VALUE);
+        out.remove(CANARY_BY_HEADER_PATTERN);
+        out.insert(CANARY_BY_HEADER.into(), h.name.clone());
+        let key = match h.r#type {
+            Some(HttpRouteRulesMatchesHeadersType::RegularExpression) => CANARY_BY_HEADER_PATTERN,
+            _ => CANARY_BY_HEADER_VALUE,
+        };
+        out.insert(key.into(), h.value.clone());
     }
     out
 }
@@ -254,6 +256,33 @@ mod tests {
             with(
                 json!({CANARY_WEIGHT: "20", CANARY_BY_HEADER: "x-canary", CANARY_BY_HEADER_VALUE: "yes"})
             )
+        );
+    }
+
+    #[test]
+    fn a_cookie_match_and_a_header_match_are_both_written() {
+        let route = CanaryRoute {
+            weight: None,
+            matches: vec![
+                serde_json::from_value(json!({"headers": [{"name": COOKIE_MATCH_NAME, "value": "beta"}]})).unwrap(),
+                serde_json::from_value(json!({"headers": [{"name": "x-a", "type": "RegularExpression", "value": "1"}]})).unwrap(),
+                serde_json::from_value(json!({"headers": [{"name": "x-b", "value": "2"}, {"name": "ignored", "value": "3"}]})).unwrap(),
+            ],
+            request_header_modifier: None,
+        };
+        let a = annotations(route);
+        assert_eq!(a[CANARY_BY_COOKIE], "beta");
+        assert_eq!(
+            (&a[CANARY_BY_HEADER], &a[CANARY_BY_HEADER_VALUE]),
+            (&json!("x-b"), &json!("2"))
+        );
+        assert!(
+            a.get(CANARY_BY_HEADER_PATTERN).is_none(),
+            "the later header replaced the pattern"
+        );
+        assert!(
+            a.get(CANARY_WEIGHT).is_none(),
+            "matches without a weight: no weight"
         );
     }
 
