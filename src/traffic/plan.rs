@@ -17,6 +17,7 @@ use super::{
     write::{Kind, Problem, Target, Write},
 };
 use crate::api::rollout::TrafficRoutingRef;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// What the traffic layer must do for one intent.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,201 +38,206 @@ pub fn plan(
     observed: &TrafficObserved,
     owner: &OwnerInfo,
 ) -> TrafficPlan {
+    let ctx = Ctx {
+        routing,
+        observed,
+        owner,
+        canary_name: names::canary_service(&routing.service),
+        canary_svc: owned(observed.canary_service.as_ref().map(|s| &s.metadata), owner),
+        canary_ing: owned(observed.canary_ingress.as_ref().map(|i| &i.metadata), owner),
+    };
     let mut out = TrafficPlan::default();
-    let canary_name = names::canary_service(&routing.service);
-    // The canary objects are ours only when this Rollout owns them.
-    let canary_svc = owned(observed.canary_service.as_ref(), |s| &s.metadata, owner);
-    let canary_ing = owned(observed.canary_ingress.as_ref(), |i| &i.metadata, owner);
     match intent {
         TrafficIntent::Release {
             stable_lws,
             canary_lws,
             route,
-        } => release(
-            routing,
-            observed,
-            owner,
-            (stable_lws, canary_lws, route),
-            &canary_name,
-            (canary_svc, canary_ing),
-            &mut out,
-        ),
-        TrafficIntent::Restored => restore(
-            routing,
-            observed,
-            &canary_name,
-            (canary_svc, canary_ing),
-            &mut out,
-        ),
+        } => ctx.release(stable_lws, canary_lws, route, &mut out),
+        TrafficIntent::Restored => ctx.restore(&mut out),
     }
+    // One cause can surface twice (a Service without selector is neither pinnable nor
+    // copyable); report it once.
+    let mut seen = Vec::new();
+    out.problems.retain(|p| {
+        let new = !seen.contains(p);
+        seen.push(p.clone());
+        new
+    });
     out.in_place = out.writes.is_empty() && out.problems.is_empty();
     out
 }
 
-/// Whether the observed canary object is ours (`Some(true)`), someone else's (`Some(false)`),
-/// or absent (`None`).
-fn owned<T>(
-    object: Option<&T>,
-    meta: impl Fn(&T) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    owner: &OwnerInfo,
-) -> Option<bool> {
-    object.map(|o| owner.owns(meta(o)))
+/// Whether an observed canary object is ours (`Some(true)`), someone else's (`Some(false)`),
+/// or absent (`None`). Only this Rollout's objects are ever written or deleted.
+fn owned(meta: Option<&ObjectMeta>, owner: &OwnerInfo) -> Option<bool> {
+    meta.map(|m| owner.owns(m))
 }
 
-fn release(
-    routing: &TrafficRoutingRef,
-    observed: &TrafficObserved,
-    owner: &OwnerInfo,
-    (stable_lws, canary_lws, route): (&str, &str, &CanaryRoute),
-    canary_name: &str,
-    (canary_svc, canary_ing): (Option<bool>, Option<bool>),
-    out: &mut TrafficPlan,
-) {
-    if routing
-        .custom_network_refs
-        .as_ref()
-        .is_some_and(|r| !r.is_empty())
-    {
-        out.problems.push(Problem::Unsupported(
-            "trafficRoutings[].customNetworkRefs".into(),
-        ));
-    }
-    let Some(stable) = observed.stable_service.as_ref() else {
-        out.problems.push(Problem::Missing(Target {
-            kind: Kind::Service,
-            name: routing.service.clone(),
-        }));
-        missing_routes(routing, observed, out);
-        return;
-    };
-    match service::pin(stable, stable_lws) {
-        Ok(w) => out.writes.extend(w),
-        Err(p) => out.problems.push(p),
-    }
-    if canary_svc == Some(false) {
-        out.problems.push(Problem::NotOurs(Target {
-            kind: Kind::Service,
-            name: canary_name.into(),
-        }));
-    } else {
-        match service::canary(stable, canary_lws, owner) {
-            Ok(desired) => out.writes.extend(service::apply_canary(
-                observed.canary_service.as_ref(),
-                desired,
-            )),
+struct Ctx<'a> {
+    routing: &'a TrafficRoutingRef,
+    observed: &'a TrafficObserved,
+    owner: &'a OwnerInfo,
+    canary_name: String,
+    canary_svc: Option<bool>,
+    canary_ing: Option<bool>,
+}
+
+impl Ctx<'_> {
+    fn release(
+        &self,
+        stable_lws: &str,
+        canary_lws: &str,
+        route: &CanaryRoute,
+        out: &mut TrafficPlan,
+    ) {
+        let (routing, observed) = (self.routing, self.observed);
+        if routing
+            .custom_network_refs
+            .as_ref()
+            .is_some_and(|r| !r.is_empty())
+        {
+            out.problems.push(Problem::Unsupported(
+                "trafficRoutings[].customNetworkRefs".into(),
+            ));
+        }
+        let Some(stable) = observed.stable_service.as_ref() else {
+            out.problems.push(missing(Kind::Service, &routing.service));
+            self.missing_routes(out);
+            return;
+        };
+        match service::pin(stable, stable_lws) {
+            Ok(w) => out.writes.extend(w),
             Err(p) => out.problems.push(p),
         }
-    }
-    // A route may send to the canary Service only once we have seen it exist as ours.
-    let canary_exists = canary_svc == Some(true);
-
-    if let Some(gw) = routing
-        .gateway
-        .as_ref()
-        .and_then(|g| g.http_route_name.as_ref())
-    {
-        match observed.http_route.as_ref() {
-            None => out.problems.push(missing(Kind::HttpRoute, gw)),
-            Some(r) => match gateway::desired(r, &routing.service, canary_name, Some(route)) {
-                Ok(desired) => {
-                    if canary_exists || !gateway::sends_to_canary(&desired, canary_name) {
-                        out.writes.extend(gateway::write(r, &desired));
+        if self.canary_svc == Some(false) {
+            out.problems
+                .push(Problem::NotOurs(target(Kind::Service, &self.canary_name)));
+        } else {
+            match service::canary(stable, canary_lws, self.owner) {
+                Ok(desired) => out.writes.extend(service::apply_canary(
+                    observed.canary_service.as_ref(),
+                    desired,
+                )),
+                Err(p) => out.problems.push(p),
+            }
+        }
+        // A route may send to the canary Service only once we have seen it exist as ours.
+        let canary_exists = self.canary_svc == Some(true);
+        if let Some(name) = self.http_route_name() {
+            match observed.http_route.as_ref() {
+                None => out.problems.push(missing(Kind::HttpRoute, name)),
+                Some(r) => {
+                    match gateway::desired(r, &routing.service, &self.canary_name, Some(route)) {
+                        Ok(desired) => {
+                            if canary_exists
+                                || !gateway::sends_to_canary(&desired, &self.canary_name)
+                            {
+                                out.writes.extend(gateway::write(r, &desired));
+                            }
+                        }
+                        Err(p) => out.problems.push(p),
                     }
                 }
-                Err(p) => out.problems.push(p),
-            },
+            }
         }
-    }
-    if let Some(ing) = routing.ingress.as_ref() {
-        let class = ing.class_type.as_deref().unwrap_or("nginx");
-        if class != "nginx" {
-            out.problems.push(Problem::Unsupported(format!(
-                "ingress classType {class:?} (only nginx)"
-            )));
-        } else if canary_ing == Some(false) {
-            out.problems.push(Problem::NotOurs(Target {
-                kind: Kind::Ingress,
-                name: names::canary_ingress(&ing.name),
-            }));
-        } else {
-            match observed.ingress.as_ref() {
-                None => out.problems.push(missing(Kind::Ingress, &ing.name)),
-                Some(user) => {
-                    match ingress::canary(user, &routing.service, canary_name, route, owner) {
+        if let Some(ing) = routing.ingress.as_ref() {
+            let class = ing.class_type.as_deref().unwrap_or("nginx");
+            if class != "nginx" {
+                out.problems.push(Problem::Unsupported(format!(
+                    "ingress classType {class:?} (only nginx)"
+                )));
+            } else if self.canary_ing == Some(false) {
+                out.problems.push(Problem::NotOurs(target(
+                    Kind::Ingress,
+                    &names::canary_ingress(&ing.name),
+                )));
+            } else {
+                match observed.ingress.as_ref() {
+                    None => out.problems.push(missing(Kind::Ingress, &ing.name)),
+                    Some(user) => match ingress::canary(
+                        user,
+                        &routing.service,
+                        &self.canary_name,
+                        route,
+                        self.owner,
+                    ) {
+                        // Even at weight 0: a canary Ingress whose backend does not exist yet
+                        // is one more thing for the proxy to get wrong.
                         Ok(desired) if canary_exists => out.writes.extend(ingress::apply_canary(
                             observed.canary_ingress.as_ref(),
                             desired,
                         )),
                         Ok(_) => {}
                         Err(p) => out.problems.push(p),
-                    }
+                    },
                 }
             }
         }
     }
-}
 
-/// With the stable Service missing nothing is planned, but every other missing object is
-/// named too, so one look at the condition tells the whole story.
-fn missing_routes(routing: &TrafficRoutingRef, observed: &TrafficObserved, out: &mut TrafficPlan) {
-    if let Some(gw) = routing
-        .gateway
-        .as_ref()
-        .and_then(|g| g.http_route_name.as_ref())
-        && observed.http_route.is_none()
-    {
-        out.problems.push(missing(Kind::HttpRoute, gw));
-    }
-    if let Some(ing) = routing.ingress.as_ref()
-        && observed.ingress.is_none()
-    {
-        out.problems.push(missing(Kind::Ingress, &ing.name));
-    }
-}
-
-/// Restoring never reports a missing user object: with the object gone there is nothing of
-/// ours on it, and a Rollout whose Service was deleted must still finish cleaning up.
-fn restore(
-    routing: &TrafficRoutingRef,
-    observed: &TrafficObserved,
-    canary_name: &str,
-    (canary_svc, canary_ing): (Option<bool>, Option<bool>),
-    out: &mut TrafficPlan,
-) {
-    let mut still_routed = false;
-    if let Some(r) = observed.http_route.as_ref() {
-        if let Ok(desired) = gateway::desired(r, &routing.service, canary_name, None) {
-            out.writes.extend(gateway::write(r, &desired));
+    /// Restoring never reports a missing user object: with the object gone there is nothing
+    /// of ours on it, and a Rollout whose Service was deleted must still finish cleaning up.
+    fn restore(&self, out: &mut TrafficPlan) {
+        let observed = self.observed;
+        let mut still_routed = false;
+        if let Some(r) = observed.http_route.as_ref() {
+            if let Ok(desired) = gateway::desired(r, &self.routing.service, &self.canary_name, None)
+            {
+                out.writes.extend(gateway::write(r, &desired));
+            }
+            still_routed |= gateway::sends_to_canary(r, &self.canary_name);
         }
-        still_routed |= gateway::sends_to_canary(r, canary_name);
+        if let (Some(true), Some(ing)) = (self.canary_ing, observed.canary_ingress.as_ref()) {
+            out.writes.push(delete(Kind::Ingress, &ing.metadata));
+            still_routed = true;
+        }
+        if let Some(stable) = observed.stable_service.as_ref() {
+            out.writes.extend(service::unpin(stable));
+        }
+        if let (Some(true), Some(svc)) = (self.canary_svc, observed.canary_service.as_ref())
+            && !still_routed
+        {
+            out.writes.push(delete(Kind::Service, &svc.metadata));
+        }
     }
-    if let (Some(true), Some(ing)) = (canary_ing, observed.canary_ingress.as_ref()) {
-        out.writes.push(delete(Kind::Ingress, &ing.metadata));
-        still_routed = true;
+
+    fn http_route_name(&self) -> Option<&str> {
+        self.routing
+            .gateway
+            .as_ref()
+            .and_then(|g| g.http_route_name.as_deref())
     }
-    if let Some(stable) = observed.stable_service.as_ref() {
-        out.writes.extend(service::unpin(stable));
+
+    /// With the stable Service missing nothing is planned, but every other missing object is
+    /// named too, so one look at the condition tells the whole story.
+    fn missing_routes(&self, out: &mut TrafficPlan) {
+        if let Some(name) = self.http_route_name()
+            && self.observed.http_route.is_none()
+        {
+            out.problems.push(missing(Kind::HttpRoute, name));
+        }
+        if let Some(ing) = self.routing.ingress.as_ref()
+            && self.observed.ingress.is_none()
+        {
+            out.problems.push(missing(Kind::Ingress, &ing.name));
+        }
     }
-    if let (Some(true), Some(svc)) = (canary_svc, observed.canary_service.as_ref())
-        && !still_routed
-    {
-        out.writes.push(delete(Kind::Service, &svc.metadata));
+}
+
+fn target(kind: Kind, name: &str) -> Target {
+    Target {
+        kind,
+        name: name.into(),
     }
 }
 
 fn missing(kind: Kind, name: &str) -> Problem {
-    Problem::Missing(Target {
-        kind,
-        name: name.into(),
-    })
+    Problem::Missing(target(kind, name))
 }
 
-fn delete(kind: Kind, meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Write {
+fn delete(kind: Kind, meta: &ObjectMeta) -> Write {
     Write::Delete {
-        target: Target {
-            kind,
-            name: meta.name.clone().unwrap_or_default(),
-        },
+        target: target(kind, meta.name.as_deref().unwrap_or_default()),
         uid: meta.uid.clone().unwrap_or_default(),
     }
 }

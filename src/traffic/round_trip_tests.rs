@@ -352,3 +352,12 @@ fn problems_have_messages_naming_the_object() {
     assert_eq!(p.to_string(), "HTTPRoute route not found");
     assert_eq!(p.reason(), "TrafficObjectNotFound");
 }
+
+#[test]
+fn a_service_without_selector_is_reported_once_and_nothing_routes_to_a_canary() {
+    let mut cluster = gateway_cluster();
+    cluster.stable_service = Some(service(json!({})));
+    let p = plan(&gateway_routing(), &release(weight(5)), &cluster, &owner());
+    assert_eq!(p.problems, [Problem::NoSelector("svc".into())]);
+    assert!(p.writes.is_empty() && !p.in_place, "{:?}", p.writes);
+}
