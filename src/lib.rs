@@ -6,4 +6,5 @@ pub mod api;
 pub mod k8s;
 pub mod lws;
 pub mod manager;
+pub mod traffic;
 pub mod webhook;

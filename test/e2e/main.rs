@@ -23,6 +23,7 @@ mod manager;
 mod markers;
 mod scripts;
 mod takeover;
+mod traffic_plan;
 mod upstream;
 mod upstream_reference;
 mod webhook_cert;
