@@ -273,6 +273,28 @@ impl Applier {
             })
     }
 
+    /// Applies an RFC 6902 JSON patch (a user's object, where only the fields we add may
+    /// change; a `test` operation in the patch makes a stale one fail instead of overwriting).
+    pub async fn json_patch<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+        patch: json_patch::Patch,
+    ) -> Result<(), ApiError> {
+        let params = PatchParams {
+            field_manager: Some(self.field_manager.into()),
+            ..Default::default()
+        };
+        self.api::<K>(namespace)
+            .patch(name, &params, &Patch::<()>::Json(patch))
+            .await
+            .map(|_| ())
+            .map_err(|source| ApiError {
+                action: describe::<K>("patching", namespace, name),
+                source,
+            })
+    }
+
     /// A fresh read, for the few facts a cache may not hold or may hold stale.
     pub async fn get_opt<K: Object>(
         &self,

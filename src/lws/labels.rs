@@ -53,4 +53,4 @@ pub const HELD_REVISION: &str = "rollouts.kruise.io/stable-revision";
 /// this group incarnation, in ordinal order, recorded once all of them exist. A worker that
 /// goes away — however fast, even without ever being seen terminating — is then missing from
 /// the pods the StatefulSet has, and its group is rebuilt.
-pub const WORKER_ROSTER: &str = "lws-rollout.io/worker-uids";
+pub const WORKER_ROSTER: &str = "lws-rollout.x-k8s.io/worker-uids";

@@ -4,6 +4,8 @@
 //! the desired state of each kind of object; `json` holds the patch and comparison helpers they
 //! share. See `docs/traffic.md`.
 
+pub mod apply;
+pub mod deref;
 pub mod gateway;
 pub mod ingress;
 pub mod intent;

@@ -420,10 +420,11 @@ async fn unique_per_replica_gives_each_group_its_own_headless_service() -> anyho
                 selector.get("leaderworkerset.sigs.k8s.io/group-index"),
                 Some(&i.to_string())
             );
+            // Owned by the LWS, so it outlives a replacement of its leader (docs/lws.md).
             let owner = &svc.metadata.owner_references.clone().expect("owner")[0];
             assert_eq!(
                 (owner.kind.as_str(), owner.name.as_str()),
-                ("Pod", format!("upr-{i}").as_str())
+                ("LeaderWorkerSet", "upr")
             );
             let worker = ns.api::<StatefulSet>().get(&format!("upr-{i}")).await?;
             assert_eq!(
