@@ -3,6 +3,9 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod batchrelease;
 pub mod lws;
 pub mod manager;
+pub mod rollout;
+pub mod traffic;
 pub mod webhook;

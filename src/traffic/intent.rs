@@ -1,0 +1,65 @@
+//! What a release asks of the traffic layer, as plain data. The Rollout plan decides *where*
+//! traffic should be; `src/traffic` plans *how* to bring the cluster's Services, HTTPRoutes and
+//! Ingresses there, and reports back whether they already are (read from the cluster, never
+//! remembered).
+
+use crate::api::rollout::{CanaryStep, TrafficRoutingRef};
+
+/// The traffic state one release wants, for one `trafficRoutings[]` entry.
+#[derive(Clone, Debug, PartialEq)]
+pub enum TrafficIntent {
+    /// The user's objects exactly as they were before the release: stable Service selector
+    /// restored, no canary Service, no canary backend in the HTTPRoute, no canary Ingress.
+    Restored,
+    /// A release is under way: the stable Service is pinned to the stable LWS's leaders and the
+    /// canary Service `<service>-canary` selects the canary LWS's leaders. `route` says what the
+    /// HTTPRoute / canary Ingress sends to the canary.
+    Release {
+        /// Name of the stable LWS (stable Service pin: `leaderworkerset.sigs.k8s.io/name`).
+        stable_lws: String,
+        /// Name of the canary LWS (canary Service selector).
+        canary_lws: String,
+        /// What the route sends to the canary.
+        route: CanaryRoute,
+    },
+}
+
+/// What the HTTPRoute or the canary Ingress sends to the canary side.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CanaryRoute {
+    /// Percent of requests (0–100) for the canary; `None` with no matches = 0.
+    pub weight: Option<i32>,
+    /// Requests matching any of these go to the canary only (Kruise: matches take precedence
+    /// over weight for Gateway API; nginx writes both).
+    pub matches: Vec<crate::api::rollout::HttpRouteMatch>,
+    /// Header changes on canary-bound requests (Gateway API `RequestHeaderModifier`).
+    pub request_header_modifier:
+        Option<gateway_api::apis::standard::httproutes::HttpRouteRulesFiltersRequestHeaderModifier>,
+}
+
+impl CanaryRoute {
+    /// No request reaches the canary (traffic back to stable before the canary shrinks).
+    pub fn none() -> Self {
+        Self {
+            weight: Some(0),
+            matches: Vec::new(),
+            request_header_modifier: None,
+        }
+    }
+
+    /// The route a canary step asks for.
+    pub fn for_step(step: &CanaryStep) -> Self {
+        let weight = step
+            .traffic
+            .as_deref()
+            .and_then(|t| t.trim_end_matches('%').parse().ok());
+        Self {
+            weight,
+            matches: step.matches.clone().unwrap_or_default(),
+            request_header_modifier: step.request_header_modifier.clone(),
+        }
+    }
+}
+
+/// The routing entry an intent applies to (the Rollout's `trafficRoutings[0]`).
+pub type Routing = TrafficRoutingRef;

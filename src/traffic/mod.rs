@@ -1,0 +1,3 @@
+//! Traffic shifting for releases. `intent` is what a release asks of the traffic layer.
+
+pub mod intent;
