@@ -77,8 +77,6 @@ pub struct BatchReleaseSummary {
     pub spec: BatchReleaseSpec,
     /// Its status.
     pub status: BatchReleaseStatus,
-    /// Name of its canary LWS, when one exists (for traffic intents and messages).
-    pub canary_name: Option<String>,
 }
 
 /// The traffic layer's read-back for this Rollout's `trafficRoutings[0]`.

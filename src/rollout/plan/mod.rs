@@ -17,6 +17,9 @@ pub mod routing;
 pub mod status;
 pub mod steps;
 
+#[cfg(test)]
+mod tests;
+
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;

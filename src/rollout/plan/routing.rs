@@ -78,15 +78,36 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
     };
     Some(match stage {
         TrafficStage::Restored => TrafficIntent::Restored,
+        // A step that already runs without the split stays without it.
+        TrafficStage::ToStable
+            if step_intent(obs, status, workload.replicas, &release) == TrafficIntent::Restored =>
+        {
+            TrafficIntent::Restored
+        }
         TrafficStage::ToStable => release(CanaryRoute::none()),
-        TrafficStage::Step => {
+        TrafficStage::Step => step_intent(obs, status, workload.replicas, &release),
+    })
+}
+
+/// The route the current step and state ask for.
+fn step_intent(
+    obs: &RolloutObserved,
+    status: &RolloutStatus,
+    stable_replicas: i32,
+    release: &dyn Fn(CanaryRoute) -> TrafficIntent,
+) -> TrafficIntent {
+    let Some(canary) = status.canary_status.as_ref() else {
+        return TrafficIntent::Restored;
+    };
+    {
+        {
             let steps = steps(obs);
             let index = usize::try_from(canary.common.current_step_index.max(1)).unwrap_or(1);
             let Some(step) = steps.get(index - 1) else {
-                return Some(release(CanaryRoute::none()));
+                return release(CanaryRoute::none());
             };
             if !has_traffic(step) {
-                return Some(TrafficIntent::Restored);
+                return TrafficIntent::Restored;
             }
             let ready = canary.canary_ready_replicas;
             let route = match canary.common.current_step_state.as_str() {
@@ -98,7 +119,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
                         let wanted = prev
                             .replicas
                             .as_ref()
-                            .map_or(0, |r| desired_groups(r, workload.replicas));
+                            .map_or(0, |r| desired_groups(r, stable_replicas));
                         wanted <= ready
                     })
                     .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
@@ -110,7 +131,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
                 route
             })
         }
-    })
+    }
 }
 
 /// Whether the traffic the status being built asks for is in place and has had its grace
