@@ -66,11 +66,13 @@ fn br(partition: Option<i32>, threshold: Option<IntOrString>) -> BatchRelease {
 }
 
 fn stable(replicas: i32) -> StableLws {
-    let mut worker = PodTemplateSpec::default();
-    worker.metadata = Some(ObjectMeta {
-        labels: Some(BTreeMap::from([("app".into(), "vllm".into())])),
-        ..ObjectMeta::default()
-    });
+    let worker = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(BTreeMap::from([("app".into(), "vllm".into())])),
+            ..ObjectMeta::default()
+        }),
+        spec: None,
+    };
     let lws = LeaderWorkerSet {
         metadata: ObjectMeta {
             name: Some("vllm".into()),
