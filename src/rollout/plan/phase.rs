@@ -156,6 +156,10 @@ pub fn run(d: &mut Draft<'_>) {
     };
     if phase_is(&d.plan.status, phase::DISABLED) {
         if obs.rollout.spec.disabled {
+            // A disabled Rollout holds nothing, whatever set the hold.
+            if workload.hold.is_some() {
+                d.plan.hold = HoldAction::Release;
+            }
             return;
         }
         set_phase(d, phase::HEALTHY, message::HEALTHY);
@@ -209,6 +213,12 @@ fn refuse(d: &mut Draft<'_>, why: &'static str, msg: &str) {
         .and_then(|s| status::condition(s, condition::ACCEPTED).cloned());
     if stored.as_ref().is_none_or(|c| c.message != msg) {
         d.event(PlannedEvent::warning(event::NOT_ACCEPTED, msg));
+    }
+    // A Rollout this controller does not run must not keep the workload held; with a
+    // conflict the hold belongs to the Rollout that does run.
+    if why != reason::WORKLOAD_CONFLICT && d.obs.workload.as_ref().is_some_and(|w| w.hold.is_some())
+    {
+        d.plan.hold = HoldAction::Release;
     }
     let now = d.now;
     status::set_condition(d.status(), condition::ACCEPTED, "False", why, msg, now);

@@ -410,6 +410,14 @@ fn disabling_mid_release_releases_the_workload_and_restores_traffic() {
     assert_eq!(w.traffic, Some(TrafficIntent::Restored));
     assert!(w.obs.batch_release.is_none());
     assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+    w.change_template("rev3");
+    let p = w.reconcile();
+    assert_eq!(
+        p.hold,
+        HoldAction::Release,
+        "a disabled Rollout holds nothing"
+    );
+    assert_eq!(w.status().phase.as_deref(), Some("Disabled"));
     w.obs.rollout.spec.disabled = false;
     w.reconcile();
     assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
