@@ -71,8 +71,6 @@ impl StableWorkload {
 pub struct BatchReleaseSummary {
     /// `metadata.generation`.
     pub generation: i64,
-    /// Being deleted.
-    pub deleting: bool,
     /// Its spec (compared with the desired one: a difference means "being updated").
     pub spec: BatchReleaseSpec,
     /// Its status.
@@ -83,7 +81,7 @@ pub struct BatchReleaseSummary {
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ObservedTraffic {
     /// The cluster's Services/routes already match the intent the *stored* status asks for
-    /// (`plan::routing::intent_for` of the stored status).
+    /// (`plan::routing::intent_for` of the stored status; `true` when that is `None`).
     pub ready: bool,
     /// When the traffic layer last changed a traffic object (grace periods count from here).
     pub last_change: Option<Time>,

@@ -238,7 +238,6 @@ impl World {
                     .unwrap_or_default();
                 self.obs.batch_release = Some(BatchReleaseSummary {
                     generation,
-                    deleting: false,
                     spec: br.spec.clone(),
                     status,
                 });
