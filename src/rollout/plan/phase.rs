@@ -302,6 +302,21 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
             .to_string()
             .as_str()
         {
+            reason::INITIALIZING if !in_progressing(w) => {
+                // The template went back to the stable revision (or the hold went away) before
+                // the release got going, e.g. during a reset: cancel what is left.
+                let c = status::canary(d.status());
+                if c.canary_revision.is_empty() {
+                    c.canary_revision = w.update_revision.clone();
+                }
+                status::progressing(
+                    d.status(),
+                    "True",
+                    reason::CANCELLING,
+                    message::ROLLED_BACK,
+                    now,
+                );
+            }
             reason::INITIALIZING => {
                 if !initializing(d, w) {
                     return;

@@ -393,6 +393,25 @@ fn third_template_mid_release_restarts_the_canary_on_it() {
 }
 
 #[test]
+fn rollback_during_a_reset_cancels_and_cleans_up() {
+    let mut w = started(three_steps());
+    w.change_template("rev3");
+    w.reconcile();
+    w.change_template("rev1");
+    w.until("healthy", |w| {
+        w.status().phase.as_deref() == Some("Healthy")
+    });
+    assert_eq!(
+        cond(&w, condition::SUCCEEDED).map(|c| c.0),
+        Some("False".into())
+    );
+    assert!(w.obs.batch_release.is_none());
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+    assert_eq!(w.traffic, Some(TrafficIntent::Restored));
+    assert_eq!(w.at().1, "Completed");
+}
+
+#[test]
 fn disabling_mid_release_releases_the_workload_and_restores_traffic() {
     let mut w = started(three_steps());
     w.obs.rollout.spec.disabled = true;
