@@ -99,39 +99,35 @@ fn step_intent(
     let Some(canary) = status.canary_status.as_ref() else {
         return TrafficIntent::Restored;
     };
-    {
-        {
-            let steps = steps(obs);
-            let index = usize::try_from(canary.common.current_step_index.max(1)).unwrap_or(1);
-            let Some(step) = steps.get(index - 1) else {
-                return release(CanaryRoute::none());
-            };
-            if !has_traffic(step) {
-                return TrafficIntent::Restored;
-            }
-            let ready = canary.canary_ready_replicas;
-            let route = match canary.common.current_step_state.as_str() {
-                step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE => index
-                    .checked_sub(2)
-                    .and_then(|prev| steps.get(prev))
-                    .filter(|prev| has_traffic(prev))
-                    .filter(|prev| {
-                        let wanted = prev
-                            .replicas
-                            .as_ref()
-                            .map_or(0, |r| desired_groups(r, stable_replicas));
-                        wanted <= ready
-                    })
-                    .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
-                _ => CanaryRoute::for_step(step),
-            };
-            release(if ready == 0 {
-                CanaryRoute::none()
-            } else {
-                route
-            })
-        }
+    let steps = steps(obs);
+    let index = usize::try_from(canary.common.current_step_index.max(1)).unwrap_or(1);
+    let Some(step) = steps.get(index - 1) else {
+        return release(CanaryRoute::none());
+    };
+    if !has_traffic(step) {
+        return TrafficIntent::Restored;
     }
+    let ready = canary.canary_ready_replicas;
+    let route = match canary.common.current_step_state.as_str() {
+        step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE => index
+            .checked_sub(2)
+            .and_then(|prev| steps.get(prev))
+            .filter(|prev| has_traffic(prev))
+            .filter(|prev| {
+                let wanted = prev
+                    .replicas
+                    .as_ref()
+                    .map_or(0, |r| desired_groups(r, stable_replicas));
+                wanted <= ready
+            })
+            .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
+        _ => CanaryRoute::for_step(step),
+    };
+    release(if ready == 0 {
+        CanaryRoute::none()
+    } else {
+        route
+    })
 }
 
 /// Whether the traffic the status being built asks for is in place and has had its grace

@@ -194,7 +194,11 @@ impl World {
             || routing::intent_for(&self.obs, &stored).is_none();
         let p = plan(&self.obs, self.now);
         // No hidden state: a restarted manager given the same cluster decides the same.
-        assert_eq!(p, plan(&self.obs, self.now), "plan is not a function of its input");
+        assert_eq!(
+            p,
+            plan(&self.obs, self.now),
+            "plan is not a function of its input"
+        );
         self.obs.rollout.status = Some(p.status.clone());
         if let Some(h) = &p.hash_annotation {
             self.obs
