@@ -152,7 +152,15 @@ pub fn settled(d: &mut Draft<'_>) -> bool {
         d.requeue(wait);
         return false;
     }
-    match status::remaining(d.obs.traffic.last_change.as_ref(), i64::from(grace), d.now) {
+    // Without a read-back of the last change (e.g. right after a restart), the stored step's
+    // lastUpdateTime stands in: the plan sets it whenever it moves to a state with new traffic.
+    let since = d.obs.traffic.last_change.clone().or_else(|| {
+        stored
+            .canary_status
+            .as_ref()
+            .and_then(|c| c.common.last_update_time.clone())
+    });
+    match status::remaining(since.as_ref(), i64::from(grace), d.now) {
         Some(left) => {
             d.requeue(left);
             false

@@ -626,6 +626,18 @@ fn grace_period_is_honoured_after_each_traffic_change() {
 }
 
 #[test]
+fn without_a_traffic_read_back_the_grace_counts_from_the_stored_step_time() {
+    let mut w = started(three_steps());
+    w.approve();
+    w.until("step 2 traffic", at_state("StepTrafficRouting", 2));
+    w.reconcile();
+    w.obs.traffic.last_change = None;
+    let p = w.reconcile();
+    assert_eq!(w.at().1, "StepTrafficRouting");
+    assert!(p.requeue_after.is_some_and(|d| d <= Duration::from_secs(3)));
+}
+
+#[test]
 fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
     let mut w = started(three_steps());
     w.approve();
