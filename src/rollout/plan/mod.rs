@@ -3,13 +3,16 @@
 //! decision derives from the observed cluster and the Rollout's stored status (where the
 //! finalising step is persisted), so a restarted manager continues where the last one stopped.
 //!
-//! - [`phase`]: Initial / Healthy / Progressing / Terminating / Disabling / Disabled, and
-//!   what makes a Rollout unacceptable (workload kind, style, a second Rollout).
+//! - [`phase`]: Initial / Healthy / Progressing / Terminating / Disabling / Disabled.
+//! - [`accept`]: what makes a Rollout unacceptable (workload kind, style, a second Rollout).
+//! - [`events`]: Events for every phase, step and finalising-step change.
 //! - [`steps`]: the per-step state machine, approval, pauses, jumps, `paused`, plan changes.
 //! - [`finalise`]: finishing, cancelling and resetting orders (`finalisingStep`).
 //! - [`routing`]: the traffic intent each state asks for and whether it has settled.
 //! - [`status`]: conditions and messages with Kruise's strings.
 
+pub mod accept;
+pub mod events;
 pub mod finalise;
 pub mod hash;
 pub mod phase;
@@ -181,7 +184,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
     status::canary(draft.status());
     status::mirror_step(draft.status());
     draft.plan.traffic = routing::intent_for(obs, &draft.plan.status);
-    draft.plan.events.extend(phase::transition_events(
+    draft.plan.events.extend(events::transition_events(
         obs.rollout.status.as_ref(),
         &draft.plan.status,
         routing::steps(obs).len(),

@@ -1,71 +1,19 @@
 //! The phase machine (Kruise's `calculateRolloutStatus` and the Progressing reasons):
 //! Initial → Healthy → Progressing (Initializing → InRolling ⇄ Paused → Finalising |
-//! Cancelling → Completed) → Healthy; Disabling → Disabled; Terminating. Plus what makes a
-//! Rollout unacceptable here: a workload that is not a LeaderWorkerSet, partition style or
-//! blue-green (a later issue), or a second Rollout for one workload.
+//! Cancelling → Completed) → Healthy; Disabling → Disabled; Terminating. Refusals are in
+//! `accept`.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::rollout::{CanaryStatus, CommonStatus, RolloutStatus, phase, step_state as st};
 use crate::rollout::names::{self, condition, event, message, reason};
-use crate::rollout::observe::{RolloutObserved, StableWorkload};
+use crate::rollout::observe::StableWorkload;
 
+use super::accept;
 use super::finalise::{self, Reason};
 use super::{
     BatchReleaseAction, Draft, FinalizerAction, HoldAction, PlannedEvent, routing, status, steps,
 };
-
-/// Why this controller will not run the Rollout, as (reason, message).
-pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
-    let r = &obs.rollout.spec;
-    if r.workload_ref.api_version != names::LWS_API_VERSION
-        || r.workload_ref.kind != names::LWS_KIND
-    {
-        return Some((
-            reason::UNSUPPORTED_WORKLOAD,
-            format!(
-                "workloadRef {} {} is not supported: only {} {} can be released",
-                r.workload_ref.api_version,
-                r.workload_ref.kind,
-                names::LWS_API_VERSION,
-                names::LWS_KIND
-            ),
-        ));
-    }
-    match (&r.strategy.canary, &r.strategy.blue_green) {
-        (None, Some(_)) => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "blue-green releases of a LeaderWorkerSet are not supported yet".into(),
-            ));
-        }
-        (Some(c), _) if !c.enable_extra_workload_for_canary => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "partition-style canary releases (enableExtraWorkloadForCanary: false) of a \
-                 LeaderWorkerSet are not supported yet; set enableExtraWorkloadForCanary: true"
-                    .into(),
-            ));
-        }
-        (None, None) => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "strategy has no canary".into(),
-            ));
-        }
-        _ => {}
-    }
-    obs.conflicting_rollout.as_ref().map(|other| {
-        (
-            reason::WORKLOAD_CONFLICT,
-            format!(
-                "LeaderWorkerSet {} is already released by Rollout {other}; only one Rollout may \
-                 reference a workload",
-                r.workload_ref.name
-            ),
-        )
-    })
-}
 
 /// A release is under way: the webhook held the stable LWS and its template moved on.
 fn in_progressing(w: &StableWorkload) -> bool {
@@ -113,7 +61,7 @@ pub fn run(d: &mut Draft<'_>) {
     }
     let releasing =
         phase_is(&d.plan.status, phase::PROGRESSING) || phase_is(&d.plan.status, phase::DISABLING);
-    if let Some((why, msg)) = not_accepted(obs) {
+    if let Some((why, msg)) = accept::not_accepted(obs) {
         // Never leave a release half done: finish it as a disable would, then refuse.
         if releasing {
             set_phase(d, phase::DISABLING, message::DISABLING);
@@ -121,7 +69,7 @@ pub fn run(d: &mut Draft<'_>) {
                 return;
             }
         }
-        refuse(d, why, &msg);
+        accept::refuse(d, why, &msg);
         return;
     }
     status::remove_condition(d.status(), condition::ACCEPTED);
@@ -201,28 +149,6 @@ pub fn run(d: &mut Draft<'_>) {
     if phase_is(&d.plan.status, phase::PROGRESSING) {
         progressing(d, workload);
     }
-}
-
-/// Accepted=False, phase Initial, and a Warning event when that is news.
-fn refuse(d: &mut Draft<'_>, why: &'static str, msg: &str) {
-    let stored = d
-        .obs
-        .rollout
-        .status
-        .as_ref()
-        .and_then(|s| status::condition(s, condition::ACCEPTED).cloned());
-    if stored.as_ref().is_none_or(|c| c.message != msg) {
-        d.event(PlannedEvent::warning(event::NOT_ACCEPTED, msg));
-    }
-    // A Rollout this controller does not run must not keep the workload held; with a
-    // conflict the hold belongs to the Rollout that does run.
-    if why != reason::WORKLOAD_CONFLICT && d.obs.workload.as_ref().is_some_and(|w| w.hold.is_some())
-    {
-        d.plan.hold = HoldAction::Release;
-    }
-    let now = d.now;
-    status::set_condition(d.status(), condition::ACCEPTED, "False", why, msg, now);
-    set_phase(d, phase::INITIAL, msg);
 }
 
 /// Kruise resets the status to `{observedGeneration, phase: Initial, message}`; we keep an
@@ -562,53 +488,4 @@ fn terminating(d: &mut Draft<'_>) {
             ));
         }
     }
-}
-
-/// Events for what changed between the stored and the new status: phase, step and state,
-/// finalising step.
-pub fn transition_events(
-    stored: Option<&RolloutStatus>,
-    new: &RolloutStatus,
-    steps: usize,
-) -> Vec<PlannedEvent> {
-    let default = RolloutStatus::default();
-    let old = stored.unwrap_or(&default);
-    let mut events = Vec::new();
-    let phase_of = |s: &RolloutStatus| s.phase.clone().unwrap_or_default();
-    if phase_of(old) != phase_of(new) {
-        events.push(PlannedEvent::normal(
-            event::PROGRESSING,
-            format!("phase {} -> {}", phase_of(old), phase_of(new)),
-        ));
-    }
-    let sub = |s: &RolloutStatus| {
-        s.canary_status
-            .as_ref()
-            .map(|c| {
-                (
-                    c.common.current_step_index,
-                    c.common.current_step_state.clone(),
-                    c.common.finalising_step.clone(),
-                )
-            })
-            .unwrap_or_default()
-    };
-    let (oi, os, of) = sub(old);
-    let (ni, ns, nf) = sub(new);
-    if (oi, &os) != (ni, &ns) && !ns.is_empty() {
-        events.push(PlannedEvent::normal(
-            event::PROGRESSING,
-            format!("step({oi}/{steps}) {os} -> step({ni}/{steps}) {ns}"),
-        ));
-    }
-    if of != nf && !nf.is_empty() {
-        events.push(PlannedEvent::normal(
-            event::PROGRESSING,
-            format!(
-                "finalising step {} -> {nf}",
-                if of.is_empty() { "(none)" } else { &of }
-            ),
-        ));
-    }
-    events
 }
