@@ -3,8 +3,10 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod batchrelease;
 pub mod k8s;
 pub mod lws;
 pub mod manager;
+pub mod rollout;
 pub mod traffic;
 pub mod webhook;

@@ -21,6 +21,15 @@ use std::collections::BTreeMap;
 /// API group of Rollout and BatchRelease.
 pub const GROUP: &str = "rollouts.kruise.io";
 
+/// CEL: step replicas never decrease (compared, as upstream, only when two neighbouring steps
+/// are both integers or both percentages). Index-aware `all(i, s, …)` needs Kubernetes ≥ 1.33.
+const NON_DECREASING_RULE: &str = "self.steps.all(i, s, i == 0 || !has(s.replicas) || \
+    !has(self.steps[i - 1].replicas) || \
+    (type(s.replicas) == int && type(self.steps[i - 1].replicas) == int ? \
+      s.replicas >= self.steps[i - 1].replicas : \
+     type(s.replicas) == string && type(self.steps[i - 1].replicas) == string ? \
+      int(string(s.replicas).replace('%', '')) >= int(string(self.steps[i - 1].replicas).replace('%', '')) : true))";
+
 /// CEL: a percentage string between 0% and 100%.
 /// A regex rather than parsing keeps the rule cheap enough for the CRD cost budget.
 const PERCENT_RULE: &str = "self.matches('^(100|[1-9]?[0-9])%$')";
@@ -69,6 +78,9 @@ const PERCENT_RULE: &str = "self.matches('^(100|[1-9]?[0-9])%$')";
 #[serde(rename_all = "camelCase")]
 pub struct RolloutSpec {
     /// The workload this Rollout releases, in the Rollout's namespace.
+    #[x_kube(validation = Rule::new(
+        "self.apiVersion == 'leaderworkerset.x-k8s.io/v1' && self.kind == 'LeaderWorkerSet'"
+    ).message("workloadRef must be a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet; other workload kinds are not supported"))]
     pub workload_ref: ObjectRef,
     /// How the release proceeds.
     pub strategy: RolloutStrategy,
@@ -113,6 +125,7 @@ pub struct RolloutStrategy {
 #[x_kube(validation = Rule::new(
     "self.steps.all(s, !has(s.traffic) || s.traffic != '0%')"
 ).message("canary step traffic must be greater than 0% (only blue-green steps may send 0%)"))]
+#[x_kube(validation = Rule::new(NON_DECREASING_RULE).message("steps[].replicas must not decrease from one step to the next"))]
 pub struct CanaryStrategy {
     /// The steps, in order; each one's `replicas` is cumulative.
     // maxItems rather than CEL: the API server skips CEL rules once a schema check failed,
@@ -144,6 +157,7 @@ pub struct CanaryStrategy {
 /// Blue-green release: the new version at full size beside the old, traffic switched over.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(NON_DECREASING_RULE).message("steps[].replicas must not decrease from one step to the next"))]
 pub struct BlueGreenStrategy {
     /// The steps, in order.
     // maxItems rather than CEL: the API server skips CEL rules once a schema check failed,

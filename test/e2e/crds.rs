@@ -427,6 +427,46 @@ async fn rollout_invalid_objects_are_rejected_with_clear_messages() -> anyhow::R
                 Some("gracePeriodSeconds must not be negative"),
             ),
             (
+                "decreasing int replicas",
+                |o| {
+                    o["spec"]["strategy"]["canary"]["steps"] =
+                        json!([{"replicas": 2}, {"replicas": 1}])
+                },
+                Some("steps[].replicas must not decrease from one step to the next"),
+            ),
+            (
+                "decreasing percent replicas",
+                |o| {
+                    o["spec"]["strategy"]["canary"]["steps"] =
+                        json!([{"replicas": "50%"}, {"replicas": "5%"}, {"replicas": "100%"}])
+                },
+                Some("steps[].replicas must not decrease from one step to the next"),
+            ),
+            (
+                "int then percent is not compared (as upstream)",
+                |o| {
+                    o["spec"]["strategy"]["canary"]["steps"] =
+                        json!([{"replicas": 3}, {"replicas": "10%"}, {"replicas": "100%"}])
+                },
+                None,
+            ),
+            (
+                "decreasing blue-green replicas",
+                |o| {
+                    o["spec"]["strategy"] =
+                        json!({"blueGreen": {"steps": [{"replicas": "100%"}, {"replicas": "50%"}]}})
+                },
+                Some("steps[].replicas must not decrease from one step to the next"),
+            ),
+            (
+                "a Deployment workload",
+                |o| {
+                    o["spec"]["workloadRef"] =
+                        json!({"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"})
+                },
+                Some("workloadRef must be a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet"),
+            ),
+            (
                 "missing workloadRef name",
                 |o| {
                     o["spec"]["workloadRef"]

@@ -1,0 +1,152 @@
+//! The canary LWS: its name and the whole object the BatchRelease wants.
+//!
+//! Naming: `<stable>-canary-<revision key>`, derived only from the stable LWS's name and the
+//! revision key of the template being released. A restarted manager computes the same name, so
+//! the canary is never created twice (Kruise uses `generateName` plus an in-memory expectation,
+//! which a crash forgets). The revision in the name means a third template mid-release gets a
+//! new canary that can never be mistaken for, or collide with, the one still being deleted,
+//! and a canary Service selecting `leaderworkerset.sigs.k8s.io/name` can never pick leaders of
+//! a different revision. Length: the StatefulSet controller labels pods
+//! `controller-revision-hash: <lws>-<group>-<hash ≤10>` (≤ 63 characters), so a name of at
+//! most 47 characters is safe up to group index 9999; a longer stable name is cut and a short
+//! hash of the full name keeps two long names apart.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+
+use super::names::{CANARY_LABEL, CONTROL_INFO};
+use crate::api::batchrelease::BatchRelease;
+use crate::api::leaderworkerset::LeaderWorkerSet;
+use crate::api::rollout::PatchPodTemplateMetadata;
+
+/// Longest canary LWS name: 63 − len("-<group ≤ 9999>") − len("-<hash ≤ 10>").
+pub const MAX_NAME: usize = 47;
+/// Longest revision key (32-bit FNV in decimal, safe-encoded).
+const MAX_REVISION: usize = 10;
+
+/// The canary LWS's name for a stable LWS and the revision key being released.
+pub fn canary_name(stable: &str, revision: &str) -> String {
+    let revision: String = revision.chars().take(MAX_REVISION).collect();
+    let suffix = format!("-canary-{revision}");
+    if stable.len() + suffix.len() <= MAX_NAME {
+        return format!("{stable}{suffix}");
+    }
+    let hash = short_hash(stable);
+    let keep = MAX_NAME - suffix.len() - 1 - hash.len();
+    let prefix = stable
+        .get(..keep)
+        .unwrap_or(stable)
+        .trim_end_matches(['-', '.']);
+    format!("{prefix}-{hash}{suffix}")
+}
+
+/// 6 characters of FNV-1a over the name, in the LWS revision alphabet (no vowels, no 0/1/3).
+fn short_hash(name: &str) -> String {
+    const ALPHANUMS: &[u8; 27] = b"bcdfghjklmnpqrstvwxz2456789";
+    let mut hash: u32 = 0x811c_9dc5;
+    for byte in name.as_bytes() {
+        hash ^= u32::from(*byte);
+        hash = hash.wrapping_mul(0x0100_0193);
+    }
+    (0..6)
+        .map(|i| ALPHANUMS[(hash >> (i * 5)) as usize % ALPHANUMS.len()] as char)
+        .collect()
+}
+
+/// The BatchRelease as a controller ownerReference.
+pub fn owner_ref(br: &BatchRelease) -> OwnerReference {
+    OwnerReference {
+        api_version: BatchRelease::api_version(&()).into_owned(),
+        kind: BatchRelease::kind(&()).into_owned(),
+        name: br.name_any(),
+        uid: br.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The whole canary LWS: the stable LWS's current spec (the new template), `replicas` groups,
+/// no partition, `patch` on the leader template only, Kruise's label and control-info
+/// annotation, owned by the BatchRelease.
+pub fn desired_canary(
+    br: &BatchRelease,
+    stable: &LeaderWorkerSet,
+    name: &str,
+    replicas: i32,
+    patch: Option<&PatchPodTemplateMetadata>,
+) -> LeaderWorkerSet {
+    let owner = owner_ref(br);
+    let control_info = serde_json::to_string(&owner).unwrap_or_default();
+    let mut spec = stable.spec.clone();
+    spec.replicas = Some(replicas);
+    // The stable's partition is about the stable's own groups; a canary runs all its groups.
+    if let Some(ruc) = spec
+        .rollout_strategy
+        .as_mut()
+        .and_then(|s| s.rolling_update_configuration.as_mut())
+    {
+        ruc.partition = None;
+    }
+    if let Some(patch) = patch {
+        let lwt = &mut spec.leader_worker_template;
+        // No leaderTemplate means the leader runs the worker template: copy it first, so only
+        // the leader gets the patched metadata (the canary Service selects leaders).
+        let leader = lwt
+            .leader_template
+            .get_or_insert_with(|| lwt.worker_template.clone());
+        let meta = leader.metadata.get_or_insert_with(ObjectMeta::default);
+        if let Some(labels) = &patch.labels {
+            meta.labels
+                .get_or_insert_with(BTreeMap::new)
+                .extend(labels.clone());
+        }
+        if let Some(annotations) = &patch.annotations {
+            meta.annotations
+                .get_or_insert_with(BTreeMap::new)
+                .extend(annotations.clone());
+        }
+    }
+    LeaderWorkerSet {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: stable.namespace(),
+            labels: Some(BTreeMap::from([(
+                CANARY_LABEL.to_string(),
+                stable.name_any(),
+            )])),
+            annotations: Some(BTreeMap::from([(CONTROL_INFO.to_string(), control_info)])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_deterministic_length_safe_and_distinct() {
+        assert_eq!(canary_name("vllm", "5d7f9c"), "vllm-canary-5d7f9c");
+        let long = "a".repeat(50);
+        let other = format!("{}b", "a".repeat(49));
+        let a = canary_name(&long, "bcdfghjklm");
+        let b = canary_name(&other, "bcdfghjklm");
+        assert_eq!(a, canary_name(&long, "bcdfghjklm"), "deterministic");
+        assert_ne!(a, b, "two long names that share a prefix stay apart");
+        for name in [&a, &b] {
+            assert!(name.len() <= MAX_NAME, "{name} is {} long", name.len());
+            assert!(name.ends_with("-canary-bcdfghjklm"), "{name}");
+            assert!(name.starts_with('a'));
+        }
+        // A cut that lands on a dash leaves no double dash.
+        let dashed = format!("{}-{}", "a".repeat(21), "b".repeat(30));
+        assert!(!canary_name(&dashed, "x").contains("--"));
+        // Another revision, another canary.
+        assert_ne!(canary_name("vllm", "a1"), canary_name("vllm", "a2"));
+    }
+}

@@ -1,0 +1,9 @@
+//! The BatchRelease controller, canary style for LeaderWorkerSets: a canary LWS beside the
+//! stable one, scaled batch by batch. `observe` is what it looks at, `plan` decides, `canary`
+//! builds the canary LWS and names it, `replicas` is the batch arithmetic in groups.
+
+pub mod canary;
+pub mod names;
+pub mod observe;
+pub mod plan;
+pub mod replicas;

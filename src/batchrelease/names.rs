@@ -1,0 +1,45 @@
+//! Names the BatchRelease controller writes: Kruise Rollout's exact strings, so tools that
+//! find Kruise's canary workloads find ours.
+
+/// Label on the canary LWS: the stable workload's name (Kruise's key; it says "deployment"
+/// because Kruise's canary workloads were Deployments).
+pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+/// Annotation on the canary LWS: the BatchRelease's controller ownerReference as JSON.
+pub const CONTROL_INFO: &str = "batchrelease.rollouts.kruise.io/control-info";
+/// Kruise's BatchRelease finalizer. We never add it (owner references clean up the canary);
+/// a BatchRelease taken over from Kruise may carry it, and it is removed on deletion.
+pub const FINALIZER: &str = "rollouts.kruise.io/batch-release-finalizer";
+
+/// `status.phase` values.
+pub mod phase {
+    /// Not started.
+    pub const PREPARING: &str = "Preparing";
+    /// Running batches.
+    pub const PROGRESSING: &str = "Progressing";
+    /// `batchPartition` is null (or the workload is gone): finishing.
+    pub const FINALIZING: &str = "Finalizing";
+    /// Done.
+    pub const COMPLETED: &str = "Completed";
+}
+
+/// `status.canaryStatus.batchState` values.
+pub mod batch_state {
+    /// The canary is being scaled to the batch.
+    pub const UPGRADING: &str = "Upgrading";
+    /// Waiting for the batch's groups to be ready.
+    pub const VERIFYING: &str = "Verifying";
+    /// The batch is ready.
+    pub const READY: &str = "Ready";
+}
+
+/// Event reasons.
+pub mod event {
+    /// A batch changed state.
+    pub const PROGRESSING: &str = "Progressing";
+    /// Groups of the batch are not ready; the message names them.
+    pub const CANARY_NOT_READY: &str = "CanaryNotReady";
+    /// The plan cannot run (wrong style or kind).
+    pub const UNSUPPORTED: &str = "Unsupported";
+    /// Finished.
+    pub const COMPLETED: &str = "Completed";
+}

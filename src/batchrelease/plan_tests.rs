@@ -1,0 +1,397 @@
+//! Table tests of the BatchRelease plan: plain data in, plan out.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::Timestamp;
+
+use super::*;
+use crate::api::batchrelease::{BatchRelease, BatchReleaseSpec, ReleaseBatch, ReleasePlan};
+use crate::api::leaderworkerset::{
+    LeaderWorkerSetSpec, LeaderWorkerSetStatus, LeaderWorkerTemplate,
+};
+use crate::api::rollout::{ObjectRef, PatchPodTemplateMetadata};
+use crate::batchrelease::names::{CANARY_LABEL, CONTROL_INFO};
+use crate::batchrelease::observe::{GroupReadiness, StableLws};
+
+fn now() -> Timestamp {
+    Timestamp::from_second(1_795_327_200).unwrap()
+}
+
+fn br(partition: Option<i32>, threshold: Option<IntOrString>) -> BatchRelease {
+    let mut br = BatchRelease::new(
+        "vllm",
+        BatchReleaseSpec {
+            workload_ref: ObjectRef {
+                api_version: "leaderworkerset.x-k8s.io/v1".into(),
+                kind: "LeaderWorkerSet".into(),
+                name: "vllm".into(),
+            },
+            release_plan: ReleasePlan {
+                batches: Some(
+                    [
+                        IntOrString::Int(1),
+                        IntOrString::String("50%".into()),
+                        IntOrString::String("100%".into()),
+                    ]
+                    .into_iter()
+                    .map(|canary_replicas| ReleaseBatch { canary_replicas })
+                    .collect(),
+                ),
+                batch_partition: partition,
+                rollout_id: Some("r1".into()),
+                failure_threshold: threshold,
+                patch_pod_template_metadata: Some(PatchPodTemplateMetadata {
+                    labels: Some(BTreeMap::from([("release".into(), "canary".into())])),
+                    annotations: None,
+                }),
+                rolling_style: Some(RollingStyle::Canary),
+                enable_extra_workload_for_canary: true,
+                ..ReleasePlan::default()
+            },
+        },
+    );
+    br.metadata.namespace = Some("ns".into());
+    br.metadata.uid = Some("br-uid".into());
+    br.metadata.generation = Some(1);
+    br.status = Some(BatchReleaseStatus {
+        phase: Some(phase::PROGRESSING.into()),
+        update_revision: Some("rev2".into()),
+        stable_revision: Some("rev1".into()),
+        ..BatchReleaseStatus::default()
+    });
+    br
+}
+
+fn stable(replicas: i32) -> StableLws {
+    let worker = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(BTreeMap::from([("app".into(), "vllm".into())])),
+            ..ObjectMeta::default()
+        }),
+        spec: None,
+    };
+    let lws = LeaderWorkerSet {
+        metadata: ObjectMeta {
+            name: Some("vllm".into()),
+            namespace: Some("ns".into()),
+            generation: Some(3),
+            ..ObjectMeta::default()
+        },
+        spec: LeaderWorkerSetSpec {
+            replicas: Some(replicas),
+            leader_worker_template: LeaderWorkerTemplate {
+                worker_template: worker,
+                size: Some(4),
+                ..LeaderWorkerTemplate::default()
+            },
+            ..LeaderWorkerSetSpec::default()
+        },
+        status: Some(LeaderWorkerSetStatus {
+            observed_generation: Some(3),
+            replicas: Some(replicas),
+            ready_replicas: Some(replicas),
+            updated_replicas: Some(0),
+            ..LeaderWorkerSetStatus::default()
+        }),
+    };
+    StableLws {
+        lws,
+        update_revision: "rev2".into(),
+        hold: Some("rev1".into()),
+    }
+}
+
+fn canary(spec_replicas: i32, existing: i32, ready: i32, not_ready: &[(i32, i32)]) -> CanaryLws {
+    let mut lws = stable(4).lws;
+    lws.metadata.name = Some("vllm-canary-rev2".into());
+    lws.metadata.generation = Some(2);
+    lws.spec.replicas = Some(spec_replicas);
+    lws.status = Some(LeaderWorkerSetStatus {
+        observed_generation: Some(2),
+        replicas: Some(existing),
+        ready_replicas: Some(ready),
+        updated_replicas: Some(existing),
+        ..LeaderWorkerSetStatus::default()
+    });
+    CanaryLws {
+        lws,
+        not_ready_groups: not_ready
+            .iter()
+            .map(|(index, ready_pods)| GroupReadiness {
+                index: *index,
+                ready_pods: *ready_pods,
+                pods: 4,
+            })
+            .collect(),
+    }
+}
+
+fn observed(br: BatchRelease, canaries: Vec<CanaryLws>) -> BatchReleaseObserved {
+    BatchReleaseObserved {
+        br,
+        stable: Some(stable(4)),
+        canaries,
+    }
+}
+
+#[test]
+fn canary_is_the_stable_spec_with_batch_replicas_labels_owner_and_leader_only_patch() {
+    let p = plan(&observed(br(Some(0), None), vec![]), now());
+    let c = p.apply_canary.expect("canary wanted");
+    assert_eq!(c.metadata.name.as_deref(), Some("vllm-canary-rev2"));
+    assert_eq!(c.spec.replicas, Some(1));
+    assert_eq!(
+        c.labels().get(CANARY_LABEL).map(String::as_str),
+        Some("vllm")
+    );
+    let info: serde_json::Value = serde_json::from_str(&c.annotations()[CONTROL_INFO]).unwrap();
+    assert_eq!(info["kind"], "BatchRelease");
+    assert_eq!(info["uid"], "br-uid");
+    let owner = &c.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.controller),
+        ("BatchRelease", Some(true))
+    );
+    let leader = c
+        .spec
+        .leader_worker_template
+        .leader_template
+        .as_ref()
+        .expect("leader template");
+    let leader_labels = leader.metadata.as_ref().unwrap().labels.as_ref().unwrap();
+    assert_eq!(
+        leader_labels.get("release").map(String::as_str),
+        Some("canary")
+    );
+    assert_eq!(leader_labels.get("app").map(String::as_str), Some("vllm"));
+    let worker_labels = c
+        .spec
+        .leader_worker_template
+        .worker_template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .as_ref()
+        .unwrap();
+    assert!(
+        !worker_labels.contains_key("release"),
+        "workers are not patched"
+    );
+    let cs = p.status.canary_status.unwrap();
+    assert_eq!(
+        cs.current_batch_state.as_deref(),
+        Some(batch_state::UPGRADING)
+    );
+}
+
+#[test]
+fn batch_states_follow_the_canary_lws() {
+    // (partition, threshold, canary (spec, existing, ready, not ready groups), state, replicas applied)
+    type Row = (
+        Option<i32>,
+        Option<IntOrString>,
+        Option<CanaryLws>,
+        &'static str,
+        i32,
+    );
+    let table: Vec<Row> = vec![
+        (Some(0), None, None, batch_state::UPGRADING, 1),
+        (
+            Some(0),
+            None,
+            Some(canary(1, 1, 0, &[(0, 3)])),
+            batch_state::VERIFYING,
+            1,
+        ),
+        (
+            Some(0),
+            None,
+            Some(canary(1, 1, 1, &[])),
+            batch_state::READY,
+            1,
+        ),
+        // 50% of 4 groups = 2: one more group wanted.
+        (
+            Some(1),
+            None,
+            Some(canary(1, 1, 1, &[])),
+            batch_state::UPGRADING,
+            2,
+        ),
+        (
+            Some(1),
+            None,
+            Some(canary(2, 2, 1, &[(1, 2)])),
+            batch_state::VERIFYING,
+            2,
+        ),
+        (
+            Some(1),
+            Some(IntOrString::Int(1)),
+            Some(canary(2, 2, 1, &[(1, 2)])),
+            batch_state::READY,
+            2,
+        ),
+        (
+            Some(1),
+            Some(IntOrString::String("50%".into())),
+            Some(canary(2, 2, 1, &[(1, 2)])),
+            batch_state::READY,
+            2,
+        ),
+        (
+            Some(1),
+            Some(IntOrString::String("25%".into())),
+            Some(canary(2, 2, 1, &[(1, 2)])),
+            batch_state::READY,
+            2,
+        ),
+        // A threshold never makes zero ready groups ready.
+        (
+            Some(0),
+            Some(IntOrString::Int(1)),
+            Some(canary(1, 1, 0, &[(0, 0)])),
+            batch_state::VERIFYING,
+            1,
+        ),
+        // A jump back keeps the canary's groups (never scaled down mid-release).
+        (
+            Some(0),
+            None,
+            Some(canary(4, 4, 4, &[])),
+            batch_state::READY,
+            4,
+        ),
+    ];
+    for (i, (partition, threshold, c, state, replicas)) in table.into_iter().enumerate() {
+        let p = plan(
+            &observed(br(partition, threshold), c.into_iter().collect()),
+            now(),
+        );
+        let cs = p.status.canary_status.clone().unwrap();
+        assert_eq!(
+            cs.current_batch_state.as_deref(),
+            Some(state),
+            "row {i}: {p:#?}"
+        );
+        assert_eq!(
+            p.apply_canary.unwrap().spec.replicas,
+            Some(replicas),
+            "row {i}"
+        );
+        assert_eq!(cs.current_batch, partition.unwrap(), "row {i}");
+        assert_eq!(
+            cs.batch_ready_time.is_some(),
+            state == batch_state::READY,
+            "row {i}"
+        );
+    }
+}
+
+#[test]
+fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
+    let p = plan(
+        &observed(br(Some(1), None), vec![canary(2, 2, 1, &[(1, 2)])]),
+        now(),
+    );
+    let msg = p.status.message.clone().unwrap();
+    assert_eq!(
+        msg,
+        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1 (2/4 pods ready)"
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == event::CANARY_NOT_READY && e.message == msg)
+    );
+    // Same message stored: no second event.
+    let mut again = br(Some(1), None);
+    again.status = Some(p.status.clone());
+    let p2 = plan(&observed(again, vec![canary(2, 2, 1, &[(1, 2)])]), now());
+    assert!(
+        !p2.events
+            .iter()
+            .any(|e| e.reason == event::CANARY_NOT_READY)
+    );
+}
+
+#[test]
+fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
+    let mut b = br(None, None);
+    b.spec.release_plan.finalizing_policy = Some(FinalizingPolicy::Immediate);
+    let p = plan(&observed(b.clone(), vec![canary(1, 1, 1, &[])]), now());
+    assert_eq!(p.delete_canaries, vec!["vllm-canary-rev2".to_string()]);
+    assert_eq!(p.apply_canary, None);
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    let p = plan(&observed(b, vec![]), now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+
+    let mut b = br(None, None);
+    b.spec.release_plan.finalizing_policy = Some(FinalizingPolicy::WaitResume);
+    let mut o = observed(b, vec![canary(4, 4, 4, &[])]);
+    let p = plan(&o, now());
+    assert_eq!(
+        p.status.phase.as_deref(),
+        Some(phase::FINALIZING),
+        "stable has not rolled"
+    );
+    assert!(
+        p.delete_canaries.is_empty(),
+        "the canary keeps serving until the Rollout is done"
+    );
+    let stable = o.stable.as_mut().unwrap();
+    stable.lws.status.as_mut().unwrap().updated_replicas = Some(4);
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+    assert!(p.delete_canaries.is_empty());
+}
+
+#[test]
+fn other_canaries_and_unsupported_plans_and_a_changed_template() {
+    let mut stray = canary(1, 1, 1, &[]);
+    stray.lws.metadata.name = Some("vllm-canary-old".into());
+    let p = plan(&observed(br(Some(0), None), vec![stray]), now());
+    assert_eq!(p.delete_canaries, vec!["vllm-canary-old".to_string()]);
+
+    let mut b = br(Some(0), None);
+    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    let p = plan(&observed(b, vec![]), now());
+    assert!(p.apply_canary.is_none());
+    assert!(p.status.message.unwrap().contains("only canary-style"));
+
+    let mut o = observed(br(Some(0), None), vec![canary(1, 1, 1, &[])]);
+    o.stable.as_mut().unwrap().update_revision = "rev3".into();
+    let p = plan(&o, now());
+    assert!(
+        p.apply_canary.is_none(),
+        "never build a canary from a template the Rollout has not seen"
+    );
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("waiting for the Rollout")
+    );
+
+    let mut o = observed(br(Some(0), None), vec![canary(1, 1, 1, &[])]);
+    o.stable = None;
+    let p = plan(&o, now());
+    assert_eq!(p.delete_canaries, vec!["vllm-canary-rev2".to_string()]);
+}
+
+#[test]
+fn preparing_records_revisions_and_percentages_round_up() {
+    let mut b = br(Some(1), None);
+    b.status = None;
+    let mut o = observed(b, vec![]);
+    o.stable = Some(stable(3));
+    let p = plan(&o, now());
+    assert_eq!(p.status.stable_revision.as_deref(), Some("rev1"));
+    assert_eq!(p.status.update_revision.as_deref(), Some("rev2"));
+    // 50% of 3 groups rounds up to 2.
+    assert_eq!(p.apply_canary.unwrap().spec.replicas, Some(2));
+}

@@ -1,0 +1,110 @@
+//! Every name the Rollout controller writes or reads: Kruise Rollout's exact strings, so tools
+//! written for Kruise (kubectl-kruise, Argo CD's health Lua, dashboards) read our objects.
+
+/// Finalizer the controller puts on every Rollout, so finalising runs before it is gone.
+pub const FINALIZER: &str = "rollouts.kruise.io/rollout";
+/// Rollout annotation: hash of the strategy without pauses and failureThreshold. A change while
+/// a release runs means "the plan changed".
+pub const HASH_ANNOTATION: &str = "rollouts.kruise.io/hash";
+/// Workload annotation (the webhook reads it) and label (the controller reads it) naming the
+/// release; absent, the canary revision stands in.
+pub const ROLLOUT_ID: &str = "rollouts.kruise.io/rollout-id";
+/// The hold on the stable LWS: the revision key its groups stay on while a release runs. Set
+/// by the LWS mutating webhook on the template change; removed by this controller to release
+/// the workload (Kruise's "ResumeWorkload").
+pub const STABLE_REVISION: &str = "rollouts.kruise.io/stable-revision";
+
+/// The only workload this controller releases.
+pub const LWS_API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
+/// The only workload kind this controller releases.
+pub const LWS_KIND: &str = "LeaderWorkerSet";
+
+/// Condition types.
+pub mod condition {
+    /// A release is under way (Kruise).
+    pub const PROGRESSING: &str = "Progressing";
+    /// The last release succeeded (`True`) or was cancelled (`False`) (Kruise).
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// The Rollout is being deleted (Kruise).
+    pub const TERMINATING: &str = "Terminating";
+    /// Ours, Gateway API's spelling: `False` when this controller will not run the Rollout
+    /// (unsupported workload or style, or a second Rollout for one workload). Absent otherwise.
+    pub const ACCEPTED: &str = "Accepted";
+}
+
+/// Condition reasons (Kruise's, plus ours for `Accepted`).
+pub mod reason {
+    /// Progressing: the release is starting.
+    pub const INITIALIZING: &str = "Initializing";
+    /// Progressing: steps are running.
+    pub const IN_ROLLING: &str = "InRolling";
+    /// Progressing: all steps done, closing work running.
+    pub const FINALISING: &str = "Finalising";
+    /// Progressing / Terminating: done.
+    pub const COMPLETED: &str = "Completed";
+    /// Progressing: a rollback is being undone.
+    pub const CANCELLING: &str = "Cancelling";
+    /// Progressing: `spec.strategy.paused`.
+    pub const PAUSED: &str = "Paused";
+    /// Terminating: finalising before the finalizer goes.
+    pub const IN_TERMINATING: &str = "InTerminating";
+    /// Accepted=False: the workload is not a LeaderWorkerSet.
+    pub const UNSUPPORTED_WORKLOAD: &str = "UnsupportedWorkload";
+    /// Accepted=False: partition style or blue-green (a later issue).
+    pub const UNSUPPORTED_STRATEGY: &str = "UnsupportedStrategy";
+    /// Accepted=False: another Rollout already releases this workload.
+    pub const WORKLOAD_CONFLICT: &str = "WorkloadConflict";
+}
+
+/// Event reasons.
+pub mod event {
+    /// Kruise's reason for every step transition.
+    pub const PROGRESSING: &str = "Progressing";
+    /// The release finished (success).
+    pub const SUCCEEDED: &str = "Succeeded";
+    /// The release was cancelled by a rollback.
+    pub const CANCELLED: &str = "Cancelled";
+    /// The Rollout was disabled and released the workload.
+    pub const DISABLED: &str = "Disabled";
+    /// Finalising before deletion finished.
+    pub const TERMINATED: &str = "Terminated";
+    /// The canary is not ready; the message names the groups.
+    pub const CANARY_NOT_READY: &str = "CanaryNotReady";
+    /// A trafficRoutings object does not exist.
+    pub const TRAFFIC_ROUTING_NOT_FOUND: &str = "TrafficRoutingNotFound";
+    /// The referenced workload does not exist.
+    pub const WORKLOAD_NOT_FOUND: &str = "WorkloadNotFound";
+    /// Unsupported workload, style, or a second Rollout for one workload.
+    pub const NOT_ACCEPTED: &str = "NotAccepted";
+}
+
+/// Status messages, Kruise's exact text (`kubectl get rollout` shows them).
+pub mod message {
+    /// Phase Healthy.
+    pub const HEALTHY: &str = "rollout is healthy";
+    /// Healthy with no release ever run: status pre-populated as completed.
+    pub const WORKLOAD_COMPLETED: &str = "workload deployment is completed";
+    /// The workload does not exist.
+    pub const WORKLOAD_NOT_FOUND: &str = "Workload Not Found";
+    /// Progressing / Initializing.
+    pub const IN_PROGRESSING: &str = "Rollout is in Progressing";
+    /// spec.strategy.paused.
+    pub const PAUSED: &str = "Rollout has been paused, you can resume it by kube-cli";
+    /// Rollback detected.
+    pub const ROLLED_BACK: &str =
+        "The workload has been rolled back and the rollout process will be canceled";
+    /// Third template mid-release.
+    pub const CONTINUOUS_RELEASE: &str = "Workload is continuous release";
+    /// All steps done.
+    pub const FINALISING: &str = "Rollout has been completed and some closing work is being done";
+    /// Success finalising done.
+    pub const COMPLETED: &str = "Rollout progressing has been completed";
+    /// Cancel finalising done.
+    pub const CANCELED: &str = "Rollout progressing has been canceled";
+    /// Disabled mid-release.
+    pub const DISABLING: &str = "Disabling rollout, release resources";
+    /// Disabled.
+    pub const DISABLED: &str = "Rollout is disabled";
+    /// Terminating condition.
+    pub const TERMINATING: &str = "Rollout is in terminating";
+}

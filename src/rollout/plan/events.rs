@@ -1,0 +1,56 @@
+//! Events derived from what changed between the stored and the new status, so they need no
+//! memory of earlier reconciles.
+
+use crate::api::rollout::RolloutStatus;
+use crate::rollout::names::event;
+
+use super::PlannedEvent;
+
+/// Events for what changed between the stored and the new status: phase, step and state,
+/// finalising step.
+pub fn transition_events(
+    stored: Option<&RolloutStatus>,
+    new: &RolloutStatus,
+    steps: usize,
+) -> Vec<PlannedEvent> {
+    let default = RolloutStatus::default();
+    let old = stored.unwrap_or(&default);
+    let mut events = Vec::new();
+    let phase_of = |s: &RolloutStatus| s.phase.clone().unwrap_or_default();
+    if phase_of(old) != phase_of(new) {
+        events.push(PlannedEvent::normal(
+            event::PROGRESSING,
+            format!("phase {} -> {}", phase_of(old), phase_of(new)),
+        ));
+    }
+    let sub = |s: &RolloutStatus| {
+        s.canary_status
+            .as_ref()
+            .map(|c| {
+                (
+                    c.common.current_step_index,
+                    c.common.current_step_state.clone(),
+                    c.common.finalising_step.clone(),
+                )
+            })
+            .unwrap_or_default()
+    };
+    let (oi, os, of) = sub(old);
+    let (ni, ns, nf) = sub(new);
+    if (oi, &os) != (ni, &ns) && !ns.is_empty() {
+        events.push(PlannedEvent::normal(
+            event::PROGRESSING,
+            format!("step({oi}/{steps}) {os} -> step({ni}/{steps}) {ns}"),
+        ));
+    }
+    if of != nf && !nf.is_empty() {
+        events.push(PlannedEvent::normal(
+            event::PROGRESSING,
+            format!(
+                "finalising step {} -> {nf}",
+                if of.is_empty() { "(none)" } else { &of }
+            ),
+        ));
+    }
+    events
+}

@@ -1,0 +1,213 @@
+//! Finishing a release, in an order persisted step by step in `canaryStatus.finalisingStep`,
+//! so a restarted manager resumes at the step it was in.
+//!
+//! | reason | order |
+//! |---|---|
+//! | success | ResumeWorkload (hold released, stable LWS rolls; waits until every stable group is updated and ready) → RouteTrafficToStable → RestoreStableService → RemoveCanaryService → ReleaseWorkloadControl (BatchRelease, and so the canary LWS, deleted) |
+//! | rollback, disable, delete | RouteTrafficToStable → ResumeWorkload → ReleaseWorkloadControl → RestoreStableService → RemoveCanaryService |
+//! | third template mid-release | RouteTrafficToStable → ReleaseWorkloadControl, then a new release from step 1 (stable Service stays pinned) |
+//!
+//! Kruise's success order restores the stable Service first and resumes the workload last;
+//! for an LWS that would send traffic to stable groups while they roll, so ours resumes first
+//! and moves traffic only when the stable side is whole. Disable and delete use the rollback
+//! order (traffic off the canary before anything else) and do not wait for the stable LWS to
+//! roll: it rolls by its own rolloutStrategy, and a Rollout being deleted must not hang on it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::batchrelease::FinalizingPolicy;
+use crate::api::rollout::{RolloutStatus, finalising_step as fs, phase};
+use crate::rollout::names::reason;
+use crate::rollout::observe::RolloutObserved;
+
+use super::{BatchReleaseAction, Draft, HoldAction, routing, status, steps};
+
+/// Why a release is being finished.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// All steps done.
+    Success,
+    /// The workload template went back to the stable revision.
+    Rollback,
+    /// `spec.disabled` mid-release.
+    Disabled,
+    /// The Rollout is being deleted.
+    Deleting,
+    /// A third template mid-release: reset, then start again.
+    Continuous,
+}
+
+/// The order of finalising steps for a reason.
+pub fn order(reason: Reason) -> &'static [&'static str] {
+    match reason {
+        Reason::Success => &[
+            fs::RESUME_WORKLOAD,
+            fs::ROUTE_TRAFFIC_TO_STABLE,
+            fs::RESTORE_STABLE_SERVICE,
+            fs::REMOVE_CANARY_SERVICE,
+            fs::RELEASE_WORKLOAD_CONTROL,
+        ],
+        Reason::Rollback | Reason::Disabled | Reason::Deleting => &[
+            fs::ROUTE_TRAFFIC_TO_STABLE,
+            fs::RESUME_WORKLOAD,
+            fs::RELEASE_WORKLOAD_CONTROL,
+            fs::RESTORE_STABLE_SERVICE,
+            fs::REMOVE_CANARY_SERVICE,
+        ],
+        Reason::Continuous => &[fs::ROUTE_TRAFFIC_TO_STABLE, fs::RELEASE_WORKLOAD_CONTROL],
+    }
+}
+
+/// The step after `current` ("" = not started yet gives the first; the last gives `END`).
+pub fn next(reason: Reason, current: &str) -> &'static str {
+    let order = order(reason);
+    if current.is_empty() {
+        return order[0];
+    }
+    match order.iter().position(|s| *s == current) {
+        Some(i) if i + 1 < order.len() => order[i + 1],
+        _ => fs::END,
+    }
+}
+
+/// The finalising reason a status is in, if any.
+pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason> {
+    if obs.rollout.metadata.deletion_timestamp.is_some() {
+        return Some(Reason::Deleting);
+    }
+    if status.phase.as_deref() == Some(phase::DISABLING) {
+        return Some(Reason::Disabled);
+    }
+    match status::progressing_reason(status) {
+        reason::FINALISING => Some(Reason::Success),
+        reason::CANCELLING => Some(Reason::Rollback),
+        reason::IN_ROLLING
+            if status
+                .canary_status
+                .as_ref()
+                .is_some_and(|c| !c.common.finalising_step.is_empty()) =>
+        {
+            Some(Reason::Continuous)
+        }
+        _ => None,
+    }
+}
+
+/// What the traffic looks like at a finalising step.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TrafficStage {
+    /// The current step's route (nothing finalised yet).
+    Step,
+    /// Everything to the stable side; the split itself still in place.
+    ToStable,
+    /// The user's objects as they were.
+    Restored,
+}
+
+/// The traffic stage of `step` in the order for `reason`. A disable or delete with no release
+/// in flight (no BatchRelease) only restores.
+pub fn traffic_stage(reason: Reason, step: &str, batch_release_exists: bool) -> TrafficStage {
+    if matches!(reason, Reason::Disabled | Reason::Deleting) && !batch_release_exists {
+        return TrafficStage::Restored;
+    }
+    if step == fs::END {
+        return if reason == Reason::Continuous {
+            TrafficStage::ToStable
+        } else {
+            TrafficStage::Restored
+        };
+    }
+    let order = order(reason);
+    let at = |s: &str| order.iter().position(|x| *x == s);
+    let Some(pos) = at(step) else {
+        return TrafficStage::Step;
+    };
+    match (
+        at(fs::ROUTE_TRAFFIC_TO_STABLE),
+        at(fs::RESTORE_STABLE_SERVICE),
+    ) {
+        (Some(route), _) if pos < route => TrafficStage::Step,
+        (_, Some(restore)) if pos >= restore => TrafficStage::Restored,
+        _ => TrafficStage::ToStable,
+    }
+}
+
+/// Runs the finalising steps for `reason` as far as the observed state allows. `true` when the
+/// last one is done.
+pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
+    for _ in 0..order(why).len() + 2 {
+        let now = d.now;
+        let canary = status::canary(d.status());
+        if canary.common.finalising_step.is_empty() {
+            canary.common.finalising_step = next(why, "").to_string();
+            canary.common.last_update_time = Some(Time(now));
+        }
+        let step = canary.common.finalising_step.clone();
+        if step == fs::END {
+            return true;
+        }
+        let done = match step.as_str() {
+            fs::ROUTE_TRAFFIC_TO_STABLE
+            | fs::RESTORE_STABLE_SERVICE
+            | fs::REMOVE_CANARY_SERVICE => routing::settled(d),
+            fs::RESUME_WORKLOAD => resume_workload(d, why),
+            fs::RELEASE_WORKLOAD_CONTROL => {
+                if d.obs.batch_release.is_some() {
+                    d.plan.batch_release = BatchReleaseAction::Delete;
+                }
+                d.obs.batch_release.is_none()
+            }
+            _ => {
+                // Unknown value (hand-edited status): start the order again, as Kruise does.
+                status::canary(d.status()).common.finalising_step = next(why, "").to_string();
+                continue;
+            }
+        };
+        if !done {
+            return false;
+        }
+        let canary = status::canary(d.status());
+        canary.common.finalising_step = next(why, &step).to_string();
+        canary.common.last_update_time = Some(Time(now));
+        if canary.common.finalising_step == fs::END {
+            return true;
+        }
+    }
+    false
+}
+
+/// Releases the hold and tells the BatchRelease to finish; on success waits for the stable LWS
+/// to have rolled completely.
+fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
+    let obs = d.obs;
+    let Some(workload) = obs.workload.as_ref() else {
+        return true;
+    };
+    if workload.hold.is_some() {
+        d.plan.hold = HoldAction::Release;
+    }
+    let policy = if why == Reason::Success {
+        FinalizingPolicy::WaitResume
+    } else {
+        FinalizingPolicy::Immediate
+    };
+    let mut br_done = true;
+    if let Some(observed) = obs.batch_release.as_ref() {
+        let desired = steps::desired_batch_release(d, None, Some(policy));
+        if observed.spec != desired.spec {
+            d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
+            br_done = false;
+        }
+    }
+    let rolled = why != Reason::Success || workload.fully_rolled();
+    if why == Reason::Success && !rolled {
+        let message = format!(
+            "Rollout has been completed and some closing work is being done: waiting for \
+             LeaderWorkerSet {} to roll ({}/{} groups updated, {} ready)",
+            workload.name, workload.updated_replicas, workload.replicas, workload.ready_replicas
+        );
+        let now = d.now;
+        status::progressing_message(d.status(), message, now);
+    }
+    workload.hold.is_none() && br_done && rolled
+}

@@ -1,0 +1,193 @@
+//! The Rollout controller's decisions as one pure function: observed state and `now` in, a
+//! [`RolloutPlan`] of plain data out. No client, no clock, no memory between reconciles: every
+//! decision derives from the observed cluster and the Rollout's stored status (where the
+//! finalising step is persisted), so a restarted manager continues where the last one stopped.
+//!
+//! - [`phase`]: Initial / Healthy / Progressing / Terminating / Disabling / Disabled.
+//! - [`accept`]: what makes a Rollout unacceptable (workload kind, style, a second Rollout).
+//! - [`events`]: Events for every phase, step and finalising-step change.
+//! - [`steps`]: the per-step state machine, approval, pauses, jumps, `paused`, plan changes.
+//! - [`finalise`]: finishing, cancelling and resetting orders (`finalisingStep`).
+//! - [`routing`]: the traffic intent each state asks for and whether it has settled.
+//! - [`status`]: conditions and messages with Kruise's strings.
+
+pub mod accept;
+pub mod events;
+pub mod finalise;
+pub mod hash;
+pub mod phase;
+pub mod routing;
+pub mod status;
+pub mod steps;
+
+#[cfg(test)]
+mod tests;
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use crate::api::batchrelease::BatchRelease;
+use crate::api::rollout::RolloutStatus;
+use crate::rollout::observe::RolloutObserved;
+use crate::traffic::intent::TrafficIntent;
+
+/// What the apply step should do, decided by [`plan`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct RolloutPlan {
+    /// The whole new status (`status.observedGeneration` always set).
+    pub status: RolloutStatus,
+    /// The BatchRelease this Rollout owns.
+    pub batch_release: BatchReleaseAction,
+    /// Where traffic should be; `None` leaves traffic objects alone (no `trafficRoutings`, or
+    /// no release under way).
+    pub traffic: Option<TrafficIntent>,
+    /// The hold on the stable LWS.
+    pub hold: HoldAction,
+    /// The Rollout's own finalizer.
+    pub finalizer: FinalizerAction,
+    /// New value for the `rollouts.kruise.io/hash` annotation, when it differs.
+    pub hash_annotation: Option<String>,
+    /// Events to publish on the Rollout.
+    pub events: Vec<PlannedEvent>,
+    /// Reconcile again after this long (pause durations and grace periods only; everything
+    /// else is woken by watch events).
+    pub requeue_after: Option<Duration>,
+}
+
+/// What to do with the BatchRelease.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum BatchReleaseAction {
+    /// Leave it as it is (or absent).
+    #[default]
+    Keep,
+    /// Server-side apply this object (name = the Rollout's, controller owner = the Rollout).
+    Apply(Box<BatchRelease>),
+    /// Delete it (its canary LWS goes with it through the owner reference).
+    Delete,
+}
+
+/// What to do with the hold annotation `rollouts.kruise.io/stable-revision` on the stable LWS.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum HoldAction {
+    /// Leave it.
+    #[default]
+    Keep,
+    /// Remove it: the stable LWS rolls to its template by its own rolloutStrategy.
+    Release,
+}
+
+/// What to do with the Rollout's finalizer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FinalizerAction {
+    /// Nothing.
+    #[default]
+    Keep,
+    /// Add `rollouts.kruise.io/rollout`.
+    Add,
+    /// Remove it (finalising before deletion is done).
+    Remove,
+}
+
+/// An Event to publish.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlannedEvent {
+    /// `Warning` rather than `Normal`.
+    pub warning: bool,
+    /// One of the `names::event` constants.
+    pub reason: &'static str,
+    /// Human-readable text.
+    pub message: String,
+}
+
+impl PlannedEvent {
+    /// A Normal event.
+    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            warning: false,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A Warning event.
+    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            warning: true,
+            reason,
+            message: message.into(),
+        }
+    }
+}
+
+/// The plan being built: the new status plus the actions decided so far.
+#[derive(Clone, Debug)]
+pub struct Draft<'a> {
+    /// What was observed.
+    pub obs: &'a RolloutObserved,
+    /// The clock, as an argument.
+    pub now: Timestamp,
+    /// The strategy hash of the Rollout's current spec.
+    pub hash: String,
+    /// The plan so far.
+    pub plan: RolloutPlan,
+}
+
+impl Draft<'_> {
+    /// The status being built.
+    pub fn status(&mut self) -> &mut RolloutStatus {
+        &mut self.plan.status
+    }
+
+    /// Adds an event.
+    pub fn event(&mut self, event: PlannedEvent) {
+        self.plan.events.push(event);
+    }
+
+    /// Requeue no later than `after`.
+    pub fn requeue(&mut self, after: Duration) {
+        self.plan.requeue_after = Some(match self.plan.requeue_after {
+            Some(current) => current.min(after),
+            None => after,
+        });
+    }
+}
+
+/// Decides one reconcile of a Rollout.
+pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
+    let mut status = obs.rollout.status.clone().unwrap_or_default();
+    status.observed_generation = obs.rollout.metadata.generation;
+    let hash = hash::strategy_hash(&obs.rollout.spec.strategy);
+    let stored_hash = obs
+        .rollout
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(crate::rollout::names::HASH_ANNOTATION));
+    let mut draft = Draft {
+        obs,
+        now,
+        plan: RolloutPlan {
+            status,
+            batch_release: BatchReleaseAction::Keep,
+            traffic: None,
+            hold: HoldAction::Keep,
+            finalizer: FinalizerAction::Keep,
+            hash_annotation: (stored_hash != Some(&hash)).then(|| hash.clone()),
+            events: Vec::new(),
+            requeue_after: None,
+        },
+        hash,
+    };
+    phase::run(&mut draft);
+    // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out.
+    status::canary(draft.status());
+    status::mirror_step(draft.status());
+    draft.plan.traffic = routing::intent_for(obs, &draft.plan.status);
+    draft.plan.events.extend(events::transition_events(
+        obs.rollout.status.as_ref(),
+        &draft.plan.status,
+        routing::steps(obs).len(),
+    ));
+    draft.plan
+}

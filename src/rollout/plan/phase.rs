@@ -1,0 +1,491 @@
+//! The phase machine (Kruise's `calculateRolloutStatus` and the Progressing reasons):
+//! Initial → Healthy → Progressing (Initializing → InRolling ⇄ Paused → Finalising |
+//! Cancelling → Completed) → Healthy; Disabling → Disabled; Terminating. Refusals are in
+//! `accept`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::rollout::{CanaryStatus, CommonStatus, RolloutStatus, phase, step_state as st};
+use crate::rollout::names::{self, condition, event, message, reason};
+use crate::rollout::observe::StableWorkload;
+
+use super::accept;
+use super::finalise::{self, Reason};
+use super::{
+    BatchReleaseAction, Draft, FinalizerAction, HoldAction, PlannedEvent, routing, status, steps,
+};
+
+/// A release is under way: the webhook held the stable LWS and its template moved on.
+fn in_progressing(w: &StableWorkload) -> bool {
+    w.hold.as_ref().is_some_and(|h| *h != w.update_revision)
+}
+
+fn rollout_id(w: &StableWorkload, rollback: bool) -> String {
+    w.rollout_id.clone().unwrap_or_else(|| {
+        if rollback {
+            format!("rollback-{}", w.update_revision)
+        } else {
+            w.update_revision.clone()
+        }
+    })
+}
+
+fn phase_is(status: &RolloutStatus, p: &str) -> bool {
+    status.phase.as_deref() == Some(p)
+}
+
+fn set_phase(d: &mut Draft<'_>, p: &str, msg: &str) {
+    let s = d.status();
+    s.phase = Some(p.into());
+    s.message = Some(msg.into());
+}
+
+/// Runs the phase machine.
+pub fn run(d: &mut Draft<'_>) {
+    let obs = d.obs;
+    let has_finalizer = obs
+        .rollout
+        .metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == names::FINALIZER);
+    if obs.rollout.metadata.deletion_timestamp.is_some() {
+        if has_finalizer {
+            terminating(d);
+        }
+        return;
+    }
+    if !has_finalizer {
+        d.plan.finalizer = FinalizerAction::Add;
+    }
+    let releasing =
+        phase_is(&d.plan.status, phase::PROGRESSING) || phase_is(&d.plan.status, phase::DISABLING);
+    if let Some((why, msg)) = accept::not_accepted(obs) {
+        // Never leave a release half done: finish it as a disable would, then refuse.
+        if releasing {
+            set_phase(d, phase::DISABLING, message::DISABLING);
+            if !finalise::run(d, Reason::Disabled) {
+                return;
+            }
+        }
+        accept::refuse(d, why, &msg);
+        return;
+    }
+    status::remove_condition(d.status(), condition::ACCEPTED);
+    if obs.rollout.spec.disabled
+        && !phase_is(&d.plan.status, phase::DISABLED)
+        && !phase_is(&d.plan.status, phase::DISABLING)
+    {
+        if phase_is(&d.plan.status, phase::PROGRESSING) {
+            set_phase(d, phase::DISABLING, message::DISABLING);
+        } else {
+            set_phase(d, phase::DISABLED, message::DISABLED);
+        }
+    }
+    if phase_is(&d.plan.status, phase::DISABLING) {
+        if finalise::run(d, Reason::Disabled) {
+            set_phase(d, phase::DISABLED, message::DISABLED);
+            d.event(PlannedEvent::normal(
+                event::DISABLED,
+                "Rollout is disabled; the workload was released and traffic restored",
+            ));
+        }
+        return;
+    }
+    if d.plan.status.phase.as_deref().unwrap_or("").is_empty() {
+        d.status().phase = Some(phase::INITIAL.into());
+    }
+    let Some(workload) = obs.workload.as_ref() else {
+        if !obs.rollout.spec.disabled {
+            workload_not_found(d);
+        }
+        return;
+    };
+    if phase_is(&d.plan.status, phase::DISABLED) {
+        if obs.rollout.spec.disabled {
+            // A disabled Rollout holds nothing, whatever set the hold.
+            if workload.hold.is_some() {
+                d.plan.hold = HoldAction::Release;
+            }
+            return;
+        }
+        set_phase(d, phase::HEALTHY, message::HEALTHY);
+    }
+    if !workload.status_current() {
+        // The LWS controller has not caught up with the LWS's spec: its counts are stale.
+        return;
+    }
+    let s = d.status();
+    if let Some(c) = s.canary_status.as_mut()
+        && !c.canary_revision.is_empty()
+        && c.canary_revision == workload.update_revision
+    {
+        c.common.observed_rollout_id = Some(rollout_id(workload, false));
+        c.common.observed_workload_generation = Some(workload.generation);
+    }
+    if phase_is(&d.plan.status, phase::INITIAL) {
+        set_phase(d, phase::HEALTHY, message::HEALTHY);
+    }
+    if phase_is(&d.plan.status, phase::HEALTHY) {
+        if in_progressing(workload) {
+            d.status().phase = Some(phase::PROGRESSING.into());
+            let now = d.now;
+            status::set_condition(
+                d.status(),
+                condition::PROGRESSING,
+                "True",
+                reason::INITIALIZING,
+                message::IN_PROGRESSING,
+                now,
+            );
+            d.status().message = Some(message::IN_PROGRESSING.into());
+            status::remove_condition(d.status(), condition::SUCCEEDED);
+        } else {
+            healthy(d, workload);
+            return;
+        }
+    }
+    if phase_is(&d.plan.status, phase::PROGRESSING) {
+        progressing(d, workload);
+    }
+}
+
+/// Kruise resets the status to `{observedGeneration, phase: Initial, message}`; we keep an
+/// empty canaryStatus (Argo CD) and clean up what a release may have left.
+fn workload_not_found(d: &mut Draft<'_>) {
+    let stored = d
+        .obs
+        .rollout
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone());
+    if stored.as_deref() != Some(message::WORKLOAD_NOT_FOUND) {
+        d.event(PlannedEvent::warning(
+            event::WORKLOAD_NOT_FOUND,
+            format!(
+                "LeaderWorkerSet {} not found",
+                d.obs.rollout.spec.workload_ref.name
+            ),
+        ));
+    }
+    if d.obs.batch_release.is_some() {
+        d.plan.batch_release = BatchReleaseAction::Delete;
+    }
+    d.plan.status = RolloutStatus {
+        observed_generation: d.obs.rollout.metadata.generation,
+        phase: Some(phase::INITIAL.into()),
+        message: Some(message::WORKLOAD_NOT_FOUND.into()),
+        canary_status: Some(CanaryStatus::default()),
+        ..RolloutStatus::default()
+    };
+}
+
+/// No release: clean a stale hold, and fill the status as "completed" on first sight so
+/// tools can tell "done" without a release (Kruise).
+fn healthy(d: &mut Draft<'_>, w: &StableWorkload) {
+    if w.hold.is_some() {
+        d.plan.hold = HoldAction::Release;
+    }
+    let empty = d
+        .plan
+        .status
+        .canary_status
+        .as_ref()
+        .is_none_or(|c| c.canary_revision.is_empty() && c.common.current_step_state.is_empty());
+    if empty {
+        d.plan.status.canary_status = Some(completed_status(d, w, false));
+        d.status().message = Some(message::WORKLOAD_COMPLETED.into());
+    }
+}
+
+/// A canary status that reads "completed at the last step" for the workload as it is.
+fn completed_status(d: &Draft<'_>, w: &StableWorkload, rollback: bool) -> CanaryStatus {
+    let n = routing::steps(d.obs).len();
+    let last = i32::try_from(n).unwrap_or(0);
+    CanaryStatus {
+        common: CommonStatus {
+            observed_rollout_id: Some(rollout_id(w, rollback)),
+            observed_workload_generation: Some(w.generation),
+            pod_template_hash: w.update_revision.clone(),
+            stable_revision: Some(w.current_revision.clone()),
+            current_step_index: last,
+            next_step_index: steps::natural_next(last, n),
+            current_step_state: st::COMPLETED.into(),
+            rollout_hash: Some(d.hash.clone()),
+            ..CommonStatus::default()
+        },
+        canary_revision: w.update_revision.clone(),
+        ..CanaryStatus::default()
+    }
+}
+
+/// Dispatches on the Progressing reason until a handler has to wait.
+fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
+    for _ in 0..6 {
+        let now = d.now;
+        match status::progressing_reason(&d.plan.status)
+            .to_string()
+            .as_str()
+        {
+            reason::INITIALIZING if !in_progressing(w) => {
+                // The template went back to the stable revision (or the hold went away) before
+                // the release got going, e.g. during a reset: cancel what is left.
+                let c = status::canary(d.status());
+                if c.canary_revision.is_empty() {
+                    c.canary_revision = w.update_revision.clone();
+                }
+                status::progressing(
+                    d.status(),
+                    "True",
+                    reason::CANCELLING,
+                    message::ROLLED_BACK,
+                    now,
+                );
+            }
+            reason::INITIALIZING => {
+                if !initializing(d, w) {
+                    return;
+                }
+                status::progressing(
+                    d.status(),
+                    "True",
+                    reason::IN_ROLLING,
+                    message::IN_PROGRESSING,
+                    now,
+                );
+            }
+            reason::IN_ROLLING => {
+                if !in_rolling(d, w) {
+                    return;
+                }
+            }
+            reason::PAUSED => {
+                if d.obs.rollout.spec.strategy.paused {
+                    return;
+                }
+                status::progressing(d.status(), "True", reason::IN_ROLLING, "", now);
+            }
+            reason::FINALISING => {
+                if finalise::run(d, Reason::Success) {
+                    status::progressing(
+                        d.status(),
+                        "False",
+                        reason::COMPLETED,
+                        message::COMPLETED,
+                        now,
+                    );
+                    status::set_condition(d.status(), condition::SUCCEEDED, "True", "", "", now);
+                    d.status().phase = Some(phase::HEALTHY.into());
+                    d.event(PlannedEvent::normal(event::SUCCEEDED, message::COMPLETED));
+                }
+                return;
+            }
+            reason::CANCELLING => {
+                if finalise::run(d, Reason::Rollback) {
+                    status::progressing(
+                        d.status(),
+                        "False",
+                        reason::COMPLETED,
+                        message::CANCELED,
+                        now,
+                    );
+                    status::set_condition(d.status(), condition::SUCCEEDED, "False", "", "", now);
+                    d.status().phase = Some(phase::HEALTHY.into());
+                    // Kruise leaves the stale step state (#339): Argo CD would then show
+                    // a cancelled release as progressing forever.
+                    let done = completed_status(d, w, true);
+                    d.plan.status.canary_status = Some(done);
+                    d.event(PlannedEvent::normal(event::CANCELLED, message::CANCELED));
+                }
+                return;
+            }
+            reason::COMPLETED => {
+                d.status().phase = Some(phase::HEALTHY.into());
+                return;
+            }
+            _ => {
+                status::progressing(
+                    d.status(),
+                    "True",
+                    reason::INITIALIZING,
+                    message::IN_PROGRESSING,
+                    now,
+                );
+            }
+        }
+    }
+}
+
+/// A fresh sub-status for this revision; waits for the traffic objects to exist and for
+/// Kruise's 3 seconds (the Rollout spec may trail the workload change by a moment).
+fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
+    let now = d.now;
+    let n = routing::steps(d.obs).len();
+    let fresh = d.plan.status.canary_status.as_ref().is_none_or(|c| {
+        c.canary_revision != w.update_revision
+            || c.common.current_step_index != 1
+            || c.common.current_step_state != st::BEFORE_STEP_UPGRADE
+    });
+    if fresh {
+        d.plan.status.canary_status = Some(CanaryStatus {
+            common: CommonStatus {
+                observed_workload_generation: Some(w.generation),
+                rollout_hash: Some(d.hash.clone()),
+                observed_rollout_id: Some(rollout_id(w, false)),
+                stable_revision: w.hold.clone(),
+                current_step_index: 1,
+                next_step_index: steps::natural_next(1, n),
+                current_step_state: st::BEFORE_STEP_UPGRADE.into(),
+                last_update_time: Some(Time(now)),
+                ..CommonStatus::default()
+            },
+            canary_revision: w.update_revision.clone(),
+            ..CanaryStatus::default()
+        });
+    }
+    if routing::routing(d.obs).is_some() && !d.obs.traffic.missing.is_empty() {
+        routing::report_missing(d);
+        return false;
+    }
+    let since = status::condition(&d.plan.status, condition::PROGRESSING)
+        .and_then(|c| c.last_update_time.clone());
+    match status::remaining(
+        since.as_ref(),
+        i64::from(routing::DEFAULT_GRACE_SECONDS),
+        now,
+    ) {
+        Some(left) => {
+            d.requeue(left);
+            false
+        }
+        None => true,
+    }
+}
+
+/// InRolling, in Kruise's priority: rollback, paused, a third template, a changed plan, the
+/// step machine. `true` when the Progressing reason changed and dispatch should go on.
+fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
+    let now = d.now;
+    let Some(c) = d
+        .plan
+        .status
+        .canary_status
+        .clone()
+        .filter(|c| !c.canary_revision.is_empty())
+    else {
+        status::progressing(
+            d.status(),
+            "True",
+            reason::INITIALIZING,
+            message::IN_PROGRESSING,
+            now,
+        );
+        return true;
+    };
+    let rolled_back = c.common.stable_revision.as_deref() == Some(w.update_revision.as_str())
+        && c.canary_revision != w.update_revision;
+    if rolled_back && c.common.finalising_step.is_empty() {
+        d.event(PlannedEvent::normal(
+            event::PROGRESSING,
+            "workload has been rollback, then rollout is canceled",
+        ));
+        status::progressing(
+            d.status(),
+            "True",
+            reason::CANCELLING,
+            message::ROLLED_BACK,
+            now,
+        );
+        return true;
+    }
+    if d.obs.rollout.spec.strategy.paused {
+        status::progressing(d.status(), "True", reason::PAUSED, message::PAUSED, now);
+        return false;
+    }
+    if c.canary_revision != w.update_revision {
+        if c.common.finalising_step.is_empty() {
+            d.event(PlannedEvent::normal(
+                event::PROGRESSING,
+                "workload continuous publishing canaryRevision, then restart publishing",
+            ));
+        }
+        if finalise::run(d, Reason::Continuous) {
+            d.plan.status.canary_status = Some(CanaryStatus::default());
+            status::progressing(
+                d.status(),
+                "True",
+                reason::INITIALIZING,
+                message::CONTINUOUS_RELEASE,
+                now,
+            );
+            return true;
+        }
+        return false;
+    }
+    if c.common
+        .rollout_hash
+        .as_deref()
+        .is_some_and(|h| !h.is_empty() && *h != d.hash)
+    {
+        steps::plan_changed(d);
+        return false;
+    }
+    if c.common.current_step_state == st::COMPLETED {
+        status::progressing(
+            d.status(),
+            "True",
+            reason::FINALISING,
+            message::FINALISING,
+            now,
+        );
+        return true;
+    }
+    steps::correct_next(d);
+    if steps::run_canary(d) {
+        status::progressing(
+            d.status(),
+            "True",
+            reason::FINALISING,
+            message::FINALISING,
+            now,
+        );
+        return true;
+    }
+    false
+}
+
+/// Deletion: Terminating, finalise, then drop the finalizer.
+fn terminating(d: &mut Draft<'_>) {
+    let now = d.now;
+    if !phase_is(&d.plan.status, phase::TERMINATING) {
+        d.status().phase = Some(phase::TERMINATING.into());
+        status::set_condition(
+            d.status(),
+            condition::TERMINATING,
+            "True",
+            reason::IN_TERMINATING,
+            message::TERMINATING,
+            now,
+        );
+    }
+    let done_before = status::condition(&d.plan.status, condition::TERMINATING)
+        .is_some_and(|c| c.reason == reason::COMPLETED);
+    if done_before || finalise::run(d, Reason::Deleting) {
+        status::set_condition(
+            d.status(),
+            condition::TERMINATING,
+            "False",
+            reason::COMPLETED,
+            message::TERMINATING,
+            now,
+        );
+        d.plan.finalizer = FinalizerAction::Remove;
+        if !done_before {
+            d.event(PlannedEvent::normal(
+                event::TERMINATED,
+                "finalising done; the workload was released and traffic restored",
+            ));
+        }
+    }
+}

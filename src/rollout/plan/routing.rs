@@ -1,0 +1,192 @@
+//! Where traffic should be for a given Rollout status, and whether it got there.
+//!
+//! The intent is a function of the status alone (plus what was observed), never of memory, so
+//! the observe step can ask "does the cluster match what the *stored* status wants?" and the
+//! plan only moves on once that answer is yes and `gracePeriodSeconds` have passed since the
+//! traffic layer last changed anything. Safety rules: no weight to a canary with no ready
+//! group; while a step's groups are being added the canary keeps the previous step's route
+//! only if the groups that route was given for are still ready; a step without traffic or
+//! matches routes nothing through the split (Kruise restores the Services first).
+
+use crate::api::rollout::{CanaryStep, RolloutStatus, TrafficRoutingRef, phase, step_state};
+use crate::batchrelease::{canary::canary_name, replicas::desired_groups};
+use crate::rollout::observe::RolloutObserved;
+use crate::traffic::intent::{CanaryRoute, TrafficIntent};
+
+use super::Draft;
+use super::finalise::{self, TrafficStage};
+use super::status;
+
+/// Kruise's default `gracePeriodSeconds`.
+pub const DEFAULT_GRACE_SECONDS: i32 = 3;
+
+/// The Rollout's `trafficRoutings[0]` (CEL allows at most one), from either strategy.
+pub fn routing(obs: &RolloutObserved) -> Option<&TrafficRoutingRef> {
+    let strategy = &obs.rollout.spec.strategy;
+    let routings = match (&strategy.canary, &strategy.blue_green) {
+        (Some(c), _) => c.traffic_routings.as_ref(),
+        (None, Some(b)) => b.traffic_routings.as_ref(),
+        (None, None) => None,
+    };
+    routings.and_then(|r| r.first())
+}
+
+/// The steps of whichever strategy is set.
+pub fn steps(obs: &RolloutObserved) -> &[CanaryStep] {
+    let strategy = &obs.rollout.spec.strategy;
+    match (&strategy.canary, &strategy.blue_green) {
+        (Some(c), _) => &c.steps,
+        (None, Some(b)) => &b.steps,
+        (None, None) => &[],
+    }
+}
+
+/// Whether a step shifts any traffic (a weight or matches).
+pub fn has_traffic(step: &CanaryStep) -> bool {
+    step.traffic.is_some() || step.matches.as_ref().is_some_and(|m| !m.is_empty())
+}
+
+/// The traffic `status` asks for; `None` means "leave traffic objects alone".
+pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<TrafficIntent> {
+    routing(obs)?;
+    let Some(workload) = obs.workload.as_ref() else {
+        // Workload gone: whatever a release left behind goes back to the user's shape.
+        return Some(TrafficIntent::Restored);
+    };
+    let canary = status.canary_status.as_ref()?;
+    if canary.canary_revision.is_empty() {
+        return None;
+    }
+    let stage = match status.phase.as_deref() {
+        Some(phase::PROGRESSING | phase::DISABLING | phase::TERMINATING) => {
+            match finalise::reason_of(obs, status) {
+                Some(reason) => finalise::traffic_stage(
+                    reason,
+                    &canary.common.finalising_step,
+                    obs.batch_release.is_some(),
+                ),
+                None => TrafficStage::Step,
+            }
+        }
+        _ => return None,
+    };
+    let stable = obs.rollout.spec.workload_ref.name.clone();
+    let release = |route| TrafficIntent::Release {
+        stable_lws: stable.clone(),
+        canary_lws: canary_name(&stable, &canary.canary_revision),
+        route,
+    };
+    Some(match stage {
+        TrafficStage::Restored => TrafficIntent::Restored,
+        // A step that already runs without the split stays without it.
+        TrafficStage::ToStable
+            if step_intent(obs, status, workload.replicas, &release) == TrafficIntent::Restored =>
+        {
+            TrafficIntent::Restored
+        }
+        TrafficStage::ToStable => release(CanaryRoute::none()),
+        TrafficStage::Step => step_intent(obs, status, workload.replicas, &release),
+    })
+}
+
+/// The route the current step and state ask for.
+fn step_intent(
+    obs: &RolloutObserved,
+    status: &RolloutStatus,
+    stable_replicas: i32,
+    release: &dyn Fn(CanaryRoute) -> TrafficIntent,
+) -> TrafficIntent {
+    let Some(canary) = status.canary_status.as_ref() else {
+        return TrafficIntent::Restored;
+    };
+    let steps = steps(obs);
+    let index = usize::try_from(canary.common.current_step_index.max(1)).unwrap_or(1);
+    let Some(step) = steps.get(index - 1) else {
+        return release(CanaryRoute::none());
+    };
+    if !has_traffic(step) {
+        return TrafficIntent::Restored;
+    }
+    let ready = canary.canary_ready_replicas;
+    let route = match canary.common.current_step_state.as_str() {
+        step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE => index
+            .checked_sub(2)
+            .and_then(|prev| steps.get(prev))
+            .filter(|prev| has_traffic(prev))
+            .filter(|prev| {
+                let wanted = prev
+                    .replicas
+                    .as_ref()
+                    .map_or(0, |r| desired_groups(r, stable_replicas));
+                wanted <= ready
+            })
+            .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
+        _ => CanaryRoute::for_step(step),
+    };
+    release(if ready == 0 {
+        CanaryRoute::none()
+    } else {
+        route
+    })
+}
+
+/// Whether the traffic the status being built asks for is in place and has had its grace
+/// period. Requeues for the rest of the grace period, or a whole one while waiting.
+pub fn settled(d: &mut Draft<'_>) -> bool {
+    let Some(routing) = routing(d.obs) else {
+        return true;
+    };
+    let grace = routing
+        .grace_period_seconds
+        .unwrap_or(DEFAULT_GRACE_SECONDS)
+        .max(0);
+    let wait = std::time::Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(1));
+    if !d.obs.traffic.missing.is_empty() {
+        report_missing(d);
+        d.requeue(wait);
+        return false;
+    }
+    let stored = d.obs.rollout.status.clone().unwrap_or_default();
+    let wanted = intent_for(d.obs, &d.plan.status);
+    if wanted != intent_for(d.obs, &stored) || !d.obs.traffic.ready {
+        d.requeue(wait);
+        return false;
+    }
+    // Without a read-back of the last change (e.g. right after a restart), the stored step's
+    // lastUpdateTime stands in: the plan sets it whenever it moves to a state with new traffic.
+    let since = d.obs.traffic.last_change.clone().or_else(|| {
+        stored
+            .canary_status
+            .as_ref()
+            .and_then(|c| c.common.last_update_time.clone())
+    });
+    match status::remaining(since.as_ref(), i64::from(grace), d.now) {
+        Some(left) => {
+            d.requeue(left);
+            false
+        }
+        None => true,
+    }
+}
+
+/// Condition message and Warning event for trafficRoutings objects that do not exist.
+pub fn report_missing(d: &mut Draft<'_>) {
+    let message = format!(
+        "trafficRoutings: {} not found",
+        d.obs.traffic.missing.join(", ")
+    );
+    let stored = d
+        .obs
+        .rollout
+        .status
+        .as_ref()
+        .and_then(|s| s.message.clone());
+    if stored.as_deref() != Some(message.as_str()) {
+        d.event(super::PlannedEvent::warning(
+            crate::rollout::names::event::TRAFFIC_ROUTING_NOT_FOUND,
+            message.clone(),
+        ));
+    }
+    let now = d.now;
+    status::progressing_message(d.status(), message, now);
+}

@@ -1,0 +1,155 @@
+//! Conditions, messages and timers of a Rollout status, with Kruise's exact strings and its
+//! condition bookkeeping (`lastTransitionTime` only moves when the status flips).
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::api::rollout::{CanaryStatus, RolloutCondition, RolloutStatus};
+use crate::rollout::names::condition;
+
+/// The condition of `type_`, if present.
+pub fn condition<'a>(status: &'a RolloutStatus, type_: &str) -> Option<&'a RolloutCondition> {
+    status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+}
+
+/// Reason of the Progressing condition ("" when absent).
+pub fn progressing_reason(status: &RolloutStatus) -> &str {
+    condition(status, condition::PROGRESSING).map_or("", |c| c.reason.as_str())
+}
+
+/// Sets a condition as Kruise's `SetRolloutCondition` does: nothing changes when status,
+/// reason and message are the same; `lastTransitionTime` is kept while the status is.
+pub fn set_condition(
+    status: &mut RolloutStatus,
+    type_: &str,
+    cond_status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let conditions = status.conditions.get_or_insert_with(Vec::new);
+    if let Some(existing) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        if existing.status == cond_status
+            && existing.reason == reason
+            && existing.message == message
+        {
+            return;
+        }
+        if existing.status != cond_status {
+            existing.last_transition_time = Some(Time(now));
+        }
+        existing.status = cond_status.to_string();
+        existing.reason = reason.to_string();
+        existing.message = message.to_string();
+        existing.last_update_time = Some(Time(now));
+        return;
+    }
+    conditions.push(RolloutCondition {
+        type_: type_.to_string(),
+        status: cond_status.to_string(),
+        last_update_time: Some(Time(now)),
+        last_transition_time: Some(Time(now)),
+        reason: reason.to_string(),
+        message: message.to_string(),
+    });
+}
+
+/// Removes a condition.
+pub fn remove_condition(status: &mut RolloutStatus, type_: &str) {
+    if let Some(conditions) = status.conditions.as_mut() {
+        conditions.retain(|c| c.type_ != type_);
+        if conditions.is_empty() {
+            status.conditions = None;
+        }
+    }
+}
+
+/// Kruise's `progressingStateTransition`: an empty message keeps the condition's message; the
+/// status message mirrors the condition's.
+pub fn progressing(
+    status: &mut RolloutStatus,
+    cond_status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) {
+    let message = if message.is_empty() {
+        condition(status, condition::PROGRESSING).map_or(String::new(), |c| c.message.clone())
+    } else {
+        message.to_string()
+    };
+    set_condition(
+        status,
+        condition::PROGRESSING,
+        cond_status,
+        reason,
+        &message,
+        now,
+    );
+    status.message = Some(message);
+}
+
+/// Sets the Progressing condition's message (keeping status and reason) and the status message.
+pub fn progressing_message(status: &mut RolloutStatus, message: String, now: Timestamp) {
+    let (cond_status, reason) = condition(status, condition::PROGRESSING)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+        .unwrap_or_else(|| ("True".into(), String::new()));
+    set_condition(
+        status,
+        condition::PROGRESSING,
+        &cond_status,
+        &reason,
+        &message,
+        now,
+    );
+    status.message = Some(message);
+}
+
+/// "Rollout is in step(i/N), and upgrade workload to new version".
+pub fn upgrading(index: i32, steps: usize) -> String {
+    format!("Rollout is in step({index}/{steps}), and upgrade workload to new version")
+}
+
+/// "Rollout is in step(i/N), and you need manually confirm to enter the next step".
+pub fn needs_approval(index: i32, steps: usize) -> String {
+    format!(
+        "Rollout is in step({index}/{steps}), and you need manually confirm to enter the next step"
+    )
+}
+
+/// "Rollout is in step(i/N), and wait duration(X seconds) to enter the next step".
+pub fn waiting_duration(index: i32, steps: usize, seconds: i32) -> String {
+    format!(
+        "Rollout is in step({index}/{steps}), and wait duration({seconds} seconds) to enter the next step"
+    )
+}
+
+/// Copies the sub-status step fields to the top-level mirrors `kubectl get` shows.
+pub fn mirror_step(status: &mut RolloutStatus) {
+    if let Some(c) = status.canary_status.as_ref() {
+        status.current_step_index = Some(c.common.current_step_index);
+        status.current_step_state = Some(c.common.current_step_state.clone());
+    }
+}
+
+/// The canary sub-status, created empty when absent (Argo CD's health Lua indexes
+/// `status.canaryStatus` without a nil check, so a canary Rollout always has one).
+pub fn canary(status: &mut RolloutStatus) -> &mut CanaryStatus {
+    status
+        .canary_status
+        .get_or_insert_with(CanaryStatus::default)
+}
+
+/// How long until `since + seconds`; `None` once it has passed (or `since` is unknown).
+pub fn remaining(since: Option<&Time>, seconds: i64, now: Timestamp) -> Option<Duration> {
+    let since = since?.0;
+    let deadline = since.checked_add(SignedDuration::from_secs(seconds)).ok()?;
+    let left = now.duration_until(deadline);
+    (left > SignedDuration::ZERO).then(|| left.unsigned_abs())
+}

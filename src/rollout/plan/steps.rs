@@ -1,0 +1,362 @@
+//! The per-step state machine of a canary release, Kruise's: BeforeStepUpgrade → StepUpgrade
+//! (BatchRelease scales the canary LWS, waits until the batch is ready) → StepTrafficRouting
+//! (the step's weight/matches, then its grace period) → StepMetricsAnalysis (a no-op, as
+//! upstream) → StepPaused (a duration, or approval: the status patch
+//! `kubectl-kruise rollout approve` sends, StepPaused → StepReady) → StepReady → next step, or
+//! Completed. Also user-written `nextStepIndex` jumps and a changed plan (strategy hash).
+//!
+//! One reconcile runs as many states as the observed state allows; it stops where it must
+//! wait for the cluster (a BatchRelease to apply or get ready, traffic to settle) or time.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::api::batchrelease::{
+    BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
+};
+use crate::api::rollout::{CanaryStep, Rollout, step_state as st};
+use crate::batchrelease::{names::batch_state, replicas::desired_groups};
+use crate::rollout::names::event;
+
+use super::{BatchReleaseAction, Draft, PlannedEvent, routing, status};
+
+/// Kruise's `NextBatchIndex`: the step after `current`, or -1 after the last.
+pub fn natural_next(current: i32, steps: usize) -> i32 {
+    if usize::try_from(current).unwrap_or(0) >= steps {
+        -1
+    } else {
+        current + 1
+    }
+}
+
+/// Groups a step asks for against the stable LWS's replicas.
+pub fn step_groups(step: &CanaryStep, stable_replicas: i32) -> i32 {
+    step.replicas
+        .as_ref()
+        .map_or(0, |r| desired_groups(r, stable_replicas))
+}
+
+fn stable_replicas(d: &Draft<'_>) -> i32 {
+    d.obs.workload.as_ref().map_or(0, |w| w.replicas)
+}
+
+/// The BatchRelease the Rollout wants: one batch per step, run up to `partition` (0-based;
+/// `None` = finish), owned by the Rollout.
+pub fn desired_batch_release(
+    d: &Draft<'_>,
+    partition: Option<i32>,
+    policy: Option<FinalizingPolicy>,
+) -> BatchRelease {
+    let rollout = &d.obs.rollout;
+    let canary = rollout.spec.strategy.canary.clone().unwrap_or_default();
+    let rollout_id = d
+        .plan
+        .status
+        .canary_status
+        .as_ref()
+        .and_then(|c| c.common.observed_rollout_id.clone());
+    BatchRelease {
+        metadata: ObjectMeta {
+            name: Some(rollout.name_any()),
+            namespace: rollout.namespace(),
+            owner_references: Some(vec![OwnerReference {
+                api_version: Rollout::api_version(&()).into_owned(),
+                kind: Rollout::kind(&()).into_owned(),
+                name: rollout.name_any(),
+                uid: rollout.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: BatchReleaseSpec {
+            workload_ref: rollout.spec.workload_ref.clone(),
+            release_plan: ReleasePlan {
+                batches: Some(
+                    canary
+                        .steps
+                        .iter()
+                        .map(|s| ReleaseBatch {
+                            canary_replicas: s.replicas.clone().unwrap_or(IntOrString::Int(0)),
+                        })
+                        .collect(),
+                ),
+                batch_partition: partition,
+                rollout_id,
+                failure_threshold: canary.failure_threshold,
+                finalizing_policy: policy,
+                patch_pod_template_metadata: canary.patch_pod_template_metadata,
+                rolling_style: Some(RollingStyle::Canary),
+                enable_extra_workload_for_canary: true,
+            },
+        },
+        status: None,
+    }
+}
+
+/// Puts an out-of-range `nextStepIndex` (hand-edited) back to the natural next step.
+pub fn correct_next(d: &mut Draft<'_>) {
+    let steps = routing::steps(d.obs).len();
+    let c = &mut status::canary(d.status()).common;
+    let n = i32::try_from(steps).unwrap_or(i32::MAX);
+    if c.next_step_index <= 0 || c.next_step_index > n {
+        c.next_step_index = natural_next(c.current_step_index, steps);
+    }
+}
+
+/// A user-written `nextStepIndex` other than the natural next: go there. The state is
+/// StepTrafficRouting if the canary already has the target step's groups, else
+/// BeforeStepUpgrade. Jumping back never removes groups (the BatchRelease never shrinks).
+pub fn jump(d: &mut Draft<'_>) -> bool {
+    let steps = routing::steps(d.obs);
+    let n = steps.len();
+    let replicas = stable_replicas(d);
+    let now = d.now;
+    let c = status::canary(d.status());
+    let target = c.common.next_step_index;
+    let in_range = target > 0 && usize::try_from(target).is_ok_and(|t| t <= n);
+    if !in_range || target == natural_next(c.common.current_step_index, n) {
+        return false;
+    }
+    let idx = usize::try_from(target - 1).unwrap_or(0);
+    c.common.current_step_index = target;
+    c.common.next_step_index = natural_next(target, n);
+    c.common.current_step_state = if step_groups(&steps[idx], replicas) == c.canary_replicas {
+        st::STEP_TRAFFIC_ROUTING
+    } else {
+        st::BEFORE_STEP_UPGRADE
+    }
+    .to_string();
+    c.common.last_update_time = Some(Time(now));
+    true
+}
+
+/// The strategy changed mid-release: go to the first step (the current one first) whose
+/// groups cover what the BatchRelease's current batch already has.
+pub fn plan_changed(d: &mut Draft<'_>) {
+    let steps = routing::steps(d.obs);
+    let replicas = stable_replicas(d);
+    let have = d.obs.batch_release.as_ref().map(|br| {
+        let plan = &br.spec.release_plan;
+        let batches = plan.batches.clone().unwrap_or_default();
+        let at = usize::try_from(plan.batch_partition.unwrap_or(0)).unwrap_or(0);
+        batches
+            .get(at.min(batches.len().saturating_sub(1)))
+            .map_or(0, |b| desired_groups(&b.canary_replicas, replicas))
+    });
+    let hash = d.hash.clone();
+    let now = d.now;
+    let c = status::canary(d.status());
+    let target = match have {
+        None => 1,
+        Some(have) => {
+            let current = usize::try_from(c.common.current_step_index - 1).ok();
+            let order = current
+                .filter(|i| *i < steps.len())
+                .into_iter()
+                .chain((0..steps.len()).filter(|i| Some(*i) != current));
+            let mut target = i32::try_from(steps.len()).unwrap_or(1);
+            for i in order {
+                target = i32::try_from(i + 1).unwrap_or(1);
+                if have <= step_groups(&steps[i], replicas) {
+                    break;
+                }
+            }
+            target
+        }
+    };
+    c.common.rollout_hash = Some(hash);
+    c.common.last_update_time = Some(Time(now));
+    if c.common.next_step_index == target {
+        c.common.current_step_state = st::STEP_READY.to_string();
+        return;
+    }
+    c.common.next_step_index = target;
+    jump(d);
+}
+
+/// Copies the BatchRelease's progress into the canary status (Kruise's `syncBatchRelease`).
+fn sync_batch_release(d: &mut Draft<'_>) {
+    let Some(br) = d.obs.batch_release.as_ref() else {
+        return;
+    };
+    let brs = br.status.canary_status.clone().unwrap_or_default();
+    let mut message = format!(
+        "BatchRelease is at state {}, rollout-id {}, step {}",
+        brs.current_batch_state.unwrap_or_default(),
+        br.status.observed_rollout_id.clone().unwrap_or_default(),
+        brs.current_batch + 1
+    );
+    if let Some(m) = br.status.message.as_deref().filter(|m| !m.is_empty()) {
+        message.push_str(", ");
+        message.push_str(m);
+    }
+    let c = status::canary(d.status());
+    c.canary_replicas = brs.updated_replicas;
+    c.canary_ready_replicas = brs.updated_ready_replicas;
+    c.common.message = Some(message);
+}
+
+/// Runs the step machine. Returns `true` when it reached Completed in this reconcile.
+pub fn run_canary(d: &mut Draft<'_>) -> bool {
+    sync_batch_release(d);
+    let update_revision = d
+        .obs
+        .workload
+        .as_ref()
+        .map(|w| w.update_revision.clone())
+        .unwrap_or_default();
+    {
+        let c = status::canary(d.status());
+        if c.common.pod_template_hash.is_empty() {
+            c.common.pod_template_hash = update_revision.clone();
+        }
+    }
+    if jump(d) {
+        return false;
+    }
+    let steps = routing::steps(d.obs).to_vec();
+    let n = steps.len();
+    for _ in 0..8 {
+        let now = d.now;
+        let c = status::canary(d.status());
+        let index = c
+            .common
+            .current_step_index
+            .clamp(1, i32::try_from(n).unwrap_or(1));
+        c.common.current_step_index = index;
+        let step = &steps[usize::try_from(index - 1).unwrap_or(0)];
+        let state = c.common.current_step_state.clone();
+        // A step without traffic first takes the split down (Kruise: FinalisingTrafficRouting).
+        if !routing::has_traffic(step) && !routing::settled(d) {
+            return false;
+        }
+        let next_state = match state.as_str() {
+            st::BEFORE_STEP_UPGRADE => {
+                if routing::has_traffic(step) && !routing::settled(d) {
+                    return false;
+                }
+                st::STEP_UPGRADE
+            }
+            st::STEP_UPGRADE => {
+                if !upgrade(d, index, n) {
+                    return false;
+                }
+                status::canary(d.status()).common.pod_template_hash = update_revision.clone();
+                st::STEP_TRAFFIC_ROUTING
+            }
+            st::STEP_TRAFFIC_ROUTING => {
+                if !routing::settled(d) {
+                    return false;
+                }
+                st::STEP_METRICS_ANALYSIS
+            }
+            // Kruise leaves lastUpdateTime alone here, so a pause counts from the end of
+            // traffic routing.
+            st::STEP_METRICS_ANALYSIS => {
+                status::canary(d.status()).common.current_step_state = st::STEP_PAUSED.into();
+                continue;
+            }
+            st::STEP_PAUSED => {
+                if !pause_over(d, step, index, n) {
+                    return false;
+                }
+                st::STEP_READY
+            }
+            st::STEP_READY => {
+                let c = status::canary(d.status());
+                c.common.last_update_time = Some(Time(now));
+                if usize::try_from(index).unwrap_or(0) < n {
+                    c.common.current_step_index = index + 1;
+                    c.common.next_step_index = natural_next(index + 1, n);
+                    c.common.current_step_state = st::BEFORE_STEP_UPGRADE.into();
+                    continue;
+                }
+                c.common.current_step_state = st::COMPLETED.into();
+                return true;
+            }
+            st::COMPLETED => return true,
+            // Anything else (hand-edited): start the step again.
+            _ => st::BEFORE_STEP_UPGRADE,
+        };
+        let c = status::canary(d.status());
+        c.common.current_step_state = next_state.to_string();
+        c.common.last_update_time = Some(Time(now));
+    }
+    false
+}
+
+/// StepUpgrade: the BatchRelease runs up to this step's batch; done when it reports the batch
+/// ready for the spec we want.
+fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
+    let now = d.now;
+    let mut message = status::upgrading(index, steps);
+    let desired = desired_batch_release(d, Some(index - 1), None);
+    let ready = match d.obs.batch_release.as_ref() {
+        Some(br) if br.spec == desired.spec => {
+            let brs = br.status.canary_status.clone().unwrap_or_default();
+            let current = br.status.observed_generation == Some(br.generation);
+            let ready = current
+                && brs.current_batch_state.as_deref() == Some(batch_state::READY)
+                && brs.current_batch + 1 >= index;
+            if !ready
+                && current
+                && let Some(why) = br.status.message.as_deref().filter(|m| !m.is_empty())
+            {
+                {
+                    message = format!("{message}; {why}");
+                    let stored = d
+                        .obs
+                        .rollout
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref());
+                    if stored != Some(message.as_str()) {
+                        d.event(PlannedEvent::warning(event::CANARY_NOT_READY, why));
+                    }
+                }
+            }
+            ready
+        }
+        _ => {
+            d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
+            false
+        }
+    };
+    status::progressing_message(d.status(), message, now);
+    if ready {
+        d.event(PlannedEvent::normal(
+            event::PROGRESSING,
+            format!("upgrade step({index}) canary pods with new versions done"),
+        ));
+    }
+    ready
+}
+
+/// StepPaused: approval (no duration) or the duration since the step's last change. The last
+/// step with `replicas: "100%"` does not pause (Kruise).
+fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) -> bool {
+    let last = usize::try_from(index).is_ok_and(|i| i == steps);
+    if last && step.replicas == Some(IntOrString::String("100%".into())) {
+        return true;
+    }
+    let now = d.now;
+    let Some(seconds) = step.pause.as_ref().and_then(|p| p.duration) else {
+        status::progressing_message(d.status(), status::needs_approval(index, steps), now);
+        return false;
+    };
+    status::progressing_message(
+        d.status(),
+        status::waiting_duration(index, steps, seconds),
+        now,
+    );
+    let since = status::canary(d.status()).common.last_update_time.clone();
+    match status::remaining(since.as_ref(), i64::from(seconds), now) {
+        Some(left) => {
+            d.requeue(left);
+            false
+        }
+        None => true,
+    }
+}

@@ -1,0 +1,711 @@
+//! Table and story tests of the Rollout plan: plain data in, plan out, driven through whole
+//! releases by `world`.
+
+mod world;
+
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use self::world::{World, pct, step, three_steps};
+use crate::rollout::names::{condition, event, reason};
+use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, status};
+use crate::traffic::intent::{CanaryRoute, TrafficIntent};
+
+fn weight(w: &World) -> Option<i32> {
+    match &w.traffic {
+        Some(TrafficIntent::Release { route, .. }) => route.weight,
+        _ => None,
+    }
+}
+
+fn cond(w: &World, type_: &str) -> Option<(String, String)> {
+    status::condition(&w.status(), type_).map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+fn at_state(state: &'static str, index: i32) -> impl Fn(&World) -> bool {
+    move |w| {
+        w.canary().common.current_step_index == index
+            && w.canary().common.current_step_state == state
+    }
+}
+
+/// Healthy, then a template change up to step 1's pause.
+fn started(steps: Vec<crate::api::rollout::CanaryStep>) -> World {
+    let mut w = World::new(steps);
+    w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    w.change_template("rev2");
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    w
+}
+
+#[test]
+fn whole_canary_release_three_steps_with_approval() {
+    let mut w = World::new(three_steps());
+    let p = w.reconcile();
+    assert_eq!(p.finalizer, FinalizerAction::Add);
+    assert!(p.hash_annotation.is_some());
+    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("workload deployment is completed")
+    );
+    assert_eq!(
+        w.at().1,
+        "Completed",
+        "pre-populated so tools can tell 'done'"
+    );
+    assert_eq!(w.status().observed_generation, Some(1));
+
+    w.change_template("rev2");
+    let p = w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Progressing"));
+    assert_eq!(
+        cond(&w, condition::PROGRESSING),
+        Some(("True".into(), reason::INITIALIZING.into()))
+    );
+    assert_eq!(
+        p.requeue_after,
+        Some(Duration::from_secs(3)),
+        "Kruise's 3 s before rolling"
+    );
+    assert_eq!(
+        weight(&w),
+        Some(0),
+        "stable pinned before any canary group exists"
+    );
+    assert_eq!(w.canary().canary_revision, "rev2");
+    assert_eq!(w.canary().common.stable_revision.as_deref(), Some("rev1"));
+
+    w.until("step 1 upgrade", at_state("StepUpgrade", 1));
+    let br = w.obs.batch_release.clone().expect("BatchRelease applied");
+    assert_eq!(br.spec.release_plan.batch_partition, Some(0));
+    assert_eq!(
+        weight(&w),
+        Some(0),
+        "no weight before the canary group is ready"
+    );
+    w.until("step 1 traffic", at_state("StepTrafficRouting", 1));
+    assert!(
+        w.plans
+            .last()
+            .unwrap()
+            .events
+            .iter()
+            .any(|e| e.message == "upgrade step(1) canary pods with new versions done")
+    );
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    assert_eq!(weight(&w), Some(5));
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout is in step(1/3), and you need manually confirm to enter the next step")
+    );
+    // Argo CD: Suspended = StepPaused + Progressing; top-level mirrors for kubectl get.
+    assert_eq!(w.status().current_step_state.as_deref(), Some("StepPaused"));
+    assert_eq!(w.status().current_step_index, Some(1));
+    assert_eq!(w.canary().canary_replicas, 1);
+    assert_eq!(w.canary().canary_ready_replicas, 1);
+    let p = w.reconcile();
+    assert_eq!(p.requeue_after, None, "waiting for approval needs no timer");
+
+    w.approve();
+    w.until("step 2 paused", at_state("StepPaused", 2));
+    assert_eq!(weight(&w), Some(50));
+    assert_eq!(
+        w.obs
+            .batch_release
+            .as_ref()
+            .unwrap()
+            .spec
+            .release_plan
+            .batch_partition,
+        Some(1)
+    );
+    assert_eq!(w.canary().canary_replicas, 2, "50% of 4 groups");
+
+    w.approve();
+    w.until("finalising", |w| {
+        status::progressing_reason(&w.status()) == reason::FINALISING
+    });
+    assert_eq!(
+        w.traffic,
+        Some(TrafficIntent::Restored),
+        "step 3 has no traffic: split taken down"
+    );
+    assert_eq!(w.canary().canary_replicas, 4);
+    w.until("healthy", |w| {
+        w.status().phase.as_deref() == Some("Healthy")
+    });
+    assert_eq!(
+        cond(&w, condition::PROGRESSING),
+        Some(("False".into(), reason::COMPLETED.into()))
+    );
+    assert_eq!(
+        cond(&w, condition::SUCCEEDED).map(|c| c.0),
+        Some("True".into())
+    );
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout progressing has been completed")
+    );
+    assert_eq!(w.at().1, "Completed");
+    assert_eq!(w.at().2, "END");
+    assert!(
+        w.obs.batch_release.is_none(),
+        "BatchRelease (and canary) deleted"
+    );
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+    // Finalising order, as persisted in status across reconciles (each reconcile goes as far
+    // as the cluster allows, so a record may skip steps that were already satisfied).
+    let mut order: Vec<String> = w
+        .plans
+        .iter()
+        .filter_map(|p| p.status.canary_status.as_ref())
+        .map(|c| c.common.finalising_step.clone())
+        .filter(|s| !s.is_empty())
+        .collect();
+    order.dedup();
+    assert_eq!(order, ["ResumeWorkload", "ReleaseWorkloadControl", "END"]);
+    // Every step transition published an event.
+    let transitions = w
+        .plans
+        .iter()
+        .flat_map(|p| &p.events)
+        .filter(|e| e.message.contains(" -> step("))
+        .count();
+    assert!(transitions >= 10, "{transitions} step-transition events");
+    let last = w.reconcile();
+    assert_eq!(
+        last.traffic, None,
+        "a Healthy Rollout leaves traffic objects alone"
+    );
+}
+
+#[test]
+fn success_releases_the_hold_first_and_moves_traffic_only_when_the_stable_groups_are_ready() {
+    let mut steps = three_steps();
+    steps[2].traffic = Some("100%".into());
+    let mut w = started(steps);
+    w.stable_rolls = false;
+    w.approve();
+    w.until("step 2 paused", at_state("StepPaused", 2));
+    w.approve();
+    w.until("resume", |w| w.at().2 == "ResumeWorkload");
+    w.reconcile();
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None, "hold released");
+    assert_eq!(
+        weight(&w),
+        Some(100),
+        "canary keeps serving while the stable LWS rolls"
+    );
+    assert!(
+        w.status()
+            .message
+            .unwrap()
+            .contains("waiting for LeaderWorkerSet vllm to roll")
+    );
+    let br = w.obs.batch_release.as_ref().unwrap();
+    assert_eq!(br.spec.release_plan.batch_partition, None);
+    assert_eq!(
+        br.spec.release_plan.finalizing_policy,
+        Some(crate::api::batchrelease::FinalizingPolicy::WaitResume)
+    );
+    // The stable LWS rolls.
+    let s = w.obs.workload.as_mut().unwrap();
+    s.current_revision = "rev2".into();
+    s.updated_replicas = 4;
+    w.until("traffic to stable", |w| {
+        w.at().2 == "FinalisingStepRouteTrafficToStable"
+    });
+    w.reconcile();
+    assert_eq!(weight(&w), Some(0));
+    assert!(
+        w.obs.batch_release.is_some(),
+        "canary still there while traffic moves"
+    );
+    w.until("healthy", |w| {
+        w.status().phase.as_deref() == Some("Healthy")
+    });
+}
+
+#[test]
+fn pause_with_duration_requeues_exactly_and_resumes_at_the_right_time() {
+    let mut w = started(vec![
+        step(
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1),
+            Some("5%"),
+            Some(60),
+        ),
+        step(pct("100%"), Some("100%"), Some(0)),
+    ]);
+    let p = w.plans.last().unwrap().clone();
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(60)));
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout is in step(1/2), and wait duration(60 seconds) to enter the next step")
+    );
+    w.advance(59);
+    let p = w.reconcile();
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
+    assert_eq!(w.at().1, "StepPaused");
+    w.advance(1);
+    w.reconcile();
+    assert_eq!(w.at().0, 2, "moved on at exactly lastUpdateTime + 60 s");
+}
+
+#[test]
+fn spec_strategy_paused_stops_and_resumes() {
+    let mut w = started(three_steps());
+    w.approve();
+    w.obs.rollout.spec.strategy.paused = true;
+    w.reconcile();
+    assert_eq!(
+        cond(&w, condition::PROGRESSING),
+        Some(("True".into(), reason::PAUSED.into()))
+    );
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout has been paused, you can resume it by kube-cli")
+    );
+    let before = w.at();
+    w.advance(600);
+    w.reconcile();
+    assert_eq!(w.at(), before, "nothing moves while paused");
+    w.obs.rollout.spec.strategy.paused = false;
+    w.until("step 2 paused", at_state("StepPaused", 2));
+}
+
+#[test]
+fn next_step_index_jumps_by_status_patch() {
+    let mut w = started(three_steps());
+    let mut s = w.status();
+    s.canary_status.as_mut().unwrap().common.next_step_index = 3;
+    w.obs.rollout.status = Some(s);
+    w.reconcile();
+    assert_eq!(
+        (w.at().0, w.at().1.as_str()),
+        (3, "BeforeStepUpgrade"),
+        "canary has 1 group, step 3 wants 4"
+    );
+    assert_eq!(w.canary().common.next_step_index, -1);
+    // A value out of range is corrected, not followed.
+    let mut w = started(three_steps());
+    let mut s = w.status();
+    s.canary_status.as_mut().unwrap().common.next_step_index = 9;
+    w.obs.rollout.status = Some(s);
+    w.reconcile();
+    assert_eq!(w.at().0, 1);
+    assert_eq!(w.canary().common.next_step_index, 2);
+}
+
+#[test]
+fn rollback_cancels_traffic_to_stable_first_then_removes_the_canary() {
+    let mut w = started(three_steps());
+    assert_eq!(weight(&w), Some(5));
+    w.change_template("rev1");
+    let p = w.reconcile();
+    assert_eq!(
+        cond(&w, condition::PROGRESSING),
+        Some(("True".into(), reason::CANCELLING.into()))
+    );
+    assert_eq!(w.at().2, "FinalisingStepRouteTrafficToStable");
+    assert_eq!(weight(&w), Some(0), "traffic back to stable first");
+    assert_eq!(
+        p.batch_release,
+        BatchReleaseAction::Keep,
+        "canary untouched until traffic moved"
+    );
+    assert_eq!(p.hold, HoldAction::Keep);
+    let mut deleted_with_weight = None;
+    for _ in 0..20 {
+        if w.status().phase.as_deref() == Some("Healthy") {
+            break;
+        }
+        let p = w.reconcile();
+        if p.batch_release == BatchReleaseAction::Delete {
+            deleted_with_weight = Some(weight(&w));
+        }
+        if let Some(d) = p.requeue_after {
+            w.advance(i64::try_from(d.as_secs()).unwrap());
+        }
+    }
+    assert_eq!(
+        deleted_with_weight,
+        Some(Some(0)),
+        "canary removed only after weight 0"
+    );
+    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(
+        cond(&w, condition::SUCCEEDED).map(|c| c.0),
+        Some("False".into())
+    );
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout progressing has been canceled")
+    );
+    assert_eq!(
+        w.at().1,
+        "Completed",
+        "no stale StepPaused after a cancel (Kruise #339)"
+    );
+    assert_eq!(w.traffic, Some(TrafficIntent::Restored));
+    assert!(w.obs.batch_release.is_none());
+    assert_eq!(
+        w.obs.workload.as_ref().unwrap().current_revision,
+        "rev1",
+        "no stable group moved"
+    );
+}
+
+#[test]
+fn third_template_mid_release_restarts_the_canary_on_it() {
+    let mut w = started(three_steps());
+    w.change_template("rev3");
+    let p = w.reconcile();
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.message.contains("continuous publishing"))
+    );
+    assert_eq!(weight(&w), Some(0));
+    w.until("restarted", |w| w.canary().canary_revision == "rev3");
+    assert!(
+        w.plans
+            .iter()
+            .any(|p| p.batch_release == BatchReleaseAction::Delete)
+    );
+    assert_eq!(
+        w.canary().common.stable_revision.as_deref(),
+        Some("rev1"),
+        "the hold still names rev1"
+    );
+    w.until("step 1 paused again", at_state("StepPaused", 1));
+    match &w.traffic {
+        Some(TrafficIntent::Release {
+            canary_lws, route, ..
+        }) => {
+            assert_eq!(canary_lws, "vllm-canary-rev3");
+            assert_eq!(route.weight, Some(5));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn rollback_during_a_reset_cancels_and_cleans_up() {
+    let mut w = started(three_steps());
+    w.change_template("rev3");
+    w.reconcile();
+    w.change_template("rev1");
+    w.until("healthy", |w| {
+        w.status().phase.as_deref() == Some("Healthy")
+    });
+    assert_eq!(
+        cond(&w, condition::SUCCEEDED).map(|c| c.0),
+        Some("False".into())
+    );
+    assert!(w.obs.batch_release.is_none());
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+    assert_eq!(w.traffic, Some(TrafficIntent::Restored));
+    assert_eq!(w.at().1, "Completed");
+}
+
+#[test]
+fn disabling_mid_release_releases_the_workload_and_restores_traffic() {
+    let mut w = started(three_steps());
+    w.obs.rollout.spec.disabled = true;
+    w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Disabling"));
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Disabling rollout, release resources")
+    );
+    assert_eq!(weight(&w), Some(0));
+    w.until("disabled", |w| {
+        w.status().phase.as_deref() == Some("Disabled")
+    });
+    assert_eq!(w.status().message.as_deref(), Some("Rollout is disabled"));
+    assert_eq!(w.traffic, Some(TrafficIntent::Restored));
+    assert!(w.obs.batch_release.is_none());
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+    w.change_template("rev3");
+    let p = w.reconcile();
+    assert_eq!(
+        p.hold,
+        HoldAction::Release,
+        "a disabled Rollout holds nothing"
+    );
+    assert_eq!(w.status().phase.as_deref(), Some("Disabled"));
+    w.obs.rollout.spec.disabled = false;
+    w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+}
+
+#[test]
+fn deleting_mid_release_finalises_then_drops_the_finalizer() {
+    let mut w = started(three_steps());
+    w.obs.rollout.metadata.deletion_timestamp = Some(Time(w.now));
+    w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Terminating"));
+    assert_eq!(
+        cond(&w, condition::TERMINATING),
+        Some(("True".into(), reason::IN_TERMINATING.into()))
+    );
+    let mut removed = false;
+    for _ in 0..20 {
+        let p = w.reconcile();
+        if p.finalizer == FinalizerAction::Remove {
+            removed = true;
+            break;
+        }
+        w.advance(3);
+    }
+    assert!(removed);
+    assert_eq!(
+        cond(&w, condition::TERMINATING),
+        Some(("False".into(), reason::COMPLETED.into()))
+    );
+    assert_eq!(w.traffic, Some(TrafficIntent::Restored));
+    assert!(w.obs.batch_release.is_none());
+    assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+}
+
+#[test]
+fn refused_rollouts_say_why_and_keep_a_canary_status() {
+    type Case = (&'static str, fn(&mut World), &'static str, &'static str);
+    let cases: [Case; 4] = [
+        (
+            "deployment",
+            |w| {
+                w.obs.rollout.spec.workload_ref.api_version = "apps/v1".into();
+                w.obs.rollout.spec.workload_ref.kind = "Deployment".into();
+            },
+            reason::UNSUPPORTED_WORKLOAD,
+            "apps/v1 Deployment is not supported",
+        ),
+        (
+            "partition",
+            |w| {
+                w.obs
+                    .rollout
+                    .spec
+                    .strategy
+                    .canary
+                    .as_mut()
+                    .unwrap()
+                    .enable_extra_workload_for_canary = false
+            },
+            reason::UNSUPPORTED_STRATEGY,
+            "partition-style canary releases",
+        ),
+        (
+            "blue-green",
+            |w| {
+                let c = w.obs.rollout.spec.strategy.canary.take().unwrap();
+                w.obs.rollout.spec.strategy.blue_green =
+                    Some(crate::api::rollout::BlueGreenStrategy {
+                        steps: c.steps,
+                        ..Default::default()
+                    });
+            },
+            reason::UNSUPPORTED_STRATEGY,
+            "blue-green releases of a LeaderWorkerSet are not supported yet",
+        ),
+        (
+            "second rollout",
+            |w| w.obs.conflicting_rollout = Some("first".into()),
+            reason::WORKLOAD_CONFLICT,
+            "already released by Rollout first",
+        ),
+    ];
+    for (what, change, why, text) in cases {
+        let mut w = World::new(three_steps());
+        change(&mut w);
+        let p = w.reconcile();
+        let c = status::condition(&w.status(), condition::ACCEPTED)
+            .cloned()
+            .expect(what);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", why),
+            "{what}"
+        );
+        assert!(c.message.contains(text), "{what}: {}", c.message);
+        assert_eq!(w.status().phase.as_deref(), Some("Initial"), "{what}");
+        assert!(
+            w.status().canary_status.is_some(),
+            "{what}: Argo CD indexes canaryStatus"
+        );
+        assert!(
+            p.events
+                .iter()
+                .any(|e| e.warning && e.reason == event::NOT_ACCEPTED),
+            "{what}"
+        );
+        let again = w.reconcile();
+        assert!(
+            !again.events.iter().any(|e| e.reason == event::NOT_ACCEPTED),
+            "{what}: event once"
+        );
+    }
+}
+
+#[test]
+fn missing_workload_resets_to_initial_and_cleans_up() {
+    let mut w = started(three_steps());
+    w.obs.workload = None;
+    let p = w.reconcile();
+    assert_eq!(w.status().phase.as_deref(), Some("Initial"));
+    assert_eq!(w.status().message.as_deref(), Some("Workload Not Found"));
+    assert_eq!(p.batch_release, BatchReleaseAction::Delete);
+    assert_eq!(p.traffic, Some(TrafficIntent::Restored));
+    assert!(w.status().canary_status.is_some());
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == event::WORKLOAD_NOT_FOUND)
+    );
+}
+
+#[test]
+fn a_canary_that_never_gets_ready_stalls_visibly_without_weight() {
+    let mut w = World::new(three_steps());
+    w.canary_healthy = false;
+    w.reconcile();
+    w.change_template("rev2");
+    for _ in 0..8 {
+        let p = w.reconcile();
+        if let Some(d) = p.requeue_after {
+            w.advance(i64::try_from(d.as_secs()).unwrap());
+        }
+    }
+    assert_eq!(w.at().1, "StepUpgrade");
+    assert_eq!(
+        weight(&w),
+        Some(0),
+        "no weight to a canary that is not ready"
+    );
+    let msg = w.status().message.unwrap();
+    assert!(
+        msg.starts_with(
+            "Rollout is in step(1/3), and upgrade workload to new version; batch 1 waits"
+        ),
+        "{msg}"
+    );
+    assert!(msg.contains("group 0 (3/4 pods ready)"), "{msg}");
+    let warnings: Vec<_> = w
+        .plans
+        .iter()
+        .flat_map(|p| &p.events)
+        .filter(|e| e.reason == event::CANARY_NOT_READY)
+        .collect();
+    assert_eq!(warnings.len(), 1, "one event per new message: {warnings:?}");
+}
+
+#[test]
+fn grace_period_is_honoured_after_each_traffic_change() {
+    let mut w = started(three_steps());
+    w.approve();
+    w.until("step 2 traffic", at_state("StepTrafficRouting", 2));
+    let p = w.reconcile();
+    assert_eq!(weight(&w), Some(50));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(3)));
+    assert_eq!(
+        w.at().1,
+        "StepTrafficRouting",
+        "the change just made must have its 3 s"
+    );
+    w.advance(2);
+    let p = w.reconcile();
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(1)));
+    assert_eq!(w.at().1, "StepTrafficRouting");
+    w.advance(1);
+    w.reconcile();
+    assert_eq!(w.at().1, "StepPaused");
+}
+
+#[test]
+fn without_a_traffic_read_back_the_grace_counts_from_the_stored_step_time() {
+    let mut w = started(three_steps());
+    w.approve();
+    w.until("step 2 traffic", at_state("StepTrafficRouting", 2));
+    w.reconcile();
+    w.obs.traffic.last_change = None;
+    let p = w.reconcile();
+    assert_eq!(w.at().1, "StepTrafficRouting");
+    assert!(p.requeue_after.is_some_and(|d| d <= Duration::from_secs(3)));
+}
+
+#[test]
+fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
+    let mut w = started(three_steps());
+    w.approve();
+    w.reconcile();
+    assert_eq!(w.at().1, "StepUpgrade");
+    assert_eq!(
+        weight(&w),
+        Some(5),
+        "step 1's groups still ready: 5% stays while step 2 scales"
+    );
+    let mut s = w.status();
+    s.canary_status.as_mut().unwrap().canary_ready_replicas = 0;
+    assert_eq!(
+        crate::rollout::plan::routing::intent_for(&w.obs, &s),
+        Some(TrafficIntent::Release {
+            stable_lws: "vllm".into(),
+            canary_lws: "vllm-canary-rev2".into(),
+            route: CanaryRoute::none()
+        })
+    );
+}
+
+#[test]
+fn a_missing_service_or_route_gives_a_condition_and_an_event() {
+    let mut w = World::new(three_steps());
+    w.reconcile();
+    w.obs.traffic.missing = vec!["HTTPRoute vllm".into()];
+    w.change_template("rev2");
+    let p = w.reconcile();
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("trafficRoutings: HTTPRoute vllm not found")
+    );
+    let c = status::condition(&w.status(), condition::PROGRESSING)
+        .unwrap()
+        .clone();
+    assert_eq!(c.message, "trafficRoutings: HTTPRoute vllm not found");
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.warning && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
+    );
+    w.advance(10);
+    w.reconcile();
+    assert_eq!(
+        status::progressing_reason(&w.status()),
+        reason::INITIALIZING,
+        "waits for it"
+    );
+}
+
+#[test]
+fn a_changed_plan_recomputes_the_step() {
+    let mut w = started(three_steps());
+    // Same step count, step 1 now wants 2 groups: the canary's 1 group fits step 1 still.
+    w.obs.rollout.spec.strategy.canary.as_mut().unwrap().steps[0].replicas = Some(pct("50%"));
+    w.reconcile();
+    assert_eq!(w.at().0, 1);
+    assert_ne!(w.canary().common.rollout_hash, None);
+    assert_eq!(
+        w.canary().common.rollout_hash.as_deref(),
+        w.obs
+            .rollout
+            .metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get(crate::rollout::names::HASH_ANNOTATION)
+            .map(String::as_str)
+    );
+}

@@ -1,0 +1,319 @@
+//! A tiny stand-in for the cluster around the pure plan: it applies a plan's effects to the
+//! observed data the way the apply step and the other controllers would (BatchRelease status,
+//! traffic read-back, the stable LWS rolling once released), so tests can drive a whole
+//! release through `plan` and assert on each status. Plain data; no part of our code is faked.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus};
+use crate::api::rollout::{
+    CanaryStep, CanaryStrategy, GatewayTrafficRouting, ObjectRef, Rollout, RolloutPause,
+    RolloutSpec, RolloutStrategy, TrafficRoutingRef,
+};
+use crate::batchrelease::replicas::desired_groups;
+use crate::rollout::names;
+use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, StableWorkload};
+use crate::rollout::plan::{
+    BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan, plan, routing,
+};
+use crate::traffic::intent::TrafficIntent;
+
+pub fn t0() -> Timestamp {
+    Timestamp::from_second(1_795_327_200).unwrap()
+}
+
+pub fn step(replicas: IntOrString, traffic: Option<&str>, pause: Option<i32>) -> CanaryStep {
+    CanaryStep {
+        replicas: Some(replicas),
+        traffic: traffic.map(Into::into),
+        pause: Some(RolloutPause { duration: pause }),
+        ..CanaryStep::default()
+    }
+}
+
+pub fn pct(p: &str) -> IntOrString {
+    IntOrString::String(p.into())
+}
+
+/// The release: 1 group at 5%, 50% at 50%, 100% — manual approval after the first two.
+pub fn three_steps() -> Vec<CanaryStep> {
+    vec![
+        step(IntOrString::Int(1), Some("5%"), None),
+        step(pct("50%"), Some("50%"), None),
+        step(pct("100%"), None, None),
+    ]
+}
+
+pub fn rollout(steps: Vec<CanaryStep>) -> Rollout {
+    let mut r = Rollout::new(
+        "vllm",
+        RolloutSpec {
+            workload_ref: ObjectRef {
+                api_version: names::LWS_API_VERSION.into(),
+                kind: names::LWS_KIND.into(),
+                name: "vllm".into(),
+            },
+            strategy: RolloutStrategy {
+                paused: false,
+                canary: Some(CanaryStrategy {
+                    steps,
+                    traffic_routings: Some(vec![TrafficRoutingRef {
+                        service: "vllm".into(),
+                        grace_period_seconds: Some(3),
+                        gateway: Some(GatewayTrafficRouting {
+                            http_route_name: Some("vllm".into()),
+                        }),
+                        ..TrafficRoutingRef::default()
+                    }]),
+                    enable_extra_workload_for_canary: true,
+                    ..CanaryStrategy::default()
+                }),
+                blue_green: None,
+            },
+            disabled: false,
+        },
+    );
+    r.metadata = ObjectMeta {
+        name: Some("vllm".into()),
+        namespace: Some("ns".into()),
+        uid: Some("rollout-uid".into()),
+        generation: Some(1),
+        ..ObjectMeta::default()
+    };
+    r
+}
+
+pub fn stable() -> StableWorkload {
+    StableWorkload {
+        name: "vllm".into(),
+        uid: "lws-uid".into(),
+        generation: 1,
+        observed_generation: Some(1),
+        current_revision: "rev1".into(),
+        update_revision: "rev1".into(),
+        replicas: 4,
+        ready_replicas: 4,
+        updated_replicas: 4,
+        hold: None,
+        rollout_id: None,
+    }
+}
+
+/// The cluster as the tests see it.
+pub struct World {
+    pub obs: RolloutObserved,
+    pub now: Timestamp,
+    /// What the traffic objects currently express.
+    pub traffic: Option<TrafficIntent>,
+    /// The canary's groups become ready as soon as the BatchRelease asks for them.
+    pub canary_healthy: bool,
+    /// The stable LWS rolls (all groups updated and ready) once the hold is released.
+    pub stable_rolls: bool,
+    /// Every plan so far.
+    pub plans: Vec<RolloutPlan>,
+}
+
+impl World {
+    pub fn new(steps: Vec<CanaryStep>) -> Self {
+        Self {
+            obs: RolloutObserved {
+                rollout: rollout(steps),
+                workload: Some(stable()),
+                ..RolloutObserved::default()
+            },
+            now: t0(),
+            traffic: None,
+            canary_healthy: true,
+            stable_rolls: true,
+            plans: Vec::new(),
+        }
+    }
+
+    pub fn status(&self) -> crate::api::rollout::RolloutStatus {
+        self.obs.rollout.status.clone().unwrap_or_default()
+    }
+
+    pub fn canary(&self) -> crate::api::rollout::CanaryStatus {
+        self.status().canary_status.unwrap_or_default()
+    }
+
+    /// (currentStepIndex, currentStepState, finalisingStep, phase).
+    pub fn at(&self) -> (i32, String, String, String) {
+        let c = self.canary();
+        (
+            c.common.current_step_index,
+            c.common.current_step_state,
+            c.common.finalising_step,
+            self.status().phase.unwrap_or_default(),
+        )
+    }
+
+    pub fn advance(&mut self, secs: i64) {
+        self.now = self
+            .now
+            .checked_add(SignedDuration::from_secs(secs))
+            .unwrap();
+    }
+
+    /// The webhook's part of a template change: new revision, hold on the stable revision.
+    pub fn change_template(&mut self, revision: &str) {
+        let w = self.obs.workload.as_mut().unwrap();
+        if w.hold.is_none() {
+            w.hold = Some(w.current_revision.clone());
+        }
+        w.update_revision = revision.into();
+        w.generation += 1;
+        w.observed_generation = Some(w.generation);
+        w.updated_replicas = if w.current_revision == revision {
+            w.replicas
+        } else {
+            0
+        };
+    }
+
+    /// `kubectl-kruise rollout approve`: the status patch StepPaused → StepReady.
+    pub fn approve(&mut self) {
+        let mut s = self.status();
+        let c = s.canary_status.as_mut().unwrap();
+        assert_eq!(
+            c.common.current_step_state, "StepPaused",
+            "approve needs StepPaused"
+        );
+        c.common.current_step_state = "StepReady".into();
+        self.obs.rollout.status = Some(s);
+    }
+
+    /// One reconcile: plan, then apply its effects.
+    pub fn reconcile(&mut self) -> RolloutPlan {
+        let stored = self.obs.rollout.status.clone().unwrap_or_default();
+        self.obs.traffic.ready = routing::intent_for(&self.obs, &stored) == self.traffic
+            || routing::intent_for(&self.obs, &stored).is_none();
+        let p = plan(&self.obs, self.now);
+        // No hidden state: a restarted manager given the same cluster decides the same.
+        assert_eq!(
+            p,
+            plan(&self.obs, self.now),
+            "plan is not a function of its input"
+        );
+        self.obs.rollout.status = Some(p.status.clone());
+        if let Some(h) = &p.hash_annotation {
+            self.obs
+                .rollout
+                .metadata
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(names::HASH_ANNOTATION.into(), h.clone());
+        }
+        match p.finalizer {
+            FinalizerAction::Add => {
+                self.obs.rollout.metadata.finalizers = Some(vec![names::FINALIZER.into()])
+            }
+            FinalizerAction::Remove => self.obs.rollout.metadata.finalizers = None,
+            FinalizerAction::Keep => {}
+        }
+        if p.traffic.is_some() && p.traffic != self.traffic {
+            self.traffic = p.traffic.clone();
+            self.obs.traffic.last_change = Some(Time(self.now));
+        }
+        if p.hold == HoldAction::Release
+            && let Some(w) = self.obs.workload.as_mut()
+        {
+            w.hold = None;
+            if self.stable_rolls {
+                w.current_revision = w.update_revision.clone();
+                w.updated_replicas = w.replicas;
+                w.ready_replicas = w.replicas;
+            }
+        }
+        match &p.batch_release {
+            BatchReleaseAction::Apply(br) => {
+                let generation = self
+                    .obs
+                    .batch_release
+                    .as_ref()
+                    .map_or(1, |b| b.generation + 1);
+                let status = self
+                    .obs
+                    .batch_release
+                    .as_ref()
+                    .map(|b| b.status.clone())
+                    .unwrap_or_default();
+                self.obs.batch_release = Some(BatchReleaseSummary {
+                    generation,
+                    spec: br.spec.clone(),
+                    status,
+                });
+            }
+            BatchReleaseAction::Delete => self.obs.batch_release = None,
+            BatchReleaseAction::Keep => {}
+        }
+        self.run_batch_release();
+        self.plans.push(p.clone());
+        p
+    }
+
+    /// What the BatchRelease controller reports for the current spec.
+    fn run_batch_release(&mut self) {
+        let replicas = self.obs.workload.as_ref().map_or(0, |w| w.replicas);
+        let healthy = self.canary_healthy;
+        let Some(br) = self.obs.batch_release.as_mut() else {
+            return;
+        };
+        let Some(partition) = br.spec.release_plan.batch_partition else {
+            return;
+        };
+        let batches = br.spec.release_plan.batches.clone().unwrap_or_default();
+        let want = desired_groups(
+            &batches[usize::try_from(partition).unwrap()].canary_replicas,
+            replicas,
+        );
+        let have = br
+            .status
+            .canary_status
+            .as_ref()
+            .map_or(0, |c| c.updated_replicas)
+            .max(want);
+        let ready = if healthy { have } else { have - 1 };
+        br.status = BatchReleaseStatus {
+            observed_generation: Some(br.generation),
+            observed_rollout_id: br.spec.release_plan.rollout_id.clone(),
+            phase: Some("Progressing".into()),
+            message: (!healthy).then(|| {
+                format!("batch {} waits for LeaderWorkerSet vllm-canary-rev2: {ready}/{want} groups ready; not ready: group {} (3/4 pods ready)", partition + 1, have - 1)
+            }),
+            canary_status: Some(BatchReleaseCanaryStatus {
+                current_batch_state: Some(if healthy { "Ready" } else { "Verifying" }.into()),
+                current_batch: partition,
+                updated_replicas: have,
+                updated_ready_replicas: ready,
+                ..BatchReleaseCanaryStatus::default()
+            }),
+            ..BatchReleaseStatus::default()
+        };
+    }
+
+    /// Reconciles until `done` holds, moving the clock by each plan's requeue. Panics after 40.
+    pub fn until(&mut self, what: &str, done: impl Fn(&World) -> bool) {
+        for _ in 0..40 {
+            if done(self) {
+                return;
+            }
+            let p = self.reconcile();
+            if done(self) {
+                return;
+            }
+            if let Some(d) = p.requeue_after {
+                self.advance(i64::try_from(d.as_secs().max(1)).unwrap());
+            }
+        }
+        panic!(
+            "never reached {what}; at {:?}; last plan {:#?}",
+            self.at(),
+            self.plans.last()
+        );
+    }
+}
