@@ -16,6 +16,11 @@ BIN=$(test/cluster/build.sh)
 # The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# Outside tools the Rollout e2e tests run: Kruise's kubectl-kruise and Argo CD's health check
+# (Go builds of a few minutes cold). A tool that cannot be built here (no Go, no module proxy)
+# leaves its variable empty, and its tests print one SKIPPED line instead of running.
+KRUISE_BIN=$(test/tools/build-kruise.sh) || { log "kubectl-kruise not built: its e2e tests will be skipped"; KRUISE_BIN=""; }
+ARGOCD_HEALTH_BIN=$(test/tools/build-argocd-health.sh) || { log "argocd-health not built: its e2e tests will be skipped"; ARGOCD_HEALTH_BIN=""; }
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -47,5 +52,6 @@ echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --all-targets "$@"
+LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
+  LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" cargo test --locked --all-targets "$@"
 log "all tests passed in $((SECONDS - START))s"

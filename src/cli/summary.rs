@@ -79,10 +79,9 @@ pub fn render(input: &SummaryInput<'_>) -> String {
         };
         let traffic = step_traffic(Some(step));
         let state = if n == view.index { state_note(&view) } else { String::new() };
-        let _ = writeln!(
-            out,
-            "  {marker}   {n:<4}  {replicas:<8}  {groups:<6}  {traffic:<12}  {pause:<9}{state}"
-        );
+        let row =
+            format!("  {marker}   {n:<4}  {replicas:<8}  {groups:<6}  {traffic:<12}  {pause:<9}{state}");
+        let _ = writeln!(out, "{}", row.trim_end());
     }
     if view.index > 0 && current_step(steps(r), view.index).is_none() {
         let _ = writeln!(out, "  (current step {} is beyond the steps)", view.index);
@@ -118,4 +117,58 @@ fn groups(lws: &LeaderWorkerSet) -> String {
         s.ready_replicas.unwrap_or(0),
         s.updated_replicas.unwrap_or(0)
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cli::fixtures::{lws, progressing, rollout};
+
+    #[test]
+    fn one_screen_with_steps_sides_and_traffic() {
+        let r = rollout(progressing(2, "StepPaused", 2));
+        let stable = lws(4, Some("k1"));
+        let mut canary = lws(2, None);
+        canary.metadata.name = Some("vllm-canary-abc".into());
+        let text = render(&SummaryInput {
+            rollout: &r,
+            stable: Some(&stable),
+            canary: Some(&canary),
+            traffic: Some((
+                "HTTPRoute vllm".into(),
+                vec!["rule 0: canary 50% (vllm 50, vllm-canary 50)".into()],
+            )),
+        });
+        let want = "\
+Rollout demo/vllm
+  Progressing | step 2/3 StepPaused | canary 2/2 groups ready | traffic 50% | Rollout is in step(2/3)
+Workload LeaderWorkerSet vllm
+  stable: 4 groups wanted, 4 exist, 4 ready, 4 updated
+  held on revision k1 (rollouts.kruise.io/stable-revision)
+  canary: 2 groups wanted, 2 exist, 2 ready, 2 updated (vllm-canary-abc)
+Steps:
+       STEP  REPLICAS  GROUPS  TRAFFIC       PAUSE
+       1     1         1       20%           approval
+  ->   2     50%       2       50%           60s        StepPaused
+       3     100%      4       100%          -
+Traffic (HTTPRoute vllm):
+  rule 0: canary 50% (vllm 50, vllm-canary 50)
+";
+        assert_eq!(text, want, "\n{text}");
+    }
+
+    #[test]
+    fn missing_objects_are_said_not_guessed() {
+        let r = rollout(serde_json::json!(null));
+        let text = render(&SummaryInput {
+            rollout: &r,
+            stable: None,
+            canary: None,
+            traffic: None,
+        });
+        assert!(text.contains("stable: not found"), "{text}");
+        assert!(text.contains("canary: none"), "{text}");
+        assert!(text.contains("   1     1         ?  "), "{text}");
+        assert!(text.contains("Traffic: no trafficRoutings"), "{text}");
+    }
 }
