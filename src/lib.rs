@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod k8s;
 pub mod lws;
 pub mod manager;
 pub mod webhook;

@@ -33,6 +33,8 @@ use serde_json::json;
 use thiserror::Error;
 use tracing::{debug, info, instrument, warn};
 
+use crate::k8s::apply_body::{ApplyBodyError, apply_body};
+
 use super::{admission, applied, gojson, labels, objects, revision, rolling, status};
 use crate::api::leaderworkerset::{LeaderWorkerSet, RestartPolicy, StartupPolicy, SubdomainPolicy};
 
@@ -51,6 +53,9 @@ pub enum Error {
     /// The spec cannot be hashed the way upstream hashes it.
     #[error("cannot compute the template revision: {0}")]
     Revision(#[from] gojson::GoJsonError),
+    /// An object could not be written as an apply body.
+    #[error(transparent)]
+    ApplyBody(#[from] ApplyBodyError),
     /// A revision's data is not what we stored.
     #[error("malformed ControllerRevision data: {0}")]
     RevisionData(#[from] serde_json::Error),
@@ -542,7 +547,7 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
     if unchanged {
         debug!("leader StatefulSet already as desired: no write");
     }
-    if !unchanged && let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(&desired)).await {
+    if !unchanged && let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(apply_body(&desired)?)).await {
         if observed.leader_sts.is_none() {
             ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
                 .await;
@@ -843,7 +848,7 @@ async fn reconcile_group(
     {
         let svc = objects::group_headless_service(lws, leader, index);
         Api::<Service>::namespaced(ctx.client.clone(), &ns)
-            .patch(&leader_name, &pp, &Patch::Apply(&svc))
+            .patch(&leader_name, &pp, &Patch::Apply(apply_body(&svc)?))
             .await
             .map_err(api_err(format!("applying Service {leader_name}")))?;
     }
