@@ -547,7 +547,11 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
     if unchanged {
         debug!("leader StatefulSet already as desired: no write");
     }
-    if !unchanged && let Err(source) = sts_api.patch(&name, &pp, &Patch::Apply(apply_body(&desired)?)).await {
+    if !unchanged
+        && let Err(source) = sts_api
+            .patch(&name, &pp, &Patch::Apply(apply_body(&desired)?))
+            .await
+    {
         if observed.leader_sts.is_none() {
             ctx.failed_create(&lws, format!("Failed to create leader statefulset {name}"))
                 .await;
