@@ -1,14 +1,18 @@
 //! The JSON we send as a server-side apply body.
 //!
 //! The API server reads apply bodies as YAML (`application/apply-patch+yaml`; JSON is a subset),
-//! and the YAML reader (go-yaml, via sigs.k8s.io/yaml) refuses characters that JSON allows raw
-//! inside strings: DEL, the C1 controls U+0080–U+009F except U+0085, U+FFFE and U+FFFF ("control
-//! characters are not allowed"). It also treats U+0085 (NEL), U+2028 and U+2029 as line breaks,
-//! which inside a quoted scalar are folded or rejected rather than kept. A pod template the API
-//! server accepted in an LWS (where it was JSON) could then never be applied. Escaping those
-//! characters as `\uXXXX` keeps the body valid JSON with the same value, and YAML decodes the
-//! escapes back. Go's own JSON encoder escapes U+2028 and U+2029, which is why upstream's
-//! clients never hit the first case.
+//! and its YAML reader (go-yaml, via sigs.k8s.io/yaml) handles characters that JSON allows raw
+//! inside strings differently. Measured on kube-apiserver v1.36.3 with a raw body:
+//! - DEL, the C1 controls U+0080–U+009F except U+0085, U+FFFE and U+FFFF: the body is refused,
+//!   `error converting YAML to JSON: yaml: control characters are not allowed`;
+//! - U+0085 (NEL) is a YAML line break: in a value it silently becomes a space, in a key the
+//!   body is refused; U+2028 and U+2029 are line breaks too: refused in a key;
+//! - U+FEFF is skipped as a byte order mark at the start of a line; escaped for safety.
+//!
+//! So a pod template the API server accepted in an LWS (sent as JSON) could never be applied,
+//! or would be applied changed. Escaping these characters as `\uXXXX` keeps the body valid JSON
+//! with the same value, and YAML decodes the escapes back (checked for each). Go's own JSON
+//! encoder escapes U+2028 and U+2029, which is why upstream's clients never hit that case.
 
 use serde::Serialize;
 use serde_json::value::RawValue;
