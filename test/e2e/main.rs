@@ -14,6 +14,7 @@ mod failover;
 mod lws;
 mod lws_admission;
 mod lws_crash;
+mod lws_encoding;
 mod lws_lifecycle;
 mod lws_placement;
 mod lws_rolling;
