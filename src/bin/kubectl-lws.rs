@@ -142,7 +142,10 @@ async fn run(args: Args) -> anyhow::Result<u8> {
         }
         RolloutCommand::Approve { name } => {
             let name = cli::rollout_name(&name)?;
-            let rollout = rollouts.get(name).await.with_context(|| format!("rollout {ns}/{name}"))?;
+            let rollout = rollouts
+                .get(name)
+                .await
+                .with_context(|| format!("rollout {ns}/{name}"))?;
             let patch = actions::approve_patch(&rollout)?;
             rollouts
                 .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -154,7 +157,11 @@ async fn run(args: Args) -> anyhow::Result<u8> {
         RolloutCommand::Pause { name } => {
             let name = cli::rollout_name(&name)?;
             rollouts
-                .patch(name, &PatchParams::default(), &Patch::Merge(&actions::pause_patch()))
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&actions::pause_patch()),
+                )
                 .await
                 .with_context(|| format!("pausing rollout {ns}/{name}"))?;
             println!("rollout.rollouts.kruise.io/{name} paused");
@@ -163,7 +170,11 @@ async fn run(args: Args) -> anyhow::Result<u8> {
         RolloutCommand::Resume { name } => {
             let name = cli::rollout_name(&name)?;
             rollouts
-                .patch(name, &PatchParams::default(), &Patch::Merge(&actions::resume_patch()))
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&actions::resume_patch()),
+                )
                 .await
                 .with_context(|| format!("resuming rollout {ns}/{name}"))?;
             println!("rollout.rollouts.kruise.io/{name} resumed");
@@ -175,7 +186,10 @@ async fn run(args: Args) -> anyhow::Result<u8> {
             to_step,
         } => {
             let name = cli::rollout_name(&name)?;
-            let rollout = rollouts.get(name).await.with_context(|| format!("rollout {ns}/{name}"))?;
+            let rollout = rollouts
+                .get(name)
+                .await
+                .with_context(|| format!("rollout {ns}/{name}"))?;
             if fast {
                 let (patch, step) = actions::fast_undo_patch(&rollout, to_step)?;
                 rollouts
@@ -210,7 +224,10 @@ async fn watch_status(
 ) -> anyhow::Result<u8> {
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), ns);
     let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
-    let first = rollouts.get(name).await.with_context(|| format!("rollout {ns}/{name}"))?;
+    let first = rollouts
+        .get(name)
+        .await
+        .with_context(|| format!("rollout {ns}/{name}"))?;
     let workload = first.spec.workload_ref.name.clone();
     if !watch {
         let lws = lwss.get_opt(&workload).await?;
@@ -242,7 +259,10 @@ async fn watch_status(
             Some(d) => match tokio::time::timeout_at(d, next).await {
                 Ok(seen) => seen,
                 Err(_) => {
-                    eprintln!("timed out after {:?} waiting for rollout {ns}/{name}", timeout.unwrap_or_default());
+                    eprintln!(
+                        "timed out after {:?} waiting for rollout {ns}/{name}",
+                        timeout.unwrap_or_default()
+                    );
                     return Ok(EXIT_TIMEOUT);
                 }
             },
@@ -289,16 +309,23 @@ enum Seen {
 async fn undo_template(client: &Client, ns: &str, rollout: &Rollout) -> anyhow::Result<String> {
     let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
     let name = &rollout.spec.workload_ref.name;
-    let lws = lwss.get(name).await.with_context(|| format!("leaderworkerset {ns}/{name}"))?;
+    let lws = lwss
+        .get(name)
+        .await
+        .with_context(|| format!("leaderworkerset {ns}/{name}"))?;
     let key = actions::held_revision(&lws)?;
     let revisions: Api<ControllerRevision> = Api::namespaced(client.clone(), ns);
     let selector = format!("{}={name},{}={key}", labels::NAME, labels::REVISION);
-    let found = revisions.list(&ListParams::default().labels(&selector)).await?;
+    let found = revisions
+        .list(&ListParams::default().labels(&selector))
+        .await?;
     let revision = found
         .items
         .into_iter()
         .max_by_key(|r| r.revision)
-        .ok_or_else(|| anyhow!("no ControllerRevision of {name} with revision {key} (labels {selector})"))?;
+        .ok_or_else(|| {
+            anyhow!("no ControllerRevision of {name} with revision {key} (labels {selector})")
+        })?;
     let data = revision.data.map(|d| d.0).unwrap_or(Value::Null);
     let patch = actions::template_revert_patch(&lws, &data)?;
     let patch: json_patch::Patch = serde_json::from_value(patch)?;
@@ -311,7 +338,10 @@ async fn undo_template(client: &Client, ns: &str, rollout: &Rollout) -> anyhow::
 async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), ns);
     let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
-    let rollout = rollouts.get(name).await.with_context(|| format!("rollout {ns}/{name}"))?;
+    let rollout = rollouts
+        .get(name)
+        .await
+        .with_context(|| format!("rollout {ns}/{name}"))?;
     let workload = &rollout.spec.workload_ref.name;
     let stable = lwss.get_opt(workload).await?;
     let canary = lwss
@@ -325,7 +355,12 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
         .canary
         .as_ref()
         .and_then(|c| c.traffic_routings.as_ref())
-        .or_else(|| strategy.blue_green.as_ref().and_then(|b| b.traffic_routings.as_ref()))
+        .or_else(|| {
+            strategy
+                .blue_green
+                .as_ref()
+                .and_then(|b| b.traffic_routings.as_ref())
+        })
         .and_then(|r| r.first());
     let traffic = match routing {
         None => None,
@@ -344,9 +379,15 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
                 let canary_name = format!("{}-canary", ing.name);
                 let obj = api.get_opt(&canary_name).await?;
                 let value = obj.map(|o| serde_json::to_value(&o)).transpose()?;
-                Some((format!("Ingress {}", ing.name), traffic::ingress_split(value.as_ref())))
+                Some((
+                    format!("Ingress {}", ing.name),
+                    traffic::ingress_split(value.as_ref()),
+                ))
             } else {
-                Some((format!("Service {}", r.service), vec!["customNetworkRefs: not shown".into()]))
+                Some((
+                    format!("Service {}", r.service),
+                    vec!["customNetworkRefs: not shown".into()],
+                ))
             }
         }
     };

@@ -89,12 +89,16 @@ pub fn fast_undo_patch(rollout: &Rollout, to_step: Option<i32>) -> Result<(Value
             "step {target} is not a previous step (the current step is {current})"
         )));
     }
-    let field = if rollout.spec.strategy.canary.is_none() && rollout.spec.strategy.blue_green.is_some() {
-        "blueGreenStatus"
-    } else {
-        "canaryStatus"
-    };
-    Ok((json!({"status": {field: {"nextStepIndex": target}}}), target))
+    let field =
+        if rollout.spec.strategy.canary.is_none() && rollout.spec.strategy.blue_green.is_some() {
+            "blueGreenStatus"
+        } else {
+            "canaryStatus"
+        };
+    Ok((
+        json!({"status": {field: {"nextStepIndex": target}}}),
+        target,
+    ))
 }
 
 fn previous_step_without_traffic(steps: &[CanaryStep], current: i32) -> Option<i32> {
@@ -137,9 +141,9 @@ pub fn template_revert_patch(
     let rv = lws
         .resource_version()
         .ok_or_else(|| Refusal::Data("the LWS has no resourceVersion".into()))?;
-    let spec = revision_data.get("spec").ok_or_else(|| {
-        Refusal::Data("the ControllerRevision has no spec in its data".into())
-    })?;
+    let spec = revision_data
+        .get("spec")
+        .ok_or_else(|| Refusal::Data("the ControllerRevision has no spec in its data".into()))?;
     let template = spec
         .get("leaderWorkerTemplate")
         .map(without_patch_directive)

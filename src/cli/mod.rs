@@ -46,7 +46,11 @@ pub fn rollout_name(arg: &str) -> Result<&str, Refusal> {
 /// `--timeout` values as kubectl takes them: `90s`, `10m`, `1h`, `1h30m`, or plain seconds; `0`
 /// means no timeout (`None`).
 pub fn parse_timeout(arg: &str) -> Result<Option<std::time::Duration>, Refusal> {
-    let bad = || Refusal::Data(format!("--timeout {arg}: expected e.g. 90s, 10m, 1h30m or 0"));
+    let bad = || {
+        Refusal::Data(format!(
+            "--timeout {arg}: expected e.g. 90s, 10m, 1h30m or 0"
+        ))
+    };
     let mut total = 0u64;
     let mut digits = String::new();
     for c in arg.trim().chars() {

@@ -13,7 +13,7 @@ use super::actions::steps;
 use crate::{
     api::{
         LeaderWorkerSet, Rollout,
-        rollout::{CanaryStep, RolloutStatus, phase, step_state},
+        rollout::{CanaryStep, RolloutStatus, finalising_step, phase, step_state},
     },
     batchrelease::replicas::desired_groups,
     rollout::names::{STABLE_REVISION, condition},
@@ -41,7 +41,10 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
         return Verdict::Failed("the Rollout is being deleted".into());
     }
     if let Some(c) = find_condition(&status, condition::ACCEPTED).filter(|c| c.status == "False") {
-        return Verdict::Failed(format!("the Rollout is not accepted ({}): {}", c.reason, c.message));
+        return Verdict::Failed(format!(
+            "the Rollout is not accepted ({}): {}",
+            c.reason, c.message
+        ));
     }
     if rollout.spec.disabled || phase == phase::DISABLED || phase == phase::DISABLING {
         return Verdict::Failed("the Rollout is disabled: the workload updates without it".into());
@@ -49,7 +52,11 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
     if status.observed_generation != rollout.metadata.generation {
         return Verdict::Waiting;
     }
-    let held = lws.is_none_or(|l| l.annotations().get(STABLE_REVISION).is_some_and(|v| !v.is_empty()));
+    let held = lws.is_none_or(|l| {
+        l.annotations()
+            .get(STABLE_REVISION)
+            .is_some_and(|v| !v.is_empty())
+    });
     if phase != phase::HEALTHY || held {
         return Verdict::Waiting;
     }
@@ -66,7 +73,11 @@ fn find_condition<'a>(
     status: &'a RolloutStatus,
     type_: &str,
 ) -> Option<&'a crate::api::rollout::RolloutCondition> {
-    status.conditions.as_ref()?.iter().find(|c| c.type_ == type_)
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
 }
 
 /// The step-level view shared by the status line and the summary.
@@ -117,7 +128,9 @@ pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
         state: common
             .map(|c| c.0.current_step_state.clone())
             .unwrap_or_default(),
-        finalising: common.map(|c| c.0.finalising_step.clone()).unwrap_or_default(),
+        finalising: common
+            .map(|c| c.0.finalising_step.clone())
+            .unwrap_or_default(),
         canary_ready: common.map_or(0, |c| c.1),
         canary_replicas: common.map_or(0, |c| c.2),
         canary_desired: canary_desired.or(if index == 0 { Some(0) } else { None }),
@@ -126,7 +139,10 @@ pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
 
 /// The step at a 1-based index.
 pub fn current_step(steps: &[CanaryStep], index: i32) -> Option<&CanaryStep> {
-    usize::try_from(index).ok()?.checked_sub(1).and_then(|i| steps.get(i))
+    usize::try_from(index)
+        .ok()?
+        .checked_sub(1)
+        .and_then(|i| steps.get(i))
 }
 
 /// How a step routes traffic: `20%`, `matches` (header/path rules), `matches+20%`, or `0%`.
@@ -153,7 +169,8 @@ fn traffic_applied(state: &str) -> bool {
 }
 
 /// One `rollout status` line, e.g.
-/// `Progressing | step 2/3 StepPaused | canary 2/2 groups ready | traffic 50% | <message>`.
+/// `Progressing | step 2/3 StepPaused | canary 2/2 groups ready | traffic 50% | <message>`;
+/// between releases (`Healthy`, or never released) only the phase, step and message.
 pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
     let status = rollout.status.clone().unwrap_or_default();
     let view = step_view(rollout, lws);
@@ -167,25 +184,32 @@ pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
         step.push(' ');
         step.push_str(&view.state);
     }
-    if !view.finalising.is_empty() && view.state == step_state::COMPLETED {
+    let idle = phase == phase::HEALTHY || view.index == 0;
+    if !idle
+        && view.state == step_state::COMPLETED
+        && !view.finalising.is_empty()
+        && view.finalising != finalising_step::END
+    {
         step.push_str(&format!(" finalising {}", view.finalising));
     }
     parts.push(step);
-    let desired = view
-        .canary_desired
-        .map_or_else(|| "?".to_string(), |d| d.to_string());
-    parts.push(format!(
-        "canary {}/{desired} groups ready",
-        view.canary_ready
-    ));
-    let steps = steps(rollout);
-    let traffic = if phase == phase::HEALTHY || view.index == 0 {
-        "none".to_string()
-    } else {
-        let t = step_traffic(current_step(steps, view.index));
-        if traffic_applied(&view.state) { t } else { format!("-> {t}") }
-    };
-    parts.push(format!("traffic {traffic}"));
+    // Between releases the canary counters are the last release's; they say nothing now.
+    if !idle {
+        let desired = view
+            .canary_desired
+            .map_or_else(|| "?".to_string(), |d| d.to_string());
+        parts.push(format!(
+            "canary {}/{desired} groups ready",
+            view.canary_ready
+        ));
+        let t = step_traffic(current_step(steps(rollout), view.index));
+        let traffic = if traffic_applied(&view.state) {
+            t
+        } else {
+            format!("-> {t}")
+        };
+        parts.push(format!("traffic {traffic}"));
+    }
     if let Some(msg) = status.message.as_deref().filter(|m| !m.is_empty()) {
         parts.push(msg.to_string());
     }

@@ -78,9 +78,14 @@ pub fn render(input: &SummaryInput<'_>) -> String {
             Some(Some(d)) => format!("{d}s"),
         };
         let traffic = step_traffic(Some(step));
-        let state = if n == view.index { state_note(&view) } else { String::new() };
-        let row =
-            format!("  {marker}   {n:<4}  {replicas:<8}  {groups:<6}  {traffic:<12}  {pause:<9}{state}");
+        let state = if n == view.index {
+            state_note(&view)
+        } else {
+            String::new()
+        };
+        let row = format!(
+            "  {marker}   {n:<4}  {replicas:<8}  {groups:<6}  {traffic:<12}  {pause:<9}{state}"
+        );
         let _ = writeln!(out, "{}", row.trim_end());
     }
     if view.index > 0 && current_step(steps(r), view.index).is_none() {

@@ -18,7 +18,10 @@ pub fn canary_service(service: &str) -> String {
 pub fn route_split(route: &Value, service: &str) -> Vec<String> {
     let canary = canary_service(service);
     let mut lines = Vec::new();
-    let rules = route["spec"]["rules"].as_array().cloned().unwrap_or_default();
+    let rules = route["spec"]["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
     for (i, rule) in rules.iter().enumerate() {
         let refs = rule["backendRefs"].as_array().cloned().unwrap_or_default();
         let named: Vec<(String, i64)> = refs
@@ -40,17 +43,24 @@ pub fn route_split(route: &Value, service: &str) -> Vec<String> {
             continue;
         }
         let total: i64 = named.iter().map(|(_, w)| *w).sum();
-        let to_canary: i64 = named.iter().filter(|(n, _)| *n == canary).map(|(_, w)| *w).sum();
+        let to_canary: i64 = named
+            .iter()
+            .filter(|(n, _)| *n == canary)
+            .map(|(_, w)| *w)
+            .sum();
         let weights = named
             .iter()
             .map(|(n, w)| format!("{n} {w}"))
             .collect::<Vec<_>>()
             .join(", ");
-        let pct = if total > 0 { to_canary * 100 / total } else { 0 };
+        let pct = if total > 0 {
+            to_canary * 100 / total
+        } else {
+            0
+        };
         lines.push(format!("rule {i}: canary {pct}% ({weights})"));
     }
-    if lines.iter().all(|l| l.contains("canary 0%")) && !lines.iter().any(|l| l.contains(&canary))
-    {
+    if lines.iter().all(|l| l.contains("canary 0%")) && !lines.iter().any(|l| l.contains(&canary)) {
         return vec![format!("no canary backend: all to {service}")];
     }
     lines
@@ -107,7 +117,10 @@ mod tests {
     #[test]
     fn a_route_without_canary_backends_sends_all_to_stable() {
         let route = json!({"spec": {"rules": [{"backendRefs": [{"name": "vllm", "port": 80}]}]}});
-        assert_eq!(route_split(&route, "vllm"), vec!["no canary backend: all to vllm".to_string()]);
+        assert_eq!(
+            route_split(&route, "vllm"),
+            vec!["no canary backend: all to vllm".to_string()]
+        );
     }
 
     #[test]
@@ -118,7 +131,13 @@ mod tests {
             "nginx.ingress.kubernetes.io/canary-by-header": "x-canary",
             "nginx.ingress.kubernetes.io/canary-by-header-value": "yes"
         }}});
-        assert_eq!(ingress_split(Some(&ing)), vec!["canary-weight 20, header x-canary=yes".to_string()]);
-        assert_eq!(ingress_split(None), vec!["no canary Ingress: all to stable".to_string()]);
+        assert_eq!(
+            ingress_split(Some(&ing)),
+            vec!["canary-weight 20, header x-canary=yes".to_string()]
+        );
+        assert_eq!(
+            ingress_split(None),
+            vec!["no canary Ingress: all to stable".to_string()]
+        );
     }
 }

@@ -23,7 +23,11 @@ fn paused_spec(r: &Rollout) -> bool {
 #[tokio::test]
 async fn kubectl_kruise_approves_pauses_and_resumes_a_release_and_kubectl_lws_status_sees_it_through()
 -> anyhow::Result<()> {
-    let Some(kruise) = tool(KRUISE_BIN_ENV, "kubectl-kruise", "test/tools/build-kruise.sh") else {
+    let Some(kruise) = tool(
+        KRUISE_BIN_ENV,
+        "kubectl-kruise",
+        "test/tools/build-kruise.sh",
+    ) else {
         return Ok(());
     };
     with_ns("cli-kruise", |ns| async move {
@@ -31,7 +35,11 @@ async fn kubectl_kruise_approves_pauses_and_resumes_a_release_and_kubectl_lws_st
         create_available(&ns, &lws("vllm", 2, 2, "model:v1")).await?;
         create_rollout(
             &ns,
-            &rollout("vllm", "vllm", json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}])),
+            &rollout(
+                "vllm",
+                "vllm",
+                json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]),
+            ),
         )
         .await?;
 
@@ -44,28 +52,52 @@ async fn kubectl_kruise_approves_pauses_and_resumes_a_release_and_kubectl_lws_st
         wait_rollout(&ns, "vllm", "spec paused", paused_spec).await?;
         run_ok(&kruise, &n, &["rollout", "resume", "rollout/vllm"]).await?;
         let r = wait_rollout(&ns, "vllm", "spec resumed", |r| !paused_spec(r)).await?;
-        assert_eq!(step_of(&r), (1, "StepPaused".into()), "pause/resume do not move the step");
+        assert_eq!(
+            step_of(&r),
+            (1, "StepPaused".into()),
+            "pause/resume do not move the step"
+        );
 
         let out = run_ok(&kruise, &n, &["rollout", "approve", "rollout/vllm"]).await?;
-        assert!(out.contains("approved"), "kubectl-kruise approve said: {out}");
+        assert!(
+            out.contains("approved"),
+            "kubectl-kruise approve said: {out}"
+        );
         wait_released(&ns, "vllm", "vllm").await?;
 
         let (code, lines) = status.finish(Duration::from_secs(60)).await?;
-        assert_eq!(code, 0, "kubectl-lws rollout status exit code; lines: {lines:#?}");
+        assert_eq!(
+            code, 0,
+            "kubectl-lws rollout status exit code; lines: {lines:#?}"
+        );
         assert!(
-            lines.iter().any(|l| l.starts_with("Progressing | step 1/2 StepPaused | canary 1/1 groups ready")),
+            lines
+                .iter()
+                .any(|l| l
+                    .starts_with("Progressing | step 1/2 StepPaused | canary 1/1 groups ready")),
             "{lines:#?}"
         );
         assert!(lines.iter().any(|l| l.contains("(paused)")), "{lines:#?}");
-        assert!(lines.iter().any(|l| l.starts_with("Healthy | step 2/2 Completed")), "{lines:#?}");
-        assert_eq!(lines.last().map(String::as_str), Some(format!("rollout {n}/vllm successfully rolled out").as_str()));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("Healthy | step 2/2 Completed")),
+            "{lines:#?}"
+        );
+        assert_eq!(
+            lines.last().map(String::as_str),
+            Some(format!("rollout {n}/vllm successfully rolled out").as_str())
+        );
         assert!(images(&ns, "vllm").await?.iter().all(|i| i == "model:v2"));
 
         // kubectl-kruise reads our status with Kruise's Go types and refuses itself when
         // nothing waits for approval.
         let out = run(&kruise, &n, &["rollout", "approve", "rollout/vllm"]).await?;
         assert!(!out.status.success());
-        assert!(String::from_utf8_lossy(&out.stderr).contains("StepPaused"), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("StepPaused"),
+            "{out:?}"
+        );
         Ok(())
     })
     .await

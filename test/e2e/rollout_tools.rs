@@ -293,7 +293,11 @@ impl GateKeeper {
                         let name = pod.metadata.name.unwrap_or_default();
                         // A lost race (pod gone, gate already removed) is retried on the next event.
                         let _ = api
-                            .patch(&name, &PatchParams::default(), &Patch::<()>::Json(ungate.clone()))
+                            .patch(
+                                &name,
+                                &PatchParams::default(),
+                                &Patch::<()>::Json(ungate.clone()),
+                            )
                             .await;
                     }
                 }

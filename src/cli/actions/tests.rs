@@ -12,7 +12,10 @@ fn approve_sends_kubectl_kruises_patch_only_when_paused() {
     );
     for state in ["StepUpgrade", "StepReady", "Completed", ""] {
         let r = rollout(progressing(1, state, 1));
-        assert!(matches!(approve_patch(&r), Err(Refusal::State(_))), "{state}");
+        assert!(
+            matches!(approve_patch(&r), Err(Refusal::State(_))),
+            "{state}"
+        );
     }
     assert!(approve_patch(&rollout(json!(null))).is_err());
 }
@@ -32,8 +35,14 @@ fn approve_of_a_blue_green_status_patches_blue_green_status() {
 
 #[test]
 fn pause_and_resume_are_spec_merge_patches() {
-    assert_eq!(pause_patch(), json!({"spec": {"strategy": {"paused": true}}}));
-    assert_eq!(resume_patch(), json!({"spec": {"strategy": {"paused": null}}}));
+    assert_eq!(
+        pause_patch(),
+        json!({"spec": {"strategy": {"paused": true}}})
+    );
+    assert_eq!(
+        resume_patch(),
+        json!({"spec": {"strategy": {"paused": null}}})
+    );
 }
 
 fn with_steps(steps: serde_json::Value, current: i32) -> Rollout {
@@ -52,19 +61,30 @@ fn fast_undo_jumps_to_the_previous_step_without_traffic_and_most_replicas() {
     );
     let (patch, step) = fast_undo_patch(&r, None).unwrap();
     assert_eq!(step, 2);
-    assert_eq!(patch, json!({"status": {"canaryStatus": {"nextStepIndex": 2}}}));
+    assert_eq!(
+        patch,
+        json!({"status": {"canaryStatus": {"nextStepIndex": 2}}})
+    );
     // A tie goes to the later step (strictly greater while scanning backwards).
-    let r = with_steps(json!([{"replicas": 2}, {"replicas": 2}, {"replicas": 3, "traffic": "10%"}]), 3);
+    let r = with_steps(
+        json!([{"replicas": 2}, {"replicas": 2}, {"replicas": 3, "traffic": "10%"}]),
+        3,
+    );
     assert_eq!(fast_undo_patch(&r, None).unwrap().1, 2);
     // traffic "0%" counts as none.
-    let r = with_steps(json!([{"replicas": 1, "traffic": "0%"}, {"replicas": 2, "traffic": "10%"}]), 2);
+    let r = with_steps(
+        json!([{"replicas": 1, "traffic": "0%"}, {"replicas": 2, "traffic": "10%"}]),
+        2,
+    );
     assert_eq!(fast_undo_patch(&r, None).unwrap().1, 1);
 }
 
 #[test]
 fn fast_undo_refusals() {
     let fixture = rollout(progressing(1, "StepPaused", 1));
-    assert!(matches!(fast_undo_patch(&fixture, None), Err(Refusal::State(m)) if m.contains("first step")));
+    assert!(
+        matches!(fast_undo_patch(&fixture, None), Err(Refusal::State(m)) if m.contains("first step"))
+    );
     // Every earlier step of the fixture has traffic.
     let r = rollout(progressing(3, "StepUpgrade", 1));
     assert!(matches!(fast_undo_patch(&r, None), Err(Refusal::State(m)) if m.contains("--to-step")));
@@ -72,7 +92,10 @@ fn fast_undo_refusals() {
     assert!(fast_undo_patch(&r, Some(3)).is_err());
     assert!(fast_undo_patch(&r, Some(0)).is_err());
     let beyond = rollout(progressing(7, "StepUpgrade", 1));
-    assert!(matches!(fast_undo_patch(&beyond, None), Err(Refusal::Data(_))));
+    assert!(matches!(
+        fast_undo_patch(&beyond, None),
+        Err(Refusal::Data(_))
+    ));
 }
 
 #[test]
@@ -98,6 +121,8 @@ fn template_revert_replaces_the_template_from_the_revision_with_a_version_test()
 #[test]
 fn undo_needs_a_release_in_flight() {
     assert_eq!(held_revision(&lws(2, Some("k1"))).unwrap(), "k1");
-    assert!(matches!(held_revision(&lws(2, None)), Err(Refusal::State(m)) if m.contains("nothing to undo")));
+    assert!(
+        matches!(held_revision(&lws(2, None)), Err(Refusal::State(m)) if m.contains("nothing to undo"))
+    );
     assert!(held_revision(&lws(2, Some(""))).is_err());
 }
