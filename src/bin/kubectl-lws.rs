@@ -251,8 +251,8 @@ async fn watch_status(
     loop {
         let next = async {
             tokio::select! {
-                ev = rollout_events.try_next() => ev.map(|o| o.map(Seen::Rollout)),
-                ev = lws_events.try_next() => ev.map(|o| o.map(Seen::Lws)),
+                ev = rollout_events.try_next() => ev.map(|o| o.map(|r| Seen::Rollout(Box::new(r)))),
+                ev = lws_events.try_next() => ev.map(|o| o.map(|l| Seen::Lws(Box::new(l)))),
             }
         };
         let seen = match deadline {
@@ -269,8 +269,8 @@ async fn watch_status(
             None => next.await,
         };
         match seen.context("watching")? {
-            Some(Seen::Rollout(r)) => rollout = Some(r),
-            Some(Seen::Lws(l)) => lws = Some(l),
+            Some(Seen::Rollout(r)) => rollout = Some(*r),
+            Some(Seen::Lws(l)) => lws = Some(*l),
             None => return Err(anyhow!("the watch ended")),
         }
         // Judge only once both objects have been seen.
@@ -299,9 +299,10 @@ async fn watch_status(
     }
 }
 
+/// One watch event: the object as it is now (`None`: deleted). Boxed, the LWS being large.
 enum Seen {
-    Rollout(Option<Rollout>),
-    Lws(Option<LeaderWorkerSet>),
+    Rollout(Box<Option<Rollout>>),
+    Lws(Box<Option<LeaderWorkerSet>>),
 }
 
 /// `undo` without --fast: writes the held stable revision's template back into the LWS and
@@ -391,7 +392,6 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
             }
         }
     };
-    let _ = rollout.name_any();
     Ok(summary::render(&summary::SummaryInput {
         rollout: &rollout,
         stable: stable.as_ref(),
