@@ -11,8 +11,9 @@ use crate::{
     harness::with_ns,
     lws_support::{create_available, lws},
     rollout_tools::{
-        KRUISE_BIN_ENV, StatusWatch, condition, create_rollout, images, kubectl_lws, paused_at,
-        phase_of, rollout, run, run_ok, step_of, tool, wait_released, wait_rollout,
+        KRUISE_BIN_ENV, StatusWatch, condition, create_rollout, images, kubectl_lws,
+        kubectl_plugin, paused_at, phase_of, rollout, run, run_ok, step_of, tool, wait_released,
+        wait_rollout,
     },
 };
 
@@ -131,7 +132,8 @@ async fn kubectl_lws_drives_a_release_jumps_back_and_rolls_it_back() -> anyhow::
         let r = wait_rollout(&ns, "vllm", "paused at step 2", paused_at(2)).await?;
         assert_eq!(r.status.as_ref().and_then(|s| s.canary_status.as_ref()).map(|c| c.canary_ready_replicas), Some(2));
 
-        let summary = run_ok(lws_bin, &n, &["rollout", "describe", "vllm"]).await?;
+        // Through kubectl's plugin lookup, as users run it.
+        let summary = kubectl_plugin(&n, &["rollout", "describe", "vllm"]).await?;
         assert!(summary.contains("step 2/3 StepPaused"), "{summary}");
         assert!(summary.contains("->   2     2"), "the current step is marked:\n{summary}");
         assert!(summary.contains("stable: 3 groups wanted, 3 exist, 3 ready"), "{summary}");

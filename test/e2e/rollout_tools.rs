@@ -64,6 +64,37 @@ pub async fn run(bin: &str, ns: &str, args: &[&str]) -> anyhow::Result<Output> {
     Ok(out)
 }
 
+/// Runs `kubectl lws <args>` with the suite's kubectl and kubectl-lws's directory first on
+/// `PATH`: kubectl's own plugin lookup finds `kubectl-lws`.
+pub async fn kubectl_plugin(ns: &str, args: &[&str]) -> anyhow::Result<String> {
+    let kubectl = crate::isolated::bin_dir()?.join("kubectl");
+    let plugin_dir = std::path::Path::new(kubectl_lws())
+        .parent()
+        .context("kubectl-lws has a directory")?
+        .to_path_buf();
+    let path = std::env::join_paths(std::iter::once(plugin_dir).chain(std::env::split_paths(
+        &std::env::var_os("PATH").unwrap_or_default(),
+    )))?;
+    let out = tokio::process::Command::new(&kubectl)
+        .arg("lws")
+        .args(args)
+        .args(["-n", ns])
+        .env("KUBECONFIG", kubeconfig_path()?)
+        .env("PATH", path)
+        .stdin(Stdio::null())
+        .output()
+        .await
+        .context("running kubectl lws")?;
+    if !out.status.success() {
+        bail!(
+            "kubectl lws {args:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Like [`run`], failing unless the tool exits 0; returns its stdout.
 pub async fn run_ok(bin: &str, ns: &str, args: &[&str]) -> anyhow::Result<String> {
     let out = run(bin, ns, args).await?;
