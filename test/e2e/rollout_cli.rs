@@ -4,6 +4,9 @@
 
 use std::time::Duration;
 
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use kube::api::PostParams;
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 use serde_json::json;
 
@@ -171,6 +174,82 @@ async fn kubectl_lws_drives_a_release_jumps_back_and_rolls_it_back() -> anyhow::
         let out = run(lws_bin, &n, &["rollout", "status", "vllm", "--timeout", "30s"]).await?;
         assert_eq!(out.status.code(), Some(2), "the last release was cancelled: {out:?}");
         assert_eq!(phase_of(&r), "Healthy");
+        Ok(())
+    })
+    .await
+}
+
+/// An LWS whose pods carry `app: vllm`, the selector of the Service the route sends to.
+fn labelled_lws(image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "vllm"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+            "workerTemplate": {"metadata": {"labels": {"app": "vllm"}},
+                "spec": {"containers": [{"name": "model", "image": image,
+                    "ports": [{"name": "http", "containerPort": 8000}]}]}}}}
+    })
+}
+
+#[tokio::test]
+async fn kubectl_lws_summary_shows_the_split_of_the_live_route_and_fast_undo_follows_kruise()
+-> anyhow::Result<()> {
+    with_ns("cli-route", |ns| async move {
+        let n = ns.name.clone();
+        let lws_bin = kubectl_lws();
+        create_available(&ns, &labelled_lws("model:v1")).await?;
+        let svc: Service = serde_json::from_value(json!({
+            "metadata": {"name": "api"},
+            "spec": {"selector": {"app": "vllm"}, "ports": [{"name": "http", "port": 80, "targetPort": 8000}]}
+        }))?;
+        ns.api::<Service>().create(&PostParams::default(), &svc).await?;
+        let route: HttpRoute = serde_json::from_value(json!({
+            "metadata": {"name": "vllm"},
+            "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": "api", "port": 80}]}]}
+        }))?;
+        ns.api::<HttpRoute>().create(&PostParams::default(), &route).await?;
+        let mut r = rollout(
+            "vllm",
+            "vllm",
+            json!([{"replicas": 1, "traffic": "20%", "pause": {}}, {"replicas": 2, "traffic": "50%", "pause": {}}]),
+        );
+        r.spec.strategy.canary.as_mut().expect("canary").traffic_routings = Some(vec![serde_json::from_value(
+            json!({"service": "api", "gateway": {"httpRouteName": "vllm"}, "gracePeriodSeconds": 0}),
+        )?]);
+        create_rollout(&ns, &r).await?;
+        let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
+        assert!(summary.contains("no canary backend: all to api"), "{summary}");
+
+        crate::lws_support::apply(&ns, &labelled_lws("model:v2")).await?;
+        wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
+        assert!(summary.contains("traffic 20% |"), "{summary}");
+        assert!(summary.contains("rule 0: canary 20% (api 80, api-canary 20)"), "{summary}");
+
+        run_ok(lws_bin, &n, &["rollout", "approve", "vllm"]).await?;
+        wait_rollout(&ns, "vllm", "paused at step 2", paused_at(2)).await?;
+        let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
+        assert!(summary.contains("rule 0: canary 50% (api 50, api-canary 50)"), "{summary}");
+
+        // Every earlier step sends traffic: kubectl-kruise's --fast has no step to pick, and
+        // neither does kubectl-lws; a named step works.
+        let out = run(lws_bin, &n, &["rollout", "undo", "vllm", "--fast"]).await?;
+        assert_eq!(out.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--to-step"), "{out:?}");
+        if let Some(kruise) = std::env::var(KRUISE_BIN_ENV).ok().filter(|k| !k.is_empty()) {
+            let out = run(&kruise, &n, &["rollout", "undo", "rollout/vllm", "--fast"]).await?;
+            assert!(!out.status.success());
+            assert!(String::from_utf8_lossy(&out.stderr).contains("no previous step with no traffic"), "{out:?}");
+        }
+        run_ok(lws_bin, &n, &["rollout", "undo", "vllm", "--fast", "--to-step", "1"]).await?;
+        wait_rollout(&ns, "vllm", "back at step 1, paused", paused_at(1)).await?;
+        let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
+        assert!(summary.contains("rule 0: canary 20% (api 80, api-canary 20)"), "{summary}");
+
+        run_ok(lws_bin, &n, &["rollout", "undo", "vllm"]).await?;
+        wait_released(&ns, "vllm", "vllm").await?;
+        let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
+        assert!(summary.contains("no canary backend: all to api"), "restored:\n{summary}");
         Ok(())
     })
     .await
