@@ -22,6 +22,8 @@ mod manager;
 mod markers;
 mod scripts;
 mod takeover;
+mod traffic;
+mod traffic_driver;
 mod upstream;
 mod upstream_reference;
 mod webhook_cert;

@@ -17,7 +17,9 @@ pub enum Target {
 pub async fn run(listener: TcpListener, target: Target) {
     let target = std::sync::Arc::new(target);
     loop {
-        let Ok((mut down, _)) = listener.accept().await else { continue };
+        let Ok((mut down, _)) = listener.accept().await else {
+            continue;
+        };
         let target = target.clone();
         tokio::spawn(async move {
             let _ = down.set_nodelay(true);

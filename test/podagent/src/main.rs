@@ -25,7 +25,9 @@ use kube::runtime::watcher;
 use kube::{Api, Client};
 
 #[derive(Parser)]
-#[command(about = "Makes Ready pods of the local test cluster answer HTTP inside its network namespace")]
+#[command(
+    about = "Makes Ready pods of the local test cluster answer HTTP inside its network namespace"
+)]
 struct Args {
     /// Name of the network namespace (under /var/run/netns) the pod addresses live in.
     #[arg(long)]
@@ -50,8 +52,13 @@ struct Args {
 }
 
 fn pair(s: &str) -> anyhow::Result<(SocketAddr, SocketAddr)> {
-    let (l, t) = s.split_once('=').with_context(|| format!("{s}: expected LISTEN=TARGET"))?;
-    Ok((l.parse().with_context(|| format!("{l}"))?, t.parse().with_context(|| format!("{t}"))?))
+    let (l, t) = s
+        .split_once('=')
+        .with_context(|| format!("{s}: expected LISTEN=TARGET"))?;
+    Ok((
+        l.parse().with_context(|| format!("{l}"))?,
+        t.parse().with_context(|| format!("{t}"))?,
+    ))
 }
 
 #[tokio::main]
@@ -64,7 +71,10 @@ async fn main() -> anyhow::Result<()> {
         if !target.ip().is_loopback() {
             bail!("--bridge-in target {target} is not on loopback");
         }
-        let l = ns.bind(listen).await.with_context(|| format!("listening on {listen} in the namespace"))?;
+        let l = ns
+            .bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen} in the namespace"))?;
         tokio::spawn(bridge::run(l, bridge::Target::Host(target)));
     }
     for b in &args.bridge_out {
@@ -72,11 +82,15 @@ async fn main() -> anyhow::Result<()> {
         if !listen.ip().is_loopback() {
             bail!("--bridge-out listen address {listen} is not on loopback");
         }
-        let l = tokio::net::TcpListener::bind(listen).await.with_context(|| format!("listening on {listen}"))?;
+        let l = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("listening on {listen}"))?;
         tokio::spawn(bridge::run(l, bridge::Target::Netns(ns.clone(), target)));
     }
 
-    let client = Client::try_default().await.context("kube client from KUBECONFIG")?;
+    let client = Client::try_default()
+        .await
+        .context("kube client from KUBECONFIG")?;
     let api: Api<Pod> = Api::all(client);
     let drain = Duration::from_millis(args.drain_ms);
     let mut server = serve::Server::new(ns);
@@ -116,7 +130,13 @@ async fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        let next = table::next(&server.table(), &pods, &args.pod_cidr, drain, Instant::now());
+        let next = table::next(
+            &server.table(),
+            &pods,
+            &args.pod_cidr,
+            drain,
+            Instant::now(),
+        );
         server.apply(next).await;
         if listed && !ready {
             std::fs::write(&args.ready_file, b"ready\n").context("writing the ready file")?;

@@ -16,7 +16,10 @@ use std::sync::mpsc;
 use tokio::sync::oneshot;
 
 enum Job {
-    Bind(SocketAddr, oneshot::Sender<io::Result<std::net::TcpListener>>),
+    Bind(
+        SocketAddr,
+        oneshot::Sender<io::Result<std::net::TcpListener>>,
+    ),
     Connect(SocketAddr, oneshot::Sender<io::Result<std::net::TcpStream>>),
 }
 
@@ -31,29 +34,32 @@ impl Netns {
     /// namespace does not exist or cannot be entered.
     pub fn open(name: &str) -> io::Result<Self> {
         let path = format!("/var/run/netns/{name}");
-        let file = File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
+        let file =
+            File::open(&path).map_err(|e| io::Error::new(e.kind(), format!("{path}: {e}")))?;
         let (jobs, rx) = mpsc::channel::<Job>();
         let (entered_tx, entered_rx) = mpsc::channel::<io::Result<()>>();
-        std::thread::Builder::new().name("netns".into()).spawn(move || {
-            // SAFETY: setns on a file descriptor we own; it changes only this thread's namespace.
-            if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                let _ = entered_tx.send(Err(io::Error::last_os_error()));
-                return;
-            }
-            let _ = entered_tx.send(Ok(()));
-            for job in rx {
-                match job {
-                    Job::Bind(addr, reply) => {
-                        let _ = reply.send(std::net::TcpListener::bind(addr));
-                    }
-                    // Connections go to loopback or pod addresses of this namespace only, which
-                    // are local: connect returns at once, so blocking this thread is fine.
-                    Job::Connect(addr, reply) => {
-                        let _ = reply.send(std::net::TcpStream::connect(addr));
+        std::thread::Builder::new()
+            .name("netns".into())
+            .spawn(move || {
+                // SAFETY: setns on a file descriptor we own; it changes only this thread's namespace.
+                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
+                    let _ = entered_tx.send(Err(io::Error::last_os_error()));
+                    return;
+                }
+                let _ = entered_tx.send(Ok(()));
+                for job in rx {
+                    match job {
+                        Job::Bind(addr, reply) => {
+                            let _ = reply.send(std::net::TcpListener::bind(addr));
+                        }
+                        // Connections go to loopback or pod addresses of this namespace only, which
+                        // are local: connect returns at once, so blocking this thread is fine.
+                        Job::Connect(addr, reply) => {
+                            let _ = reply.send(std::net::TcpStream::connect(addr));
+                        }
                     }
                 }
-            }
-        })?;
+            })?;
         entered_rx
             .recv()
             .map_err(|_| io::Error::other("netns thread ended"))?
@@ -63,16 +69,24 @@ impl Netns {
 
     pub async fn bind(&self, addr: SocketAddr) -> io::Result<tokio::net::TcpListener> {
         let (tx, rx) = oneshot::channel();
-        self.jobs.send(Job::Bind(addr, tx)).map_err(|_| io::Error::other("netns thread ended"))?;
-        let l = rx.await.map_err(|_| io::Error::other("netns thread ended"))??;
+        self.jobs
+            .send(Job::Bind(addr, tx))
+            .map_err(|_| io::Error::other("netns thread ended"))?;
+        let l = rx
+            .await
+            .map_err(|_| io::Error::other("netns thread ended"))??;
         l.set_nonblocking(true)?;
         tokio::net::TcpListener::from_std(l)
     }
 
     pub async fn connect(&self, addr: SocketAddr) -> io::Result<tokio::net::TcpStream> {
         let (tx, rx) = oneshot::channel();
-        self.jobs.send(Job::Connect(addr, tx)).map_err(|_| io::Error::other("netns thread ended"))?;
-        let s = rx.await.map_err(|_| io::Error::other("netns thread ended"))??;
+        self.jobs
+            .send(Job::Connect(addr, tx))
+            .map_err(|_| io::Error::other("netns thread ended"))?;
+        let s = rx
+            .await
+            .map_err(|_| io::Error::other("netns thread ended"))??;
         s.set_nonblocking(true)?;
         s.set_nodelay(true)?;
         tokio::net::TcpStream::from_std(s)

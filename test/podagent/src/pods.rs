@@ -34,14 +34,19 @@ impl Cidr {
 impl FromStr for Cidr {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, String> {
-        let (ip, len) = s.split_once('/').ok_or_else(|| format!("{s}: not a.b.c.d/n"))?;
+        let (ip, len) = s
+            .split_once('/')
+            .ok_or_else(|| format!("{s}: not a.b.c.d/n"))?;
         let ip: Ipv4Addr = ip.parse().map_err(|e| format!("{s}: {e}"))?;
         let len: u32 = len.parse().map_err(|e| format!("{s}: {e}"))?;
         if len > 32 {
             return Err(format!("{s}: prefix longer than 32"));
         }
         let mask = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-        Ok(Cidr { base: u32::from(ip) & mask, mask })
+        Ok(Cidr {
+            base: u32::from(ip) & mask,
+            mask,
+        })
     }
 }
 
@@ -83,7 +88,11 @@ pub fn behaviour(annotations: &BTreeMap<String, String>) -> Behaviour {
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map(Duration::from_millis)
     };
-    Behaviour { status, delay: ms(DELAY_ANNOTATION).unwrap_or_default(), drain: ms(DRAIN_ANNOTATION) }
+    Behaviour {
+        status,
+        delay: ms(DELAY_ANNOTATION).unwrap_or_default(),
+        drain: ms(DRAIN_ANNOTATION),
+    }
 }
 
 /// Running, Ready and not being deleted: the agent answers for it.
@@ -91,7 +100,9 @@ pub fn is_serving(pod: &Pod) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
     }
-    let Some(status) = &pod.status else { return false };
+    let Some(status) = &pod.status else {
+        return false;
+    };
     status.phase.as_deref() == Some("Running")
         && status
             .conditions
@@ -116,14 +127,18 @@ pub fn endpoints(pod: &Pod, range: &Cidr) -> Vec<(SocketAddr, PodInfo)> {
     else {
         return Vec::new();
     };
-    let Some(spec) = &pod.spec else { return Vec::new() };
+    let Some(spec) = &pod.spec else {
+        return Vec::new();
+    };
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let behaviour = behaviour(&annotations);
     let mut out = Vec::new();
     for c in &spec.containers {
         for p in c.ports.iter().flatten() {
-            if p.protocol.as_deref().unwrap_or("TCP") != "TCP" || !(1..=65535).contains(&p.container_port) {
+            if p.protocol.as_deref().unwrap_or("TCP") != "TCP"
+                || !(1..=65535).contains(&p.container_port)
+            {
                 continue;
             }
             let info = PodInfo {
@@ -198,8 +213,20 @@ mod tests {
     fn no_port_or_foreign_ip_means_not_served() {
         let range: Cidr = "198.18.0.0/19".parse().unwrap();
         assert!(endpoints(&ready_pod("198.18.0.7", json!(null)), &range).is_empty());
-        assert!(endpoints(&ready_pod("10.244.0.7", json!([{"containerPort": 80}])), &range).is_empty());
-        assert!(endpoints(&ready_pod("198.18.99.7", json!([{"containerPort": 80}])), &range).is_empty());
+        assert!(
+            endpoints(
+                &ready_pod("10.244.0.7", json!([{"containerPort": 80}])),
+                &range
+            )
+            .is_empty()
+        );
+        assert!(
+            endpoints(
+                &ready_pod("198.18.99.7", json!([{"containerPort": 80}])),
+                &range
+            )
+            .is_empty()
+        );
     }
 
     #[test]
@@ -221,12 +248,38 @@ mod tests {
     #[test]
     fn behaviour_annotations_parse_and_bad_values_are_ignored() {
         let a = |pairs: &[(&str, &str)]| {
-            behaviour(&pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            behaviour(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
         };
-        assert_eq!(a(&[]), Behaviour { status: 200, delay: Duration::ZERO, drain: None });
-        let b = a(&[(STATUS_ANNOTATION, "503"), (DELAY_ANNOTATION, "250"), (DRAIN_ANNOTATION, "0")]);
-        assert_eq!(b, Behaviour { status: 503, delay: Duration::from_millis(250), drain: Some(Duration::ZERO) });
-        assert_eq!(a(&[(STATUS_ANNOTATION, "99"), (DELAY_ANNOTATION, "x")]).status, 200);
+        assert_eq!(
+            a(&[]),
+            Behaviour {
+                status: 200,
+                delay: Duration::ZERO,
+                drain: None
+            }
+        );
+        let b = a(&[
+            (STATUS_ANNOTATION, "503"),
+            (DELAY_ANNOTATION, "250"),
+            (DRAIN_ANNOTATION, "0"),
+        ]);
+        assert_eq!(
+            b,
+            Behaviour {
+                status: 503,
+                delay: Duration::from_millis(250),
+                drain: Some(Duration::ZERO)
+            }
+        );
+        assert_eq!(
+            a(&[(STATUS_ANNOTATION, "99"), (DELAY_ANNOTATION, "x")]).status,
+            200
+        );
         assert_eq!(a(&[(STATUS_ANNOTATION, "abc")]).status, 200);
     }
 }

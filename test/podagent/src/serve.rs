@@ -30,7 +30,12 @@ struct Listener {
 
 impl Server {
     pub fn new(netns: Netns) -> Self {
-        Server { netns, table: Default::default(), listeners: HashMap::new(), bind_failed: HashSet::new() }
+        Server {
+            netns,
+            table: Default::default(),
+            listeners: HashMap::new(),
+            bind_failed: HashSet::new(),
+        }
     }
 
     pub fn table(&self) -> Table {
@@ -40,13 +45,36 @@ impl Server {
     /// Makes the listeners match `next`: new addresses start answering, addresses no longer in
     /// the table stop accepting (requests in flight still complete).
     pub async fn apply(&mut self, next: Table) {
-        let added: Vec<SocketAddr> = next.keys().filter(|a| !self.listeners.contains_key(a)).copied().collect();
-        let removed: Vec<SocketAddr> = self.listeners.keys().filter(|a| !next.contains_key(a)).copied().collect();
+        let added: Vec<SocketAddr> = next
+            .keys()
+            .filter(|a| !self.listeners.contains_key(a))
+            .copied()
+            .collect();
+        let removed: Vec<SocketAddr> = self
+            .listeners
+            .keys()
+            .filter(|a| !next.contains_key(a))
+            .copied()
+            .collect();
         for (addr, e) in &next {
-            let old = self.table.lock().unwrap().get(addr).map(|o| (o.info.uid.clone(), o.drain_until));
-            if old.as_ref().map(|(u, d)| (u, d.is_some())) != Some((&e.info.uid, e.drain_until.is_some())) {
-                let state = if e.drain_until.is_some() { "draining" } else { "serving" };
-                eprintln!("{state} {addr} for pod {}/{}", e.info.namespace, e.info.name);
+            let old = self
+                .table
+                .lock()
+                .unwrap()
+                .get(addr)
+                .map(|o| (o.info.uid.clone(), o.drain_until));
+            if old.as_ref().map(|(u, d)| (u, d.is_some()))
+                != Some((&e.info.uid, e.drain_until.is_some()))
+            {
+                let state = if e.drain_until.is_some() {
+                    "draining"
+                } else {
+                    "serving"
+                };
+                eprintln!(
+                    "{state} {addr} for pod {}/{}",
+                    e.info.namespace, e.info.name
+                );
             }
         }
         *self.table.lock().unwrap() = next;
@@ -56,12 +84,16 @@ impl Server {
                 eprintln!("stopped {addr}");
             }
         }
-        self.bind_failed.retain(|a| self.table.lock().unwrap().contains_key(a));
+        self.bind_failed
+            .retain(|a| self.table.lock().unwrap().contains_key(a));
         for addr in added {
             match self.netns.bind(addr).await {
                 Ok(l) => {
                     let (stop, stopped) = oneshot::channel::<()>();
-                    let app = Router::new().fallback(answer).with_state(Listener { addr, table: self.table.clone() });
+                    let app = Router::new().fallback(answer).with_state(Listener {
+                        addr,
+                        table: self.table.clone(),
+                    });
                     tokio::spawn(async move {
                         let _ = axum::serve(l, app)
                             .with_graceful_shutdown(async {
@@ -86,7 +118,11 @@ impl Server {
 async fn answer(State(l): State<Listener>, req: Request) -> Response {
     let info = l.table.lock().unwrap().get(&l.addr).map(|e| e.info.clone());
     let Some(info) = info else {
-        return (StatusCode::SERVICE_UNAVAILABLE, "no pod answers here any more\n").into_response();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "no pod answers here any more\n",
+        )
+            .into_response();
     };
     if !info.behaviour.delay.is_zero() {
         tokio::time::sleep(info.behaviour.delay).await;
@@ -122,6 +158,9 @@ async fn answer(State(l): State<Listener>, req: Request) -> Response {
     });
     let status = StatusCode::from_u16(info.behaviour.status).unwrap_or(StatusCode::OK);
     let mut resp = (status, body.to_string() + "\n").into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     resp
 }

@@ -24,7 +24,13 @@ pub type Table = HashMap<SocketAddr, Entry>;
 /// recycled IP takes the address over). A pod that stops being Ready but still exists stops at
 /// once; a pod being deleted or gone drains for its drain time (`default_drain` unless
 /// annotated), then stops.
-pub fn next(old: &Table, pods: &HashMap<String, Pod>, range: &Cidr, default_drain: Duration, now: Instant) -> Table {
+pub fn next(
+    old: &Table,
+    pods: &HashMap<String, Pod>,
+    range: &Cidr,
+    default_drain: Duration,
+    now: Instant,
+) -> Table {
     let mut new = Table::new();
     for pod in pods.values().filter(|p| pods::is_serving(p)) {
         for (addr, info) in pods::endpoints(pod, range) {
@@ -32,7 +38,13 @@ pub fn next(old: &Table, pods: &HashMap<String, Pod>, range: &Cidr, default_drai
                 Some(e) if *e.info == info => e.info.clone(),
                 _ => Arc::new(info),
             };
-            new.insert(addr, Entry { info, drain_until: None });
+            new.insert(
+                addr,
+                Entry {
+                    info,
+                    drain_until: None,
+                },
+            );
         }
     }
     for (addr, e) in old {
@@ -43,9 +55,17 @@ pub fn next(old: &Table, pods: &HashMap<String, Pod>, range: &Cidr, default_drai
         if !leaving {
             continue;
         }
-        let until = e.drain_until.unwrap_or_else(|| now + e.info.behaviour.drain.unwrap_or(default_drain));
+        let until = e
+            .drain_until
+            .unwrap_or_else(|| now + e.info.behaviour.drain.unwrap_or(default_drain));
         if until > now {
-            new.insert(*addr, Entry { info: e.info.clone(), drain_until: Some(until) });
+            new.insert(
+                *addr,
+                Entry {
+                    info: e.info.clone(),
+                    drain_until: Some(until),
+                },
+            );
         }
     }
     new
@@ -65,15 +85,18 @@ mod tests {
         }))
         .unwrap();
         if deleting {
-            p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ));
+            p.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ));
         }
         p
     }
 
     fn pods(list: Vec<Pod>) -> HashMap<String, Pod> {
-        list.into_iter().map(|p| (p.metadata.uid.clone().unwrap(), p)).collect()
+        list.into_iter()
+            .map(|p| (p.metadata.uid.clone().unwrap(), p))
+            .collect()
     }
 
     const DRAIN: Duration = Duration::from_secs(2);
@@ -89,22 +112,52 @@ mod tests {
     #[test]
     fn ready_pods_answer_and_unready_ones_stop_at_once() {
         let t0 = Instant::now();
-        let t = next(&Table::new(), &pods(vec![pod("a", "198.18.0.1", true, false)]), &range(), DRAIN, t0);
+        let t = next(
+            &Table::new(),
+            &pods(vec![pod("a", "198.18.0.1", true, false)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         assert_eq!(t.len(), 1);
         assert!(t[&addr("198.18.0.1")].drain_until.is_none());
-        let t = next(&t, &pods(vec![pod("a", "198.18.0.1", false, false)]), &range(), DRAIN, t0);
+        let t = next(
+            &t,
+            &pods(vec![pod("a", "198.18.0.1", false, false)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         assert!(t.is_empty());
     }
 
     #[test]
     fn deleted_pods_drain_then_stop() {
         let t0 = Instant::now();
-        let t = next(&Table::new(), &pods(vec![pod("a", "198.18.0.1", true, false)]), &range(), DRAIN, t0);
+        let t = next(
+            &Table::new(),
+            &pods(vec![pod("a", "198.18.0.1", true, false)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         // Deleting: still answers, with a deadline.
-        let t = next(&t, &pods(vec![pod("a", "198.18.0.1", true, true)]), &range(), DRAIN, t0);
+        let t = next(
+            &t,
+            &pods(vec![pod("a", "198.18.0.1", true, true)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         assert_eq!(t[&addr("198.18.0.1")].drain_until, Some(t0 + DRAIN));
         // Gone: the deadline does not move.
-        let t = next(&t, &pods(vec![]), &range(), DRAIN, t0 + Duration::from_secs(1));
+        let t = next(
+            &t,
+            &pods(vec![]),
+            &range(),
+            DRAIN,
+            t0 + Duration::from_secs(1),
+        );
         assert_eq!(t[&addr("198.18.0.1")].drain_until, Some(t0 + DRAIN));
         let t = next(&t, &pods(vec![]), &range(), DRAIN, t0 + DRAIN);
         assert!(t.is_empty());
@@ -113,10 +166,22 @@ mod tests {
     #[test]
     fn a_new_pod_takes_over_a_recycled_ip_from_a_draining_one() {
         let t0 = Instant::now();
-        let t = next(&Table::new(), &pods(vec![pod("a", "198.18.0.1", true, false)]), &range(), DRAIN, t0);
+        let t = next(
+            &Table::new(),
+            &pods(vec![pod("a", "198.18.0.1", true, false)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         let t = next(&t, &pods(vec![]), &range(), DRAIN, t0);
         assert_eq!(t[&addr("198.18.0.1")].info.uid, "a");
-        let t = next(&t, &pods(vec![pod("b", "198.18.0.1", true, false)]), &range(), DRAIN, t0);
+        let t = next(
+            &t,
+            &pods(vec![pod("b", "198.18.0.1", true, false)]),
+            &range(),
+            DRAIN,
+            t0,
+        );
         assert_eq!(t[&addr("198.18.0.1")].info.uid, "b");
         assert!(t[&addr("198.18.0.1")].drain_until.is_none());
     }
@@ -127,6 +192,9 @@ mod tests {
         let ps = pods(vec![pod("a", "198.18.0.1", true, false)]);
         let t1 = next(&Table::new(), &ps, &range(), DRAIN, t0);
         let t2 = next(&t1, &ps, &range(), DRAIN, t0);
-        assert!(Arc::ptr_eq(&t1[&addr("198.18.0.1")].info, &t2[&addr("198.18.0.1")].info));
+        assert!(Arc::ptr_eq(
+            &t1[&addr("198.18.0.1")].info,
+            &t2[&addr("198.18.0.1")].info
+        ));
     }
 }
