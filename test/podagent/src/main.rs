@@ -56,8 +56,8 @@ fn pair(s: &str) -> anyhow::Result<(SocketAddr, SocketAddr)> {
         .split_once('=')
         .with_context(|| format!("{s}: expected LISTEN=TARGET"))?;
     Ok((
-        l.parse().with_context(|| format!("{l}"))?,
-        t.parse().with_context(|| format!("{t}"))?,
+        l.parse().with_context(|| format!("bad address {l}"))?,
+        t.parse().with_context(|| format!("bad address {t}"))?,
     ))
 }
 
