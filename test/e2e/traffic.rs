@@ -125,6 +125,7 @@ async fn httproute_weights_split_80_20_over_1000_requests() -> anyhow::Result<()
         let spec = RequestSpec::new(&h);
         wait_until_served(&t, &spec, group, &["0", "1"], Duration::from_secs(60)).await?;
         let report = run(&t, spec, 1000, 250).await?;
+        eprintln!("80/20: {}", report.summary());
         report.assert_no_failures("80/20 split")?;
         report.assert_share(
             "group 1 (weight 20)",
@@ -222,6 +223,7 @@ async fn nginx_canary_ingress_by_weight_header_and_cookie() -> anyhow::Result<()
         let spec = RequestSpec::new(&h);
         wait_until_served(&t, &spec, group, &["0", "1"], Duration::from_secs(60)).await?;
         let report = run(&t, spec.clone(), 1000, 250).await?;
+        eprintln!("nginx weight 20: {}", report.summary());
         report.assert_no_failures("nginx canary-weight 20")?;
         report.assert_share("canary (weight 20)", |o| o.group.as_deref() == Some("1"), 0.20, 1000)?;
 
@@ -308,6 +310,7 @@ async fn a_pod_marked_failing_shows_up_as_failures() -> anyhow::Result<()> {
             );
         }
         let report = run(&t, spec, 400, 250).await?;
+        eprintln!("failing pod: {}", report.summary());
         let failures = report.failures();
         anyhow::ensure!(
             failures
@@ -410,6 +413,7 @@ async fn scaling_an_lws_up_and_down_under_load_loses_no_request() -> anyhow::Res
             );
         }
         let report = driver.stop().await;
+        eprintln!("scale 2 -> 4 -> 1: {}", report.summary());
         report.assert_no_failures("scale 2 -> 4 -> 1 under load")?;
         anyhow::ensure!(
             report.total() >= 200,

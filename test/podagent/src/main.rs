@@ -44,7 +44,7 @@ struct Args {
     #[arg(long = "bridge-out")]
     bridge_out: Vec<String>,
     /// How long a deleted pod keeps answering (a real server's preStop drain), in milliseconds.
-    #[arg(long, default_value_t = 2000)]
+    #[arg(long, default_value_t = 5000)]
     drain_ms: u64,
     /// Written once the bridges listen and the first pod list is served.
     #[arg(long)]
