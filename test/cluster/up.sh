@@ -258,7 +258,7 @@ traffic_wait() { # description, timeout seconds, component, then the check comma
   local deadline=$((SECONDS + timeout))
   until "$@" >/dev/null 2>&1; do
     if ! kill -0 "$(cat "$STATE/pids/$comp.pid")" 2>/dev/null; then
-      traffic_fail "$comp exited while waiting for $what: $(grep -v '^\s*$' "$STATE/logs/$comp.log" | tail -n 1)"
+      traffic_fail "$comp exited while waiting for $what: $(grep -v '^\s*$' "$STATE/logs/$comp.log" | tail -n 1 | grep . || echo "no output, log: $STATE/logs/$comp.log")"
       return 1
     fi
     [ $SECONDS -lt $deadline ] || { traffic_fail "timed out after ${timeout}s waiting for $what (logs: $STATE/logs/$comp.log)"; return 1; }
