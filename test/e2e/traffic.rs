@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::harness::{TestNs, wait_for, with_ns};
 use crate::lws_support::{available_with, create_available, pods_of};
 use crate::traffic_driver::{
-    Driver, Outcome, RequestSpec, Traffic, run, traffic_or_skip, wait_until_served,
+    Driver, Outcome, ReleaseTraffic, RequestSpec, Traffic, run, traffic_or_skip, wait_until_served,
 };
 
 const PORT: i32 = 8080;
@@ -420,6 +420,53 @@ async fn scaling_an_lws_up_and_down_under_load_loses_no_request() -> anyhow::Res
             "too few requests: {}",
             report.summary()
         );
+        Ok(())
+    })
+    .await
+}
+
+/// A canary release done by hand (the Rollout controller will do these steps): the helper the
+/// release e2e tests call, held to the same promises on a real route.
+#[tokio::test]
+async fn a_manual_canary_release_keeps_every_traffic_promise() -> anyhow::Result<()> {
+    let Some(t) = traffic_or_skip("a_manual_canary_release_keeps_every_traffic_promise") else {
+        return Ok(());
+    };
+    with_ns("traffic-release", |ns| async move {
+        create_available(&ns, &serving_lws("stable", 2, 2)).await?;
+        let mut canary = serving_lws("canary", 1, 2);
+        canary["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"] = json!("model:v2");
+        create_available(&ns, &canary).await?;
+        // Not "stable"/"canary": those names belong to the LWSs' headless Services.
+        leader_service(&ns, "stable-api", "stable", None).await?;
+        leader_service(&ns, "canary-api", "canary", None).await?;
+        let h = host(&ns);
+        let route = |weight: i32, by_header: bool| {
+            let mut rules = vec![];
+            if by_header {
+                rules.push(json!({"matches": [{"headers": [{"name": "x-canary", "value": "true"}]}],
+                    "backendRefs": [backend("canary-api", 1)]}));
+            }
+            rules.push(json!({"backendRefs": [backend("stable-api", 100 - weight), backend("canary-api", weight)]}));
+            http_route(&t, "model", &h, json!(rules))
+        };
+        apply_route(&ns, route(0, true)).await?;
+        let plain = RequestSpec::new(&h);
+        let matched = RequestSpec::new(&h).header("x-canary", "true");
+        wait_until_served(&t, &plain, |o| o.lws.clone(), &["stable"], Duration::from_secs(60)).await?;
+        wait_until_served(&t, &matched, |o| o.lws.clone(), &["canary"], Duration::from_secs(60)).await?;
+
+        let release = ReleaseTraffic::start(&t, plain, Some(matched), 200, |o: &Outcome| o.lws.as_deref() == Some("canary"));
+        release.assert_step(0, 200).await?;
+        for weight in [20, 50] {
+            apply_route(&ns, route(weight, true)).await?;
+            release.assert_step(weight as u32, 400).await?;
+        }
+        // Rollback: all traffic back to stable, the header rule removed.
+        apply_route(&ns, route(0, false)).await?;
+        release.assert_rolled_back(200).await?;
+        let report = release.finish().await?;
+        eprintln!("manual release: {}", report.summary());
         Ok(())
     })
     .await

@@ -78,6 +78,8 @@ pub struct RequestSpec {
     pub host: String,
     pub path: String,
     pub headers: Vec<(String, String)>,
+    /// Copied into each [`Outcome`], to tell kinds of requests apart in one run.
+    pub label: String,
 }
 
 impl RequestSpec {
@@ -86,6 +88,7 @@ impl RequestSpec {
             host: host.to_string(),
             path: "/v1/completions".into(),
             headers: Vec::new(),
+            label: String::new(),
         }
     }
 
@@ -97,11 +100,18 @@ impl RequestSpec {
     pub fn cookie(self, name: &str, value: &str) -> Self {
         self.header("cookie", &format!("{name}={value}"))
     }
+
+    pub fn labelled(mut self, label: &str) -> Self {
+        self.label = label.to_string();
+        self
+    }
 }
 
 /// What happened to one request.
 #[derive(Clone, Debug)]
 pub struct Outcome {
+    /// The label of the request's [`RequestSpec`].
+    pub label: String,
     /// When it was sent, from the driver's start.
     pub at: Duration,
     pub took: Duration,
@@ -248,6 +258,7 @@ pub async fn send(t: &Traffic, spec: &RequestSpec) -> Outcome {
     let result = tokio::time::timeout(Duration::from_secs(10), exchange(t.entry, spec)).await;
     let took = start.elapsed();
     let mut o = Outcome {
+        label: spec.label.clone(),
         at: Duration::ZERO,
         took,
         status: None,
@@ -460,5 +471,109 @@ pub async fn wait_until_served(
             );
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// How long after a traffic change a window starts: the proxy applies a route or Ingress change
+/// within a few hundred milliseconds (throttle 100 ms, then its informers), so requests sent
+/// in between belong to neither side of the change.
+pub const SETTLE: Duration = Duration::from_secs(1);
+
+/// Traffic through a whole release, for the release e2e tests: plain requests and (optionally)
+/// header-matched ones at a steady rate, checked step by step against the promises a release
+/// makes — the canary's share per step, matched requests reaching only the canary, none after
+/// a rollback, and not one failed request from start to finish.
+pub struct ReleaseTraffic<F> {
+    driver: Driver,
+    is_canary: F,
+    rate: u32,
+}
+
+/// Label of header-matched requests in the outcomes.
+pub const MATCHED: &str = "matched";
+
+impl<F: Fn(&Outcome) -> bool> ReleaseTraffic<F> {
+    /// Starts the traffic. `is_canary` tells a canary answer (e.g. by revision hash or LWS).
+    pub fn start(
+        t: &Traffic,
+        plain: RequestSpec,
+        matched: Option<RequestSpec>,
+        per_second: u32,
+        is_canary: F,
+    ) -> Self {
+        let mut specs = vec![plain];
+        specs.extend(matched.map(|m| m.labelled(MATCHED)));
+        ReleaseTraffic {
+            driver: Driver::start(t, specs, per_second),
+            is_canary,
+            rate: per_second,
+        }
+    }
+
+    /// Waits (after [`SETTLE`]) for a window of at least `n` plain requests and returns it.
+    pub async fn window(&self, n: usize) -> anyhow::Result<Report> {
+        tokio::time::sleep(SETTLE).await;
+        let from = self.driver.elapsed();
+        let deadline =
+            Instant::now() + Duration::from_secs(30 + 3 * n as u64 / self.rate.max(1) as u64);
+        loop {
+            let w = self.driver.report().since(from);
+            if w.outcomes.iter().filter(|o| o.label.is_empty()).count() >= n {
+                return Ok(w);
+            }
+            if Instant::now() > deadline {
+                bail!("no window of {n} plain requests: {}", w.summary());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// At a step with `percent`% traffic: over the next `n` plain requests the canary's share is
+    /// `percent`% within tolerance, every header-matched request reached the canary, and none
+    /// failed.
+    pub async fn assert_step(&self, percent: u32, n: usize) -> anyhow::Result<Report> {
+        let w = self.window(n).await?;
+        let what = format!("step {percent}%");
+        w.assert_no_failures(&what)?;
+        let plain = Report {
+            outcomes: w
+                .outcomes
+                .iter()
+                .filter(|o| o.label.is_empty())
+                .cloned()
+                .collect(),
+        };
+        plain.assert_share(&what, &self.is_canary, percent as f64 / 100.0, n)?;
+        let matched = Report {
+            outcomes: w
+                .outcomes
+                .iter()
+                .filter(|o| o.label == MATCHED)
+                .cloned()
+                .collect(),
+        };
+        matched.assert_all(
+            &format!("{what}: header-matched requests reach only the canary"),
+            &self.is_canary,
+        )?;
+        Ok(w)
+    }
+
+    /// After a rollback: over the next `n` plain requests (and every matched one), no request
+    /// reaches the canary and none fails.
+    pub async fn assert_rolled_back(&self, n: usize) -> anyhow::Result<Report> {
+        let w = self.window(n).await?;
+        w.assert_no_failures("after rollback")?;
+        w.assert_all("after rollback no request reaches the canary", |o| {
+            !(self.is_canary)(o)
+        })?;
+        Ok(w)
+    }
+
+    /// Ends the traffic; not one request may have failed during the whole release.
+    pub async fn finish(self) -> anyhow::Result<Report> {
+        let report = self.driver.stop().await;
+        report.assert_no_failures("the whole release")?;
+        Ok(report)
     }
 }
