@@ -62,8 +62,15 @@ fn pair(s: &str) -> anyhow::Result<(SocketAddr, SocketAddr)> {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+async fn main() {
+    // One line on failure: up.sh reports the agent's last log line as the reason.
+    if let Err(e) = run(Args::parse()).await {
+        eprintln!("lws-podagent: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
     let ns = netns::Netns::open(&args.netns).context("entering the test network namespace")?;
 
     for b in &args.bridge_in {
