@@ -33,6 +33,9 @@ fi
 
 BIN=$("$CLUSTER_DIR/build.sh")
 GW_CRDS=$(gateway_crds_dir)
+# A state dir left by a run that ended without down.sh may still hold a traffic slot: free it
+# (its namespace and host route) before the record of it is removed.
+if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")"; fi
 rm -rf "$STATE"
 mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok}
 STATE="$(cd "$STATE" && pwd)"
