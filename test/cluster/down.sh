@@ -37,7 +37,7 @@ done
 # The traffic layer's namespace, host route and slot (the processes in the namespace, traefik
 # and the pod agent, were stopped above by their PIDs).
 if [ -f "$STATE/traffic/slot" ]; then
-  traffic_release "$(cat "$STATE/traffic/slot")"
+  traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"
   rm -f "$STATE/traffic/slot"
 fi
 if [ "$KEEP_LOGS" = 1 ]; then

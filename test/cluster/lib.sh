@@ -90,10 +90,13 @@ traffic_node_cidr() {
   echo "$(int2ip $(( $(ip2int 198.18.0.0) + slot * 8192 + node * size )))/$((19 + bits))"
 }
 
-# traffic_release SLOT: removes the slot's namespace and host route and frees the slot. Only
-# what the slot names is touched, so concurrent clusters never remove each other's parts.
+# traffic_release SLOT [OWNER]: removes the slot's namespace and host route and frees the slot.
+# Only what the slot names is touched, so concurrent clusters never remove each other's parts;
+# with OWNER (a state dir), nothing is done unless the slot is still that cluster's (another
+# cluster may have reclaimed it since).
 traffic_release() {
-  local slot=$1 ns
+  local slot=$1 owner=${2:-} ns
+  if [ -n "$owner" ] && [ "$(cat "$TRAFFIC_RUN/slot-$slot/owner" 2>/dev/null)" != "$owner" ]; then return 0; fi
   ns=$(traffic_netns "$slot")
   ip netns del "$ns" 2>/dev/null || true
   ip route del unreachable "$TRAFFIC_RANGE" metric "$(traffic_route_metric "$slot")" 2>/dev/null || true

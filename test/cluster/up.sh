@@ -35,7 +35,7 @@ BIN=$("$CLUSTER_DIR/build.sh")
 GW_CRDS=$(gateway_crds_dir)
 # A state dir left by a run that ended without down.sh may still hold a traffic slot: free it
 # (its namespace and host route) before the record of it is removed.
-if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")"; fi
+if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"; fi
 rm -rf "$STATE"
 mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok}
 STATE="$(cd "$STATE" && pwd)"
