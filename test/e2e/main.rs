@@ -24,6 +24,8 @@ mod manager;
 mod markers;
 mod scripts;
 mod takeover;
+mod traffic;
+mod traffic_driver;
 mod traffic_plan;
 mod upstream;
 mod upstream_reference;
