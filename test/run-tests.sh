@@ -21,6 +21,9 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # leaves its variable empty, and its tests print one SKIPPED line instead of running.
 KRUISE_BIN=$(test/tools/build-kruise.sh) || { log "kubectl-kruise not built: its e2e tests will be skipped"; KRUISE_BIN=""; }
 ARGOCD_HEALTH_BIN=$(test/tools/build-argocd-health.sh) || { log "argocd-health not built: its e2e tests will be skipped"; ARGOCD_HEALTH_BIN=""; }
+# The traffic layer's proxy, Traefik (cold: a Go build of ~10 min; warm: instant). Without it
+# the cluster still comes up and the traffic tests report SKIPPED with the reason.
+test/cluster/build-traefik.sh >/dev/null || true
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -42,7 +45,9 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
+KUBECONFIG_FILE=$(LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
+TRAFFIC_SKIPPED=$(cat "$STATE/traffic/skipped" 2>/dev/null || true)
+[ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests will be SKIPPED: $TRAFFIC_SKIPPED"
 KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
@@ -53,5 +58,6 @@ echo $! >"$STATE/pids/manager.pid"
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
 LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
-  LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" cargo test --locked --all-targets "$@"
+  LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" cargo test --locked --workspace --all-targets "$@"
+[ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests were SKIPPED: $TRAFFIC_SKIPPED"
 log "all tests passed in $((SECONDS - START))s"

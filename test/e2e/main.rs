@@ -27,6 +27,8 @@ mod rollout_cli;
 mod rollout_tools;
 mod scripts;
 mod takeover;
+mod traffic;
+mod traffic_driver;
 mod traffic_plan;
 mod upstream;
 mod upstream_reference;
