@@ -27,7 +27,6 @@ use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
         apply::{ApiError, Applier},
-        error::Categorized,
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
@@ -156,7 +155,6 @@ fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Act
     // approval) is fixed by looking again, never by waiting for the Rollout to change.
     let category = crate::k8s::error::Category::Transient;
     let wait = category.requeue_after(attempt);
-    let _ = err.category();
     warn!(
         namespace = rollout.namespace(),
         name = rollout.name_any(),
