@@ -2,11 +2,7 @@
 //! apply. Woken by its BatchRelease, the canary LWS it owns (whose status says how many of the
 //! batch's groups are ready), and the stable LWS its workloadRef names.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -17,13 +13,14 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{apply, observe, plan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet},
     k8s::{
         apply::{ApiError, Applier},
+        backoff::Backoff,
         error::Category,
         events::Events,
         watch::{self, SharedCache, store_ready},
@@ -35,7 +32,7 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    failures: Mutex<HashMap<ObjectRef<BatchRelease>, u32>>,
+    backoff: Backoff<BatchRelease>,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -63,7 +60,7 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        failures: Mutex::default(),
+        backoff: Backoff::new("batchrelease"),
     });
     let brs = stores.batch_releases.clone();
     Controller::for_shared_stream(
@@ -124,10 +121,7 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
         let observed = observe::observe(&ctx.stores, &br);
         let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
         apply::apply(&ctx.applier, &ctx.events, &br, &plan).await?;
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(br.as_ref()));
+        ctx.backoff.succeeded(&br);
         Ok(Action::await_change())
     }
     .instrument(span)
@@ -135,25 +129,8 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
 }
 
 fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(br.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
-    // A refused canary LWS is reported by the LWS itself; here every failure is retried.
-    let category = Category::Transient;
-    warn!(
-        namespace = br.namespace(),
-        name = br.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        "BatchRelease reconcile failed"
-    );
-    category
-        .requeue_after(attempt)
-        .map_or_else(Action::await_change, Action::requeue)
+    // Whatever the API server refused here (a stale traffic patch, a conflict with an approval,
+    // a canary LWS the LWS itself reports) is fixed by looking again, never by waiting for the
+    // object to change.
+    ctx.backoff.failed(&br, err, Category::Transient)
 }

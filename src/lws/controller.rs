@@ -8,11 +8,7 @@
 //! reconciler. Nothing is kept between reconciles but a failure count for backoff; a restart
 //! recomputes everything from the cluster.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,7 +20,7 @@ use kube::{
         reflector::ObjectRef,
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{
     apply, deref,
@@ -37,6 +33,7 @@ use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{
         apply::Applier,
+        backoff::Backoff,
         error::Categorized,
         events::Events,
         watch::{self, SharedCache, store_ready},
@@ -49,7 +46,7 @@ pub struct Context {
     events: Events,
     stores: Stores,
     /// Consecutive failures per LWS, for backoff only (never for a decision).
-    failures: Mutex<HashMap<ObjectRef<LeaderWorkerSet>, u32>>,
+    backoff: Backoff<LeaderWorkerSet>,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -87,7 +84,7 @@ pub fn run(
             services: caches.services.store(),
             revisions: caches.revisions.store(),
         },
-        failures: Mutex::default(),
+        backoff: Backoff::new("lws"),
     });
     Controller::for_shared_stream(caches.lws.subscribe(), caches.lws.store())
         // A group coming up is a burst of pod and StatefulSet events; one reconcile after the
@@ -133,10 +130,7 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         if let Some(err) = applied.deferred {
             return Err(err.into());
         }
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(lws.as_ref()));
+        ctx.backoff.succeeded(&lws);
         let failure = plan
             .blocked
             .as_ref()
@@ -178,24 +172,5 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(lws.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
-    let category = err.category();
-    let wait = category.requeue_after(attempt);
-    warn!(
-        namespace = lws.namespace(),
-        name = lws.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        retry_in = ?wait,
-        "LWS reconcile failed"
-    );
-    wait.map_or_else(Action::await_change, Action::requeue)
+    ctx.backoff.failed(&lws, err, err.category())
 }

@@ -5,11 +5,7 @@
 //! the LWS its `workloadRef` names (a template change, the stable groups' progress). Requeue
 //! timers come only from the plan: pause durations and traffic grace periods.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -20,13 +16,15 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{apply, deref, observe, plan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
         apply::{ApiError, Applier},
+        backoff::Backoff,
+        error::Category,
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
@@ -37,7 +35,7 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    failures: Mutex<HashMap<ObjectRef<Rollout>, u32>>,
+    backoff: Backoff<Rollout>,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -70,7 +68,7 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        failures: Mutex::default(),
+        backoff: Backoff::new("rollout"),
     });
     let rollouts = stores.rollouts.clone();
     Controller::for_shared_stream(caches.rollouts.subscribe(), caches.rollouts.store())
@@ -116,10 +114,7 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, A
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
         let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
         apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(rollout.as_ref()));
+        ctx.backoff.succeeded(&rollout);
         Ok(plan
             .requeue_after
             .map_or_else(Action::await_change, Action::requeue))
@@ -143,25 +138,8 @@ async fn caches_ready(ctx: &Context) -> bool {
 }
 
 fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(rollout.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
-    // Whatever the API server refused here (a stale traffic patch, a status conflict with an
-    // approval) is fixed by looking again, never by waiting for the Rollout to change.
-    let category = crate::k8s::error::Category::Transient;
-    let wait = category.requeue_after(attempt);
-    warn!(
-        namespace = rollout.namespace(),
-        name = rollout.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        "Rollout reconcile failed"
-    );
-    wait.map_or_else(Action::await_change, Action::requeue)
+    // Whatever the API server refused here (a stale traffic patch, a conflict with an approval,
+    // a canary LWS the LWS itself reports) is fixed by looking again, never by waiting for the
+    // object to change.
+    ctx.backoff.failed(&rollout, err, Category::Transient)
 }
