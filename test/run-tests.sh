@@ -17,6 +17,11 @@ BIN=$(test/cluster/build.sh)
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
 
+# Helm (cold: a Go build of a few minutes) and the manager image, built without a container
+# engine as an OCI layout from a static release binary (cold: a release build).
+HELM=$(test/tools/build-helm.sh)
+IMAGE=$(test/image/build.sh)
+
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
 log "building lws-rollout and its tests"
@@ -37,15 +42,26 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
+# The audit log shows which requests the manager made (the RBAC check in step 6).
+KUBECONFIG_FILE=$(LWS_CLUSTER_AUDIT_POLICY="$REPO/test/helm/audit-policy.yaml" test/cluster/up.sh "$STATE")
 KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
+# The chart, installed with Helm; the manager runs as its ServiceAccount (impersonation), so
+# the chart's RBAC is exactly what the whole suite runs with.
+MANAGER_KUBECONFIG=$(test/helm/install.sh "$KUBECONFIG_FILE" "$STATE")
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
 #    down.sh stops it, and its log sits with the control-plane logs.
-KUBECONFIG="$KUBECONFIG_FILE" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
+KUBECONFIG="$MANAGER_KUBECONFIG" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
 echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --all-targets "$@"
+export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
+  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log"
+cargo test --locked --all-targets "$@"
+# 6. Least privilege, over the whole suite's requests (so not when a filter ran only some).
+if [ $# -eq 0 ]; then
+  log "checking the chart's RBAC against the requests the manager made"
+  LWS_E2E_AUDIT_LOG="$STATE/logs/audit.log" cargo test --locked --test e2e rbac:: -- --ignored
+fi
 log "all tests passed in $((SECONDS - START))s"
