@@ -2,7 +2,9 @@
 //! stable one, scaled batch by batch. `observe` is what it looks at, `plan` decides, `canary`
 //! builds the canary LWS and names it, `replicas` is the batch arithmetic in groups.
 
+pub mod apply;
 pub mod canary;
+pub mod controller;
 pub mod names;
 pub mod observe;
 pub mod plan;

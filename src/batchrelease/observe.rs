@@ -63,3 +63,95 @@ pub struct GroupReadiness {
     /// Pods the group should have (`size`).
     pub pods: i32,
 }
+
+/// The reflector stores the BatchRelease controller reads (shared with the other controllers).
+#[derive(Clone)]
+pub struct Stores {
+    /// BatchReleases.
+    pub batch_releases: kube::runtime::reflector::Store<BatchRelease>,
+    /// LeaderWorkerSets (stable and canary).
+    pub lws: kube::runtime::reflector::Store<LeaderWorkerSet>,
+    /// Pods of LWSes (group readiness of the canary).
+    pub pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+}
+
+/// Fills the observed state of `br` from the stores.
+pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
+    use crate::lws::{labels, revision};
+    use kube::{ResourceExt, runtime::reflector::ObjectRef};
+    let ns = br.namespace().unwrap_or_default();
+    let w = &br.spec.workload_ref;
+    let stable = (w.kind == crate::rollout::names::LWS_KIND)
+        .then(|| stores.lws.get(&ObjectRef::new(&w.name).within(&ns)))
+        .flatten()
+        .map(|lws| StableLws {
+            update_revision: serde_json::to_value(&lws.spec)
+                .ok()
+                .and_then(|spec| revision::revision_data(&spec).ok())
+                .map(|data| revision::revision_key(&data))
+                .unwrap_or_default(),
+            hold: lws
+                .annotations()
+                .get(labels::HELD_REVISION)
+                .filter(|v| !v.is_empty())
+                .cloned(),
+            lws: lws.as_ref().clone(),
+        });
+    let canaries = stores
+        .lws
+        .state()
+        .into_iter()
+        .filter(|l| {
+            l.namespace().as_deref() == Some(ns.as_str())
+                && l.owner_references()
+                    .iter()
+                    .any(|o| o.controller == Some(true) && Some(&o.uid) == br.metadata.uid.as_ref())
+        })
+        .map(|lws| CanaryLws {
+            not_ready_groups: not_ready_groups(stores, &lws),
+            lws: lws.as_ref().clone(),
+        })
+        .collect();
+    BatchReleaseObserved {
+        br: br.clone(),
+        stable,
+        canaries,
+    }
+}
+
+/// Groups of `lws` (up to its replicas) whose pods are not all there and ready.
+fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadiness> {
+    use crate::lws::labels;
+    use kube::ResourceExt;
+    let size = lws.spec.leader_worker_template.size.unwrap_or(1);
+    let replicas = lws.spec.replicas.unwrap_or(1);
+    let mut ready = vec![0; usize::try_from(replicas.max(0)).unwrap_or(0)];
+    for pod in stores.pods.state() {
+        if pod.namespace() != lws.namespace()
+            || pod.labels().get(labels::NAME) != lws.metadata.name.as_ref()
+            || !crate::k8s::pod::ready(&pod)
+        {
+            continue;
+        }
+        let Some(index) = pod
+            .labels()
+            .get(labels::GROUP_INDEX)
+            .and_then(|v| v.parse::<usize>().ok())
+        else {
+            continue;
+        };
+        if let Some(count) = ready.get_mut(index) {
+            *count += 1;
+        }
+    }
+    ready
+        .into_iter()
+        .enumerate()
+        .filter(|(_, n)| *n < size)
+        .map(|(index, n)| GroupReadiness {
+            index: i32::try_from(index).unwrap_or(i32::MAX),
+            ready_pods: n,
+            pods: size,
+        })
+        .collect()
+}

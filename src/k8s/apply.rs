@@ -189,16 +189,24 @@ impl Applier {
     }
 
     /// Server-side applies `obj`, taking over the fields it names from other managers (the
-    /// plan already decided the object is ours).
+    /// plan already decided the object is ours). The body escapes what the API server's YAML
+    /// reader of apply bodies would refuse or change ([`super::apply_body`]).
     pub async fn apply<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
+        let action = || describe::<K>("applying", &namespace, &name);
+        let body = super::apply_body::apply_body(obj).map_err(|e| ApiError {
+            action: action(),
+            source: kube::Error::SerdeError(serde_json::Error::io(std::io::Error::other(
+                e.to_string(),
+            ))),
+        })?;
         let params = PatchParams::apply(self.field_manager).force();
         self.api::<K>(&namespace)
-            .patch(&name, &params, &Patch::Apply(obj))
+            .patch(&name, &params, &Patch::Apply(&body))
             .await
             .map_err(|source| ApiError {
-                action: describe::<K>("applying", &namespace, &name),
+                action: action(),
                 source,
             })
     }
@@ -255,6 +263,25 @@ impl Applier {
             })
     }
 
+    /// Merge-patches the status subresource with a whole body (e.g. carrying
+    /// `metadata.resourceVersion`, which makes the write fail with a conflict when the object
+    /// changed since it was read).
+    pub async fn merge_patch_status<K: Object>(
+        &self,
+        namespace: &str,
+        name: &str,
+        body: &Value,
+    ) -> Result<(), ApiError> {
+        self.api::<K>(namespace)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+            .map(|_| ())
+            .map_err(|source| ApiError {
+                action: describe::<K>("patching the status of", namespace, name),
+                source,
+            })
+    }
+
     /// Merge-patches the object itself (metadata or spec fields a controller owns by
     /// convention, e.g. an annotation).
     pub async fn merge_patch<K: Object>(
@@ -263,8 +290,12 @@ impl Applier {
         name: &str,
         patch: &Value,
     ) -> Result<(), ApiError> {
+        let params = PatchParams {
+            field_manager: Some(self.field_manager.into()),
+            ..Default::default()
+        };
         self.api::<K>(namespace)
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .patch(name, &params, &Patch::Merge(patch))
             .await
             .map(|_| ())
             .map_err(|source| ApiError {
@@ -338,6 +369,35 @@ fn is_empty(v: &Value) -> bool {
         Value::Array(a) => a.is_empty(),
         Value::Null => true,
         _ => false,
+    }
+}
+
+/// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed keys with their new
+/// values, removed keys as `null` (a plain serialisation of `new` would leave fields that went
+/// away in place).
+pub fn merge_patch_between(old: &Value, new: &Value) -> Value {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut patch = serde_json::Map::new();
+            for (k, v) in n {
+                match o.get(k) {
+                    Some(ov) if ov == v => {}
+                    Some(ov) => {
+                        patch.insert(k.clone(), merge_patch_between(ov, v));
+                    }
+                    None => {
+                        patch.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            for k in o.keys() {
+                if !n.contains_key(k) {
+                    patch.insert(k.clone(), Value::Null);
+                }
+            }
+            Value::Object(patch)
+        }
+        _ => new.clone(),
     }
 }
 
@@ -434,6 +494,16 @@ mod tests {
         let err = down.create_if_absent(&cm).await.unwrap_err();
         assert_eq!(err.failure(), Failure::Transient);
         assert_eq!(err.category(), Category::Transient);
+    }
+
+    #[test]
+    fn merge_patches_remove_what_went_away() {
+        let old = json!({"a": 1, "b": {"c": 2, "d": 3}, "e": [1]});
+        let new = json!({"a": 1, "b": {"c": 5}, "e": [2], "f": true});
+        assert_eq!(
+            merge_patch_between(&old, &new),
+            json!({"b": {"c": 5, "d": null}, "e": [2], "f": true})
+        );
     }
 
     #[test]

@@ -3,24 +3,29 @@
 //! So the Rollout and BatchRelease controllers read the LWS, pod and StatefulSet caches the
 //! LWS controller already keeps instead of doubling the memory and the watch load.
 //!
+//! The fan-out is ours, not kube-runtime's `store_shared`/`ReflectHandle`: that one (kube 4.2)
+//! drops a change whose object is no longer in the store by returning `Pending` without a
+//! wake-up, so the first deleted pod stalled the subscriber for good, the broadcast buffer
+//! filled, and every cache froze (seen in the e2e suite: no reconcile for minutes). Here every
+//! change — deletions included, which matter to a controller — goes to every subscriber over
+//! an unbounded channel, after the store has it, so a slow controller never blocks the watch.
+//!
 //! A [`SharedCache`] does nothing until its [`SharedCache::driver`] is polled: the manager runs
 //! the drivers of all caches beside the controllers.
 
 use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc, time::Duration};
 
-use futures::{Stream, StreamExt, future::join_all, stream::BoxStream};
+use futures::{Stream, StreamExt, future::join_all};
 use kube::{
     Api, Resource,
     runtime::{
         WatchStreamExt,
         reflector::{self, Store, store::Writer},
-        watcher::{self, Config},
+        watcher::{self, Config, Event},
     },
 };
 use serde::de::DeserializeOwned;
-
-/// How many changes may wait for the slowest subscriber before the watch pauses.
-const FAN_OUT_BUFFER: usize = 1024;
+use tokio::sync::mpsc;
 
 /// One watched kind: a store to read and changes to subscribe to.
 pub struct SharedCache<K>
@@ -29,6 +34,7 @@ where
 {
     store: Store<K>,
     writer: Option<Writer<K>>,
+    subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
     api: Api<K>,
     config: Config,
 }
@@ -39,10 +45,11 @@ where
 {
     /// A cache of the objects of `api` that `config` selects (label and field selectors).
     pub fn new(api: Api<K>, config: Config) -> Self {
-        let (store, writer) = reflector::store_shared(FAN_OUT_BUFFER);
+        let (store, writer) = reflector::store();
         Self {
             store,
             writer: Some(writer),
+            subscribers: Vec::new(),
             api,
             config,
         }
@@ -53,29 +60,37 @@ where
         self.store.clone()
     }
 
-    /// A stream of changed objects for one controller. Every subscriber must be consumed, or
-    /// the watch stalls once the buffer is full: subscribe only for a controller that runs.
+    /// A stream of changed (and deleted) objects for one controller; subscribe before the
+    /// driver starts.
     pub fn subscribe(&mut self) -> impl Stream<Item = Arc<K>> + Send + 'static {
-        self.writer
-            .as_ref()
-            .and_then(Writer::subscribe)
-            .expect("subscribe before the driver starts")
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        self.subscribers.push(tx);
+        futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
     }
 
-    /// The future that runs the watch and fills the store; it ends when the watch stream
-    /// does (never, in practice: it retries with backoff).
+    /// The future that runs the watch, fills the store and feeds the subscribers; it ends
+    /// when the watch stream does (never, in practice: it retries with backoff).
     pub fn driver(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let writer = self.writer.take().expect("driver() called once");
+        let subscribers = std::mem::take(&mut self.subscribers);
         // managedFields are never read by our controllers and are often the largest part of
         // a pod or StatefulSet: dropped before the store keeps the object.
-        let stream: BoxStream<'static, _> = watcher::watcher(self.api.clone(), self.config.clone())
+        let events = watcher::watcher(self.api.clone(), self.config.clone())
             .modify(|obj| {
                 obj.meta_mut().managed_fields = None;
             })
             .default_backoff()
-            .reflect_shared(writer)
-            .boxed();
-        Box::pin(stream.for_each(|_| async {}))
+            .reflect(writer);
+        Box::pin(events.for_each(move |event| {
+            if let Ok(Event::Apply(obj) | Event::Delete(obj) | Event::InitApply(obj)) = event {
+                let obj = Arc::new(obj);
+                for subscriber in &subscribers {
+                    // A controller that stopped has dropped its receiver: nothing to do.
+                    let _ = subscriber.send(obj.clone());
+                }
+            }
+            futures::future::ready(())
+        }))
     }
 }
 

@@ -10,7 +10,11 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, runtime::watcher::Config};
 
-use crate::{api::LeaderWorkerSet, k8s::watch::SharedCache, lws::labels};
+use crate::{
+    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    k8s::watch::SharedCache,
+    lws::labels,
+};
 
 /// Every shared cache.
 pub struct Caches {
@@ -24,6 +28,10 @@ pub struct Caches {
     pub services: SharedCache<Service>,
     /// ControllerRevisions that belong to an LWS.
     pub revisions: SharedCache<ControllerRevision>,
+    /// All Rollouts.
+    pub rollouts: SharedCache<Rollout>,
+    /// All BatchReleases.
+    pub batch_releases: SharedCache<BatchRelease>,
 }
 
 impl Caches {
@@ -36,6 +44,8 @@ impl Caches {
             statefulsets: SharedCache::new(Api::all(client.clone()), owned.clone()),
             services: SharedCache::new(Api::all(client.clone()), owned.clone()),
             revisions: SharedCache::new(Api::all(client.clone()), owned),
+            rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
+            batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
         }
     }
 
@@ -47,6 +57,8 @@ impl Caches {
             self.statefulsets.driver(),
             self.services.driver(),
             self.revisions.driver(),
+            self.rollouts.driver(),
+            self.batch_releases.driver(),
         ]
     }
 }

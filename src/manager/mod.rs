@@ -232,10 +232,18 @@ async fn run_controllers(
             }
         }
     };
-    // One set of caches per leadership term, shared by every controller.
+    // One set of caches per leadership term, shared by every controller; every controller
+    // stops when the lease is lost or a shutdown begins.
+    let (stop_all, _) = tokio::sync::broadcast::channel::<()>(1);
+    let stopped = |tx: &tokio::sync::broadcast::Sender<()>| {
+        let mut rx = tx.subscribe();
+        async move {
+            let _ = rx.recv().await;
+        }
+    };
     let mut caches = caches::Caches::new(&client);
     let lws = crate::lws::controller::run(
-        client,
+        client.clone(),
         crate::lws::controller::Caches {
             lws: &mut caches.lws,
             pods: &mut caches.pods,
@@ -244,13 +252,40 @@ async fn run_controllers(
             revisions: &mut caches.revisions,
         },
         metrics.controller("lws"),
-        lost_or_stopped,
+        stopped(&stop_all),
+    );
+    let rollouts = crate::rollout::controller::run(
+        client.clone(),
+        crate::rollout::controller::Caches {
+            rollouts: &mut caches.rollouts,
+            batch_releases: &mut caches.batch_releases,
+            lws: &mut caches.lws,
+            revisions: &caches.revisions,
+        },
+        stopped(&stop_all),
+    );
+    let releases = crate::batchrelease::controller::run(
+        client,
+        crate::batchrelease::controller::Caches {
+            batch_releases: &mut caches.batch_releases,
+            lws: &mut caches.lws,
+            pods: &caches.pods,
+        },
+        stopped(&stop_all),
     );
     let drivers = futures::future::join_all(caches.drivers());
-    // The watches run until the controllers stop.
+    let controllers = futures::future::join3(lws, rollouts, releases);
+    let stop = async move {
+        lost_or_stopped.await;
+        let _ = stop_all.send(());
+        // The controllers now finish their in-flight reconciles and end the select.
+        std::future::pending::<()>().await
+    };
+    // The watches keep running until the controllers have stopped.
     tokio::select! {
-        _ = lws => {},
+        _ = controllers => {},
         _ = drivers => {},
+        _ = stop => {},
     }
 }
 

@@ -2,6 +2,9 @@
 //! LeaderWorkerSet workloads: `observe` is what it looks at, `plan` decides, `names` holds
 //! every string it shares with Kruise. Design notes: `docs/rollout-design.md`.
 
+pub mod apply;
+pub mod controller;
+pub mod deref;
 pub mod names;
 pub mod observe;
 pub mod plan;

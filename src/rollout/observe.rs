@@ -88,3 +88,124 @@ pub struct ObservedTraffic {
     /// Objects `trafficRoutings` names that do not exist, e.g. `Service vllm`.
     pub missing: Vec<String>,
 }
+
+/// The reflector stores the Rollout controller reads (shared with the other controllers).
+#[derive(Clone)]
+pub struct Stores {
+    /// Rollouts.
+    pub rollouts: kube::runtime::reflector::Store<Rollout>,
+    /// BatchReleases.
+    pub batch_releases: kube::runtime::reflector::Store<crate::api::batchrelease::BatchRelease>,
+    /// LeaderWorkerSets.
+    pub lws: kube::runtime::reflector::Store<crate::api::leaderworkerset::LeaderWorkerSet>,
+    /// ControllerRevisions of LWSes (the revisions a stable LWS still runs).
+    pub revisions: kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
+}
+
+/// Fills everything but the traffic read-back (a fresh read: see `rollout::deref`).
+pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
+    use kube::{ResourceExt, runtime::reflector::ObjectRef};
+    let ns = rollout.namespace().unwrap_or_default();
+    let target = &rollout.spec.workload_ref;
+    let workload = (target.kind == crate::rollout::names::LWS_KIND
+        && target.api_version == crate::rollout::names::LWS_API_VERSION)
+        .then(|| stores.lws.get(&ObjectRef::new(&target.name).within(&ns)))
+        .flatten()
+        .map(|lws| stable_workload(stores, &lws));
+    let batch_release = stores
+        .batch_releases
+        .get(&ObjectRef::new(&rollout.name_any()).within(&ns))
+        .filter(|br| {
+            br.owner_references()
+                .iter()
+                .any(|o| Some(&o.uid) == rollout.metadata.uid.as_ref())
+        })
+        .map(|br| BatchReleaseSummary {
+            generation: br.metadata.generation.unwrap_or_default(),
+            spec: br.spec.clone(),
+            status: br.status.clone().unwrap_or_default(),
+        });
+    RolloutObserved {
+        rollout: rollout.clone(),
+        workload,
+        batch_release,
+        conflicting_rollout: owner_of_workload(stores, rollout),
+        traffic: ObservedTraffic {
+            ready: true,
+            ..Default::default()
+        },
+    }
+}
+
+/// The oldest Rollout (creationTimestamp, then name) naming the same workload, when it is
+/// not `rollout`: one Rollout per workload, and exactly one wins.
+fn owner_of_workload(stores: &Stores, rollout: &Rollout) -> Option<String> {
+    use kube::ResourceExt;
+    let key = |r: &Rollout| (r.metadata.creation_timestamp.clone(), r.name_any());
+    stores
+        .rollouts
+        .state()
+        .into_iter()
+        .filter(|r| {
+            r.namespace() == rollout.namespace()
+                && r.spec.workload_ref == rollout.spec.workload_ref
+                && r.metadata.deletion_timestamp.is_none()
+        })
+        .min_by_key(|r| key(r))
+        .map(|r| r.name_any())
+        .filter(|oldest| *oldest != rollout.name_any())
+}
+
+fn stable_workload(
+    stores: &Stores,
+    lws: &crate::api::leaderworkerset::LeaderWorkerSet,
+) -> StableWorkload {
+    use crate::lws::{labels, revision};
+    use kube::ResourceExt;
+    let update_revision = serde_json::to_value(&lws.spec)
+        .ok()
+        .and_then(|spec| revision::revision_data(&spec).ok())
+        .map(|data| revision::revision_key(&data))
+        .unwrap_or_default();
+    let hold = lws
+        .annotations()
+        .get(labels::HELD_REVISION)
+        .filter(|v| !v.is_empty())
+        .cloned();
+    // The revision the groups run when no hold says so: the oldest recorded revision still
+    // there (the LWS controller truncates the others once an update is done).
+    let oldest = stores
+        .revisions
+        .state()
+        .into_iter()
+        .filter(|r| {
+            r.namespace() == lws.namespace()
+                && r.labels().get(labels::NAME) == lws.metadata.name.as_ref()
+                && r.owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == lws.metadata.uid.as_ref())
+        })
+        .min_by_key(|r| r.revision)
+        .and_then(|r| r.labels().get(labels::REVISION).cloned());
+    let status = lws.status.clone().unwrap_or_default();
+    StableWorkload {
+        name: lws.name_any(),
+        uid: lws.metadata.uid.clone().unwrap_or_default(),
+        generation: lws.metadata.generation.unwrap_or_default(),
+        observed_generation: status.observed_generation,
+        current_revision: hold
+            .clone()
+            .or(oldest)
+            .unwrap_or_else(|| update_revision.clone()),
+        update_revision,
+        replicas: lws.spec.replicas.unwrap_or(1),
+        ready_replicas: status.ready_replicas.unwrap_or(0),
+        updated_replicas: status.updated_replicas.unwrap_or(0),
+        hold,
+        rollout_id: lws
+            .labels()
+            .get(crate::rollout::names::ROLLOUT_ID)
+            .or_else(|| lws.annotations().get(crate::rollout::names::ROLLOUT_ID))
+            .cloned(),
+    }
+}

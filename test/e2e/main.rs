@@ -16,6 +16,7 @@ mod image;
 mod lws;
 mod lws_admission;
 mod lws_crash;
+mod lws_encoding;
 mod lws_lifecycle;
 mod lws_placement;
 mod lws_rolling;

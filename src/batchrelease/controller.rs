@@ -1,0 +1,159 @@
+//! The BatchRelease controller: one reconcile per BatchRelease — preflight → observe → plan →
+//! apply. Woken by its BatchRelease, the canary LWS it owns (whose status says how many of the
+//! batch's groups are ready), and the stable LWS its workloadRef names.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kube::{
+    ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config as ControllerConfig},
+        reflector::{ObjectRef, Store},
+    },
+};
+use tracing::{Instrument, info_span, warn};
+
+use super::{apply, observe, plan};
+use crate::{
+    api::{BatchRelease, LeaderWorkerSet},
+    k8s::{
+        apply::{ApiError, Applier},
+        error::Category,
+        events::Events,
+        watch::{self, SharedCache, store_ready},
+    },
+};
+
+/// Shared state of the reconciler.
+pub struct Context {
+    applier: Applier,
+    events: Events,
+    stores: observe::Stores,
+    failures: Mutex<HashMap<ObjectRef<BatchRelease>, u32>>,
+}
+
+/// The caches the BatchRelease controller reads and is woken by.
+pub struct Caches<'a> {
+    /// BatchReleases.
+    pub batch_releases: &'a mut SharedCache<BatchRelease>,
+    /// LeaderWorkerSets.
+    pub lws: &'a mut SharedCache<LeaderWorkerSet>,
+    /// LWS pods (read, not subscribed: the canary LWS's status follows them).
+    pub pods: &'a SharedCache<k8s_openapi::api::core::v1::Pod>,
+}
+
+/// Runs the controller until `shutdown` completes.
+pub fn run(
+    client: kube::Client,
+    caches: Caches<'_>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stores = observe::Stores {
+        batch_releases: caches.batch_releases.store(),
+        lws: caches.lws.store(),
+        pods: caches.pods.store(),
+    };
+    let ctx = Arc::new(Context {
+        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        events: Events::new(client, "lws-rollout"),
+        stores: stores.clone(),
+        failures: Mutex::default(),
+    });
+    let brs = stores.batch_releases.clone();
+    Controller::for_shared_stream(
+        caches.batch_releases.subscribe(),
+        caches.batch_releases.store(),
+    )
+    .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+    .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+        releases_of(&brs, &lws)
+    })
+    .graceful_shutdown_on(shutdown)
+    .run(reconcile, error_policy, ctx)
+    .for_each(|_| async {})
+}
+
+/// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one).
+fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<BatchRelease>> {
+    let owners: Vec<&str> = lws
+        .owner_references()
+        .iter()
+        .filter(|o| o.kind == "BatchRelease")
+        .map(|o| o.uid.as_str())
+        .collect();
+    brs.state()
+        .iter()
+        .filter(|br| br.namespace() == lws.namespace())
+        .filter(|br| {
+            br.metadata
+                .uid
+                .as_deref()
+                .is_some_and(|uid| owners.contains(&uid))
+                || Some(&br.spec.workload_ref.name) == lws.metadata.name.as_ref()
+        })
+        .map(|br| ObjectRef::from_obj(br.as_ref()))
+        .collect()
+}
+
+async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let span = info_span!(
+        "batchrelease",
+        namespace = br.namespace(),
+        name = br.name_any()
+    );
+    async move {
+        let s = &ctx.stores;
+        let ready = watch::ready(
+            [
+                store_ready(&s.batch_releases),
+                store_ready(&s.lws),
+                store_ready(&s.pods),
+            ],
+            Duration::from_secs(2),
+        )
+        .await;
+        if !ready {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        let observed = observe::observe(&ctx.stores, &br);
+        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+        apply::apply(&ctx.applier, &ctx.events, &br, &plan).await?;
+        ctx.failures
+            .lock()
+            .expect("not poisoned")
+            .remove(&ObjectRef::from_obj(br.as_ref()));
+        Ok(Action::await_change())
+    }
+    .instrument(span)
+    .await
+}
+
+fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {
+    let attempt = {
+        let mut failures = ctx.failures.lock().expect("not poisoned");
+        let n = failures
+            .entry(ObjectRef::from_obj(br.as_ref()))
+            .or_insert(0);
+        *n += 1;
+        *n
+    };
+    // A refused canary LWS is reported by the LWS itself; here every failure is retried.
+    let category = Category::Transient;
+    warn!(
+        namespace = br.namespace(),
+        name = br.name_any(),
+        error = %err,
+        category = category.metric_label(),
+        attempt,
+        "BatchRelease reconcile failed"
+    );
+    category
+        .requeue_after(attempt)
+        .map_or_else(Action::await_change, Action::requeue)
+}

@@ -1,0 +1,169 @@
+//! The Rollout controller: one reconcile per Rollout, read as its steps —
+//! preflight → observe → deref (traffic read-back) → plan → apply (incl. status).
+//!
+//! Woken by its Rollout, the BatchRelease it owns (whose status follows the canary LWS), and
+//! the LWS its `workloadRef` names (a template change, the stable groups' progress). Requeue
+//! timers come only from the plan: pause durations and traffic grace periods.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use futures::StreamExt;
+use kube::{
+    ResourceExt,
+    runtime::{
+        Controller,
+        controller::{Action, Config as ControllerConfig},
+        reflector::{ObjectRef, Store},
+    },
+};
+use tracing::{Instrument, info_span, warn};
+
+use super::{apply, deref, observe, plan};
+use crate::{
+    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    k8s::{
+        apply::{ApiError, Applier},
+        error::Categorized,
+        events::Events,
+        watch::{self, SharedCache, store_ready},
+    },
+};
+
+/// Shared state of the reconciler.
+pub struct Context {
+    applier: Applier,
+    events: Events,
+    stores: observe::Stores,
+    failures: Mutex<HashMap<ObjectRef<Rollout>, u32>>,
+}
+
+/// The caches the Rollout controller reads and is woken by.
+pub struct Caches<'a> {
+    /// Rollouts.
+    pub rollouts: &'a mut SharedCache<Rollout>,
+    /// BatchReleases.
+    pub batch_releases: &'a mut SharedCache<BatchRelease>,
+    /// LeaderWorkerSets.
+    pub lws: &'a mut SharedCache<LeaderWorkerSet>,
+    /// LWS ControllerRevisions (read, not subscribed).
+    pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
+}
+
+const CACHE_WAIT: Duration = Duration::from_secs(2);
+
+/// Runs the controller until `shutdown` completes.
+pub fn run(
+    client: kube::Client,
+    caches: Caches<'_>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stores = observe::Stores {
+        rollouts: caches.rollouts.store(),
+        batch_releases: caches.batch_releases.store(),
+        lws: caches.lws.store(),
+        revisions: caches.revisions.store(),
+    };
+    let ctx = Arc::new(Context {
+        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        events: Events::new(client, "lws-rollout"),
+        stores: stores.clone(),
+        failures: Mutex::default(),
+    });
+    let rollouts = stores.rollouts.clone();
+    Controller::for_shared_stream(caches.rollouts.subscribe(), caches.rollouts.store())
+        // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
+        // into one reconcile and is far below what a person or a pipeline notices.
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .watches_shared_stream(
+            caches.batch_releases.subscribe(),
+            |br: Arc<BatchRelease>| Some(ObjectRef::new(&br.name_any()).within(&br.namespace()?)),
+        )
+        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+            rollouts_of(&rollouts, &lws)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+}
+
+/// Rollouts whose workloadRef names `lws`.
+fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<Rollout>> {
+    rollouts
+        .state()
+        .iter()
+        .filter(|r| {
+            r.namespace() == lws.namespace()
+                && Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
+}
+
+async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let span = info_span!(
+        "rollout",
+        namespace = rollout.namespace(),
+        name = rollout.name_any()
+    );
+    async move {
+        if !caches_ready(&ctx).await {
+            return Ok(Action::requeue(Duration::from_secs(1)));
+        }
+        let mut observed = observe::observe(&ctx.stores, &rollout);
+        let read = deref::traffic(&ctx.applier, &mut observed).await?;
+        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+        apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
+        ctx.failures
+            .lock()
+            .expect("not poisoned")
+            .remove(&ObjectRef::from_obj(rollout.as_ref()));
+        Ok(plan
+            .requeue_after
+            .map_or_else(Action::await_change, Action::requeue))
+    }
+    .instrument(span)
+    .await
+}
+
+async fn caches_ready(ctx: &Context) -> bool {
+    let s = &ctx.stores;
+    watch::ready(
+        [
+            store_ready(&s.rollouts),
+            store_ready(&s.batch_releases),
+            store_ready(&s.lws),
+            store_ready(&s.revisions),
+        ],
+        CACHE_WAIT,
+    )
+    .await
+}
+
+fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Action {
+    let attempt = {
+        let mut failures = ctx.failures.lock().expect("not poisoned");
+        let n = failures
+            .entry(ObjectRef::from_obj(rollout.as_ref()))
+            .or_insert(0);
+        *n += 1;
+        *n
+    };
+    // Whatever the API server refused here (a stale traffic patch, a status conflict with an
+    // approval) is fixed by looking again, never by waiting for the Rollout to change.
+    let category = crate::k8s::error::Category::Transient;
+    let wait = category.requeue_after(attempt);
+    let _ = err.category();
+    warn!(
+        namespace = rollout.namespace(),
+        name = rollout.name_any(),
+        error = %err,
+        category = category.metric_label(),
+        attempt,
+        "Rollout reconcile failed"
+    );
+    wait.map_or_else(Action::await_change, Action::requeue)
+}
