@@ -36,6 +36,7 @@ pub struct Context {
     events: Events,
     stores: observe::Stores,
     failures: Mutex<HashMap<ObjectRef<BatchRelease>, u32>>,
+    metrics: crate::manager::metrics::ControllerMetrics,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -52,6 +53,7 @@ pub struct Caches<'a> {
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: crate::manager::metrics::ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -64,19 +66,22 @@ pub fn run(
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         failures: Mutex::default(),
+        metrics: metrics.clone(),
     });
     let brs = stores.batch_releases.clone();
-    Controller::for_shared_stream(
-        caches.batch_releases.subscribe(),
-        caches.batch_releases.store(),
-    )
-    .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-    .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
-        releases_of(&brs, &lws)
-    })
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| async {})
+    // Queue depth: the BatchRelease's own changes pass through here.
+    let changes = caches
+        .batch_releases
+        .subscribe()
+        .inspect(move |br| metrics.queued(ObjectRef::from_obj(br.as_ref()).to_string()));
+    Controller::for_shared_stream(changes, caches.batch_releases.store())
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+            releases_of(&brs, &lws)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
 }
 
 /// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one).
@@ -102,6 +107,15 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(br.as_ref()).to_string());
+    let result = reconcile_once(br, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "batchrelease",
         namespace = br.namespace(),
@@ -145,6 +159,7 @@ fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Act
     };
     // A refused canary LWS is reported by the LWS itself; here every failure is retried.
     let category = Category::Transient;
+    ctx.metrics.failed(category.metric_label());
     warn!(
         namespace = br.namespace(),
         name = br.name_any(),

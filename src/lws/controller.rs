@@ -135,12 +135,12 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
     let timer = ctx
         .metrics
         .started(&ObjectRef::from_obj(lws.as_ref()).to_string());
-    let result = reconcile_once(&lws, &ctx).await;
+    let result = reconcile_once(lws, ctx.clone()).await;
     ctx.metrics.finished(timer);
     result
 }
 
-async fn reconcile_once(lws: &Arc<LeaderWorkerSet>, ctx: &Arc<Context>) -> Result<Action, Error> {
+async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = info_span!(
         "reconcile",
         namespace = lws.namespace(),

@@ -11,6 +11,7 @@ use std::{
     time::Instant,
 };
 
+use crate::api::rollout::RolloutStatus;
 use axum::{
     Router,
     extract::State,
@@ -352,6 +353,49 @@ impl ControllerMetrics {
     }
 }
 
+/// Where a Rollout's release stands: (step index, step state, since when).
+fn step_position(
+    status: &RolloutStatus,
+) -> Option<(i32, &str, Option<k8s_openapi::jiff::Timestamp>)> {
+    let common = status
+        .canary_status
+        .as_ref()
+        .map(|c| &c.common)
+        .or(status.blue_green_status.as_ref().map(|b| &b.common))?;
+    (!common.current_step_state.is_empty()).then(|| {
+        (
+            common.current_step_index,
+            common.current_step_state.as_str(),
+            common.last_update_time.as_ref().map(|t| t.0),
+        )
+    })
+}
+
+impl ControllerMetrics {
+    /// Records a release step transition when a Rollout's status moves from `before` to
+    /// `after` (written at `now`): a new step index or state. The time spent in the state
+    /// left counts from its `lastUpdateTime`.
+    pub fn rollout_step(
+        &self,
+        before: Option<&RolloutStatus>,
+        after: &RolloutStatus,
+        now: k8s_openapi::jiff::Timestamp,
+    ) {
+        let Some((index, state, _)) = step_position(after) else {
+            return;
+        };
+        let old = before.and_then(step_position);
+        if old.is_some_and(|(i, s, _)| i == index && s == state) {
+            return;
+        }
+        let left = old.and_then(|(_, s, since)| {
+            let seconds = now.duration_since(since?).as_secs_f64();
+            Some((s, seconds.max(0.0)))
+        });
+        self.step_transition(left, state);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -432,5 +476,49 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(sample(&text, "lws_rollout_leader"), Some(1.0));
+    }
+
+    #[test]
+    fn a_rollout_step_change_is_a_transition_with_the_time_spent_in_the_state_left() {
+        use crate::api::rollout::{CanaryStatus, CommonStatus};
+        use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+        let at = |secs: i64| Timestamp::from_second(secs).expect("valid");
+        let status = |index: i32, state: &str, since: i64| RolloutStatus {
+            canary_status: Some(CanaryStatus {
+                common: CommonStatus {
+                    current_step_index: index,
+                    current_step_state: state.into(),
+                    last_update_time: Some(Time(at(since))),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = Metrics::new();
+        let c = m.controller("rollout");
+        let upgrade = status(1, "StepUpgrade", 100);
+        c.rollout_step(None, &upgrade, at(100));
+        // The same position rewritten (a message, a count) is no transition.
+        c.rollout_step(Some(&upgrade), &status(1, "StepUpgrade", 100), at(101));
+        let paused = status(1, "StepPaused", 130);
+        c.rollout_step(Some(&upgrade), &paused, at(130));
+        // No step yet, or none any more: nothing to record.
+        c.rollout_step(Some(&paused), &RolloutStatus::default(), at(140));
+        let text = m.encode();
+        let series = |state: &str| {
+            format!(
+                r#"lws_rollout_release_step_transitions_total{{controller="rollout",state="{state}"}}"#
+            )
+        };
+        assert_eq!(sample(&text, &series("StepUpgrade")), Some(1.0));
+        assert_eq!(sample(&text, &series("StepPaused")), Some(1.0));
+        assert_eq!(
+            sample(
+                &text,
+                r#"lws_rollout_release_step_duration_seconds_sum{controller="rollout",state="StepUpgrade"}"#
+            ),
+            Some(30.0)
+        );
     }
 }

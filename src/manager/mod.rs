@@ -262,6 +262,7 @@ async fn run_controllers(
             lws: &mut caches.lws,
             revisions: &caches.revisions,
         },
+        metrics.controller("rollout"),
         stopped(&stop_all),
     );
     let releases = crate::batchrelease::controller::run(
@@ -271,6 +272,7 @@ async fn run_controllers(
             lws: &mut caches.lws,
             pods: &caches.pods,
         },
+        metrics.controller("batchrelease"),
         stopped(&stop_all),
     );
     let drivers = futures::future::join_all(caches.drivers());

@@ -31,6 +31,7 @@ use crate::{
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
+    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -39,6 +40,7 @@ pub struct Context {
     events: Events,
     stores: observe::Stores,
     failures: Mutex<HashMap<ObjectRef<Rollout>, u32>>,
+    metrics: ControllerMetrics,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -59,6 +61,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(2);
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -72,9 +75,15 @@ pub fn run(
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         failures: Mutex::default(),
+        metrics: metrics.clone(),
     });
     let rollouts = stores.rollouts.clone();
-    Controller::for_shared_stream(caches.rollouts.subscribe(), caches.rollouts.store())
+    // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
+    let changes = caches
+        .rollouts
+        .subscribe()
+        .inspect(move |r| metrics.queued(ObjectRef::from_obj(r.as_ref()).to_string()));
+    Controller::for_shared_stream(changes, caches.rollouts.store())
         // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
         // into one reconcile and is far below what a person or a pipeline notices.
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
@@ -104,6 +113,15 @@ fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(rollout.as_ref()).to_string());
+    let result = reconcile_once(rollout, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "rollout",
         namespace = rollout.namespace(),
@@ -115,8 +133,11 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, A
         }
         let mut observed = observe::observe(&ctx.stores, &rollout);
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
-        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let plan = plan::plan(&observed, now);
         apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
+        ctx.metrics
+            .rollout_step(rollout.status.as_ref(), &plan.status, now);
         ctx.failures
             .lock()
             .expect("not poisoned")
@@ -155,6 +176,7 @@ fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Act
     // Whatever the API server refused here (a stale traffic patch, a status conflict with an
     // approval) is fixed by looking again, never by waiting for the Rollout to change.
     let category = crate::k8s::error::Category::Transient;
+    ctx.metrics.failed(category.metric_label());
     let wait = category.requeue_after(attempt);
     let _ = err.category();
     warn!(

@@ -116,7 +116,10 @@ async fn every_granted_verb_is_used_and_nothing_was_forbidden() -> anyhow::Resul
             event["verb"].as_str().unwrap_or_default().to_string(),
         );
         if event["responseStatus"]["code"] == 403 {
-            forbidden.insert((grant, event["objectRef"]["name"].clone()));
+            forbidden.insert((
+                grant,
+                object["name"].as_str().unwrap_or_default().to_string(),
+            ));
         } else {
             *used.entry(grant).or_default() += 1;
         }
