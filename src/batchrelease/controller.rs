@@ -70,10 +70,14 @@ pub fn run(
     });
     let brs = stores.batch_releases.clone();
     // Queue depth: the BatchRelease's own changes pass through here.
-    let changes = caches
-        .batch_releases
-        .subscribe()
-        .inspect(move |br| metrics.queued(ObjectRef::from_obj(br.as_ref()).to_string()));
+    let queued_store = caches.batch_releases.store();
+    let changes = caches.batch_releases.subscribe().inspect(move |br| {
+        let key = ObjectRef::from_obj(br.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
     Controller::for_shared_stream(changes, caches.batch_releases.store())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
         .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {

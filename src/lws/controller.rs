@@ -94,8 +94,9 @@ pub fn run(
         metrics: metrics.clone(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
+    let lws_store = caches.lws.store();
     let queue = move |lws: Option<ObjectRef<LeaderWorkerSet>>| {
-        if let Some(lws) = &lws {
+        if let Some(lws) = lws.as_ref().filter(|r| lws_store.get(r).is_some()) {
             metrics.queued(lws.to_string());
         }
         lws

@@ -6,7 +6,7 @@
 //! starts with `lws_rollout_`; counters end in `_total`, durations are histograms in seconds.
 
 use std::{
-    collections::HashSet,
+    collections::HashMap,
     sync::{Arc, Mutex},
     time::Instant,
 };
@@ -29,6 +29,9 @@ use prometheus_client::{
     },
     registry::{Registry, Unit},
 };
+
+/// See [`ControllerMetrics::queued`].
+const QUEUE_STALE: std::time::Duration = std::time::Duration::from_secs(300);
 
 /// The content type of the OpenMetrics text format `encode` writes.
 const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -96,7 +99,7 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: HistogramFamily<ControllerLabels>,
     queue_depth: Family<ControllerLabels, Gauge>,
-    queued: Arc<Mutex<std::collections::HashMap<String, HashSet<String>>>>,
+    queued: Arc<Mutex<HashMap<String, HashMap<String, Instant>>>>,
     webhook_requests: Family<WebhookLabels, Counter>,
     webhook_duration: HistogramFamily<WebhookLabels>,
     leader: Gauge,
@@ -287,28 +290,35 @@ pub struct ReconcileTimer {
 impl ControllerMetrics {
     /// A watch event queued `key` (`namespace/name`) for reconciling. A key queued again
     /// before its reconcile starts counts once, as the controller's queue holds it once.
+    /// Callers queue only objects still in their cache: the controller never reconciles a
+    /// deleted object, so its key would never leave.
     pub fn queued(&self, key: String) {
-        let mut queued = self.metrics.queued.lock().expect("not poisoned");
-        let set = queued.entry(self.labels.controller.clone()).or_default();
-        set.insert(key);
-        self.metrics
-            .queue_depth
-            .get_or_create(&self.labels)
-            .set(set.len() as i64);
+        self.update_queue(|queue| {
+            queue.entry(key).or_insert_with(Instant::now);
+        });
     }
 
     /// A reconcile of `key` starts: it leaves the queue.
     pub fn started(&self, key: &str) -> ReconcileTimer {
-        let mut queued = self.metrics.queued.lock().expect("not poisoned");
-        let set = queued.entry(self.labels.controller.clone()).or_default();
-        set.remove(key);
-        self.metrics
-            .queue_depth
-            .get_or_create(&self.labels)
-            .set(set.len() as i64);
+        self.update_queue(|queue| {
+            queue.remove(key);
+        });
         ReconcileTimer {
             started: Instant::now(),
         }
+    }
+
+    fn update_queue(&self, change: impl FnOnce(&mut HashMap<String, Instant>)) {
+        let mut queued = self.metrics.queued.lock().expect("not poisoned");
+        let queue = queued.entry(self.labels.controller.clone()).or_default();
+        change(queue);
+        // An object deleted between its event and its reconcile is never reconciled: after
+        // QUEUE_STALE (far beyond any debounce or backoff) it no longer counts as waiting.
+        queue.retain(|_, since| since.elapsed() < QUEUE_STALE);
+        self.metrics
+            .queue_depth
+            .get_or_create(&self.labels)
+            .set(queue.len() as i64);
     }
 
     /// A reconcile ended (successfully or not: failures are counted by [`Self::failed`]).

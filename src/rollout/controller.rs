@@ -79,10 +79,14 @@ pub fn run(
     });
     let rollouts = stores.rollouts.clone();
     // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
-    let changes = caches
-        .rollouts
-        .subscribe()
-        .inspect(move |r| metrics.queued(ObjectRef::from_obj(r.as_ref()).to_string()));
+    let queued_store = caches.rollouts.store();
+    let changes = caches.rollouts.subscribe().inspect(move |r| {
+        let key = ObjectRef::from_obj(r.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
     Controller::for_shared_stream(changes, caches.rollouts.store())
         // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
         // into one reconcile and is far below what a person or a pipeline notices.
