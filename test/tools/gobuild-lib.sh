@@ -2,6 +2,8 @@
 # in a wrapper module of ours, cached by version under ~/.cache/lws-rollout. Sourced.
 # shellcheck shell=bash
 . "$(dirname "${BASH_SOURCE[0]}")/../cluster/lib.sh"
+log() { echo "[tools $(date +%H:%M:%S)] $*" >&2; }
+die() { echo "lws-rollout tools: $*" >&2; exit 1; }
 
 # go_tool_build NAME MODULE VERSION PACKAGE [LDFLAGS]: prints the path of the cached binary,
 # building it first when needed. The wrapper requires only MODULE, so minimal version selection
