@@ -22,6 +22,12 @@ type Grant = (String, String, String);
 /// Granted but not shown used by the suite, and why.
 const NOT_SHOWN: &[(&str, &str, &str, &str)] = &[
     (
+        "admissionregistration.k8s.io",
+        "*",
+        "create",
+        "a server-side apply that creates is also authorized as create, inside the patch request: the audit log shows only the patch (without create the manager cannot start: measured)",
+    ),
+    (
         "",
         "secrets",
         "update",
@@ -149,10 +155,6 @@ async fn every_granted_verb_is_used_and_nothing_was_forbidden() -> anyhow::Resul
         !used.is_empty(),
         "the audit log {path} holds requests of {MANAGER}"
     );
-    assert!(
-        forbidden.is_empty(),
-        "requests of the manager were forbidden: {forbidden:?}"
-    );
     let granted = granted()?;
     let mut unused = Vec::new();
     for grant in &granted {
@@ -164,6 +166,10 @@ async fn every_granted_verb_is_used_and_nothing_was_forbidden() -> anyhow::Resul
             None => unused.push(grant.clone()),
         }
     }
+    assert!(
+        forbidden.is_empty(),
+        "requests of the manager were forbidden: {forbidden:?}; unused grants: {unused:?}"
+    );
     assert!(
         unused.is_empty(),
         "the chart grants verbs the manager never used in the suite (drop them, or list them in NOT_SHOWN with the reason): {unused:?}"

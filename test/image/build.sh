@@ -24,6 +24,11 @@ rustup target list --installed 2>/dev/null | grep -qx "$TARGET" \
   || die "the Rust target $TARGET is missing and 'rustup target add $TARGET' failed: the image needs a static binary"
 CRANE=$("$REPO/test/tools/build-crane.sh")
 
+# ring compiles a little C; without a musl cross compiler (musl-tools), the host's gcc does
+# (ring's C needs no libc headers; the Rust toolchain links musl's own crt and libc).
+if ! command -v x86_64-linux-musl-gcc >/dev/null 2>&1 && ! command -v musl-gcc >/dev/null 2>&1; then
+  export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-cc}"
+fi
 log "building the static manager binary ($TARGET, release)"
 (cd "$REPO" && cargo build --locked --release --target "$TARGET" --bin lws-rollout) >&2
 BIN="$REPO/target/$TARGET/release/lws-rollout"
