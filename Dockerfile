@@ -10,6 +10,8 @@ RUN rustup target add x86_64-unknown-linux-musl \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
+# Symbols are of no use in a container.
+ENV CARGO_PROFILE_RELEASE_STRIP=symbols
 RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin lws-rollout \
  && cp target/x86_64-unknown-linux-musl/release/lws-rollout /lws-rollout
 

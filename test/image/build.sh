@@ -32,17 +32,22 @@ fi
 log "building the static manager binary ($TARGET, release)"
 (cd "$REPO" && cargo build --locked --release --target "$TARGET" --bin lws-rollout) >&2
 BIN="$REPO/target/$TARGET/release/lws-rollout"
-file "$BIN" 2>/dev/null | grep -q "statically linked" || ldd "$BIN" 2>&1 | grep -q "not a dynamic executable" \
-  || die "$BIN is not statically linked"
+# `ldd` says "statically linked" (static-pie) or "not a dynamic executable" (static).
+ldd "$BIN" 2>&1 | grep -Eq "statically linked|not a dynamic executable" || die "$BIN is not statically linked"
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/lws-rollout-image.XXXXXX")
 REG_PID=
-cleanup() { [ -n "$REG_PID" ] && kill "$REG_PID" 2>/dev/null; wait "$REG_PID" 2>/dev/null; rm -rf "$WORK"; }
+cleanup() {
+  if [ -n "$REG_PID" ]; then kill "$REG_PID" 2>/dev/null || true; wait "$REG_PID" 2>/dev/null || true; fi
+  rm -rf "$WORK"
+}
 trap cleanup EXIT
 
 # The layer: /lws-rollout, root-owned and world-executable (the non-root user runs it).
 mkdir -p "$WORK/root"
 install -m 0755 "$BIN" "$WORK/root/lws-rollout"
+# Symbols are a third of the binary and of no use in a container.
+if command -v strip >/dev/null 2>&1; then strip --strip-all "$WORK/root/lws-rollout"; fi
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime=@0 -C "$WORK/root" -cf "$WORK/layer.tar" lws-rollout
 
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null \
