@@ -10,6 +10,8 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 . "$REPO/test/cluster/lib.sh"
+log() { echo "[helm $(date +%H:%M:%S)] $*" >&2; }
+die() { echo "lws-rollout helm: $*" >&2; exit 1; }
 KUBECONFIG_FILE=$1
 STATE=$2
 HELM=$("$REPO/test/tools/build-helm.sh")

@@ -15,6 +15,8 @@
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 . "$REPO/test/cluster/lib.sh"
+log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
+die() { echo "lws-rollout image: $*" >&2; exit 1; }
 OUT="${1:-$REPO/target/image}"
 TARGET=x86_64-unknown-linux-musl
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n1)
