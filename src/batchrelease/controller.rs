@@ -33,6 +33,7 @@ pub struct Context {
     events: Events,
     stores: observe::Stores,
     backoff: Backoff<BatchRelease>,
+    metrics: crate::manager::metrics::ControllerMetrics,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -49,6 +50,7 @@ pub struct Caches<'a> {
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: crate::manager::metrics::ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -61,19 +63,26 @@ pub fn run(
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         backoff: Backoff::new("batchrelease"),
+        metrics: metrics.clone(),
     });
     let brs = stores.batch_releases.clone();
-    Controller::for_shared_stream(
-        caches.batch_releases.subscribe(),
-        caches.batch_releases.store(),
-    )
-    .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-    .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
-        releases_of(&brs, &lws)
-    })
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| async {})
+    // Queue depth: the BatchRelease's own changes pass through here.
+    let queued_store = caches.batch_releases.store();
+    let changes = caches.batch_releases.subscribe().inspect(move |br| {
+        let key = ObjectRef::from_obj(br.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
+    Controller::for_shared_stream(changes, caches.batch_releases.store())
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+            releases_of(&brs, &lws)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
 }
 
 /// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one).
@@ -99,6 +108,15 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(br.as_ref()).to_string());
+    let result = reconcile_once(br, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "batchrelease",
         namespace = br.namespace(),
@@ -129,8 +147,9 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
 }
 
 fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    // Whatever the API server refused here (a stale traffic patch, a conflict with an approval,
-    // a canary LWS the LWS itself reports) is fixed by looking again, never by waiting for the
-    // object to change.
-    ctx.backoff.failed(&br, err, Category::Transient)
+    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
+    // again, never by waiting for the object to change.
+    let category = Category::Transient;
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&br, err, category)
 }

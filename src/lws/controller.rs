@@ -38,6 +38,7 @@ use crate::{
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
+    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -45,6 +46,7 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: Stores,
+    metrics: ControllerMetrics,
     /// Consecutive failures per LWS, for backoff only (never for a decision).
     backoff: Backoff<LeaderWorkerSet>,
 }
@@ -73,6 +75,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(2);
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(Context {
@@ -85,16 +88,35 @@ pub fn run(
             revisions: caches.revisions.store(),
         },
         backoff: Backoff::new("lws"),
+        metrics: metrics.clone(),
     });
-    Controller::for_shared_stream(caches.lws.subscribe(), caches.lws.store())
+    // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
+    let lws_store = caches.lws.store();
+    let queue = move |lws: Option<ObjectRef<LeaderWorkerSet>>| {
+        if let Some(lws) = lws.as_ref().filter(|r| lws_store.get(r).is_some()) {
+            metrics.queued(lws.to_string());
+        }
+        lws
+    };
+    let (q1, q2, q3, q4, q5) = (
+        queue.clone(),
+        queue.clone(),
+        queue.clone(),
+        queue.clone(),
+        queue,
+    );
+    let lws_changes = caches.lws.subscribe().inspect(move |lws| {
+        q5(Some(ObjectRef::from_obj(lws.as_ref())));
+    });
+    Controller::for_shared_stream(lws_changes, caches.lws.store())
         // A group coming up is a burst of pod and StatefulSet events; one reconcile after the
         // burst settles does the work of dozens (the benchmark's CPU figure), and 100 ms stays
         // far below what a user or a rollout step would notice.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
-        .watches_shared_stream(caches.pods.subscribe(), to_lws)
-        .watches_shared_stream(caches.statefulsets.subscribe(), to_lws)
-        .watches_shared_stream(caches.services.subscribe(), to_lws)
-        .watches_shared_stream(caches.revisions.subscribe(), to_lws)
+        .watches_shared_stream(caches.pods.subscribe(), move |o| q1(to_lws(o)))
+        .watches_shared_stream(caches.statefulsets.subscribe(), move |o| q2(to_lws(o)))
+        .watches_shared_stream(caches.services.subscribe(), move |o| q3(to_lws(o)))
+        .watches_shared_stream(caches.revisions.subscribe(), move |o| q4(to_lws(o)))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         // Failures are logged once, by the error policy.
@@ -108,6 +130,15 @@ fn to_lws<K: Resource>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
 }
 
 async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(lws.as_ref()).to_string());
+    let result = reconcile_once(lws, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = info_span!(
         "reconcile",
         namespace = lws.namespace(),
@@ -172,5 +203,7 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.backoff.failed(&lws, err, err.category())
+    let category = err.category();
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&lws, err, category)
 }

@@ -28,6 +28,7 @@ use crate::{
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
+    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -36,6 +37,7 @@ pub struct Context {
     events: Events,
     stores: observe::Stores,
     backoff: Backoff<Rollout>,
+    metrics: ControllerMetrics,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -56,6 +58,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(2);
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -69,9 +72,19 @@ pub fn run(
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         backoff: Backoff::new("rollout"),
+        metrics: metrics.clone(),
     });
     let rollouts = stores.rollouts.clone();
-    Controller::for_shared_stream(caches.rollouts.subscribe(), caches.rollouts.store())
+    // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
+    let queued_store = caches.rollouts.store();
+    let changes = caches.rollouts.subscribe().inspect(move |r| {
+        let key = ObjectRef::from_obj(r.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
+    Controller::for_shared_stream(changes, caches.rollouts.store())
         // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
         // into one reconcile and is far below what a person or a pipeline notices.
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
@@ -101,6 +114,15 @@ fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(rollout.as_ref()).to_string());
+    let result = reconcile_once(rollout, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "rollout",
         namespace = rollout.namespace(),
@@ -112,7 +134,8 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, A
         }
         let mut observed = observe::observe(&ctx.stores, &rollout);
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
-        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let plan = plan::plan(&observed, now);
         apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
         ctx.backoff.succeeded(&rollout);
         Ok(plan
@@ -138,8 +161,9 @@ async fn caches_ready(ctx: &Context) -> bool {
 }
 
 fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    // Whatever the API server refused here (a stale traffic patch, a conflict with an approval,
-    // a canary LWS the LWS itself reports) is fixed by looking again, never by waiting for the
-    // object to change.
-    ctx.backoff.failed(&rollout, err, Category::Transient)
+    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
+    // again, never by waiting for the object to change.
+    let category = Category::Transient;
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&rollout, err, category)
 }
