@@ -1347,15 +1347,24 @@ fn table(args: &Args, results: &[SideResult]) -> String {
         !named || args.has(&scenario)
     });
     let mut out = String::new();
-    out.push_str(&format!(
-        "Scenarios: {}. Sizes: {} LWS × {} groups × size {} ({} pods), {} unrelated pods.\n\n",
-        args.scenarios.join(", "),
-        args.lws,
-        args.groups,
-        args.size,
-        args.lws * args.groups * args.size,
-        args.noise_pods
-    ));
+    out.push_str(&format!("Scenarios: {}.", args.scenarios.join(", ")));
+    if ["s1", "s2", "s3", "s4"].iter().any(|s| args.has(s)) {
+        out.push_str(&format!(
+            " Sizes: {} LWS × {} groups × size {} ({} pods), {} unrelated pods.",
+            args.lws,
+            args.groups,
+            args.size,
+            args.lws * args.groups * args.size,
+            args.noise_pods
+        ));
+    }
+    if args.has("s5") {
+        out.push_str(&format!(
+            " S5: {} Rollouts of {} groups × size {}.",
+            args.rollouts, args.release_groups, args.release_size
+        ));
+    }
+    out.push_str("\n\n");
     out.push_str("| figure | ours | upstream v0.8.0 | ours / upstream |\n|---|---:|---:|---:|\n");
     for (l, o, u, r) in rows {
         out.push_str(&format!("| {l} | {o} | {u} | {r} |\n"));
