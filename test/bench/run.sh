@@ -2,7 +2,8 @@
 # The benchmark: our LWS controller and the upstream LWS v0.8.0 controller, one after the other,
 # each alone on a fresh local control plane, same scenarios, one table (docs/performance.md).
 #
-#   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream
+#   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream,
+#                                           --scenarios s1,s5 (S5, releases, runs on ours only)
 #
 # Builds what it needs (our manager and the driver in release mode, the control plane and the
 # upstream manager from pinned Go modules, cached under ~/.cache/lws-rollout), then runs

@@ -1,6 +1,6 @@
 //! The benchmark harness works (`lws-bench`, run at full size by `test/bench/run.sh`): a tiny
-//! run against both controllers, each on a cluster of its own, yields every figure. It asserts
-//! the harness — never a speed.
+//! run against both controllers, each on a cluster of its own, yields every figure, S5's release
+//! figures included (ours only). It asserts the harness — never a speed.
 
 use std::process::Stdio;
 
@@ -21,6 +21,7 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
     let json_path = state.join("results.json");
     std::fs::create_dir_all(&state)?;
     let (lws, groups, size, noise) = (3usize, 2usize, 2usize, 40usize);
+    let rollouts = 2usize;
     let out = tokio::process::Command::new(lws_bench())
         .args([
             format!("--lws={lws}"),
@@ -29,6 +30,9 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
             format!("--noise-pods={noise}"),
             "--settle=1".into(),
             "--timeout=90".into(),
+            format!("--rollouts={rollouts}"),
+            "--release-groups=3".into(),
+            "--release-size=1".into(),
         ])
         .arg("--manager-bin")
         .arg(env!("CARGO_BIN_EXE_lws-rollout"))
@@ -57,6 +61,8 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
         "S2 API requests by the controller",
         "S3 idle RSS after the unrelated pods",
         "S4 pod mutating webhook p99",
+        "S5 approve → next BatchRelease/canary LWS write",
+        "S5 canary batch ready → Rollout's next step write",
     ] {
         assert!(table.contains(row), "table has {row:?}:\n{table}");
     }
@@ -103,6 +109,29 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
         );
         assert!(r["s4_mutating"]["p99_ms"].as_f64().is_some(), "{r:#}");
     }
+    // S5, ours only: every approval (two pauses) and every canary batch (three steps) of every
+    // Rollout got its latency, and every step its writes from the audit log.
+    let s5 = &sides[0]["s5"];
+    assert_eq!(s5["timed_out"], false, "{s5:#}");
+    assert!(s5["release_s"].as_f64().unwrap_or(0.0) > 0.0, "{s5:#}");
+    assert_eq!(s5["approve_to_write"]["n"], 2 * rollouts, "{s5:#}");
+    assert_eq!(s5["ready_to_step"]["n"], 3 * rollouts, "{s5:#}");
+    let steps = s5["writes"].as_array().context("writes")?;
+    assert_eq!(steps.len(), 3, "{s5:#}");
+    for w in steps {
+        assert!(
+            w["release_per_rollout"].as_f64().unwrap_or(0.0) > 0.0,
+            "{w:#}"
+        );
+        let by = w["by_resource"].as_object().context("by_resource")?;
+        assert!(by.keys().all(|k| !k.starts_with("events")), "{w:#}");
+    }
+    assert!(
+        sides[1]["s5"].is_null(),
+        "upstream has no Rollouts: {:#}",
+        sides[1]
+    );
+
     // Each side's cluster stopped: no recorded processes left.
     for side in ["ours", "upstream"] {
         assert!(

@@ -11,6 +11,11 @@
 //! - S3 noise: `--noise-pods` bare pods bound to KWOK nodes in another namespace; the
 //!   controller's idle RSS before and after.
 //! - S4 admission: the pod webhook's latency from the apiserver's admission histogram over S1+S2.
+//! - S5 release (ours only: upstream LWS has no Rollouts): `--rollouts` canary Rollouts released
+//!   through manual pauses; approve → next write and batch ready → next step write, and the
+//!   manager's writes per step (`release.rs`).
+//!
+//! `--scenarios` picks which run (S2 needs S1; S4 is read over whichever of S1/S2 ran).
 //!
 //! Measurements: wall times from watches (the bench's own watchers, first-seen instants), CPU
 //! from `/proc/PID/stat`, memory from `/proc/PID/status` (VmHWM, VmRSS), API requests from the
@@ -45,6 +50,8 @@ use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
 
+mod release;
+
 const CONTROLLER_USER: &str = "lws-bench-controller";
 const NS: &str = "bench";
 const NOISE_NS: &str = "noise";
@@ -70,23 +77,35 @@ struct Args {
     /// Unrelated pods for S3 (0 skips S3).
     #[arg(long, default_value_t = 5_000)]
     noise_pods: usize,
+    /// Which scenarios run: s1..s5 (S2 needs S1).
+    #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
+    scenarios: Vec<String>,
+    /// S5: Rollouts released at once (ours only).
+    #[arg(long, default_value_t = 6)]
+    rollouts: usize,
+    /// S5: groups of each released LWS (the steps are 1 group, 2 groups, 100%).
+    #[arg(long, default_value_t = 3)]
+    release_groups: usize,
+    /// S5: pods per group of each released LWS.
+    #[arg(long, default_value_t = 2)]
+    release_size: usize,
     /// Which controllers, in order: ours, upstream.
     #[arg(long, value_delimiter = ',', default_value = "ours,upstream")]
     sides: Vec<String>,
     /// Our manager binary.
     #[arg(long, default_value = "target/release/lws-rollout")]
     manager_bin: PathBuf,
-    /// The upstream manager binary (test/upstream/build.sh).
+    /// The upstream manager binary (test/upstream/build.sh); needed for --sides upstream.
     #[arg(long)]
-    upstream_bin: PathBuf,
+    upstream_bin: Option<PathBuf>,
     /// Control-plane binaries (test/cluster/build.sh).
     #[arg(long)]
     bin_dir: PathBuf,
     /// Where each side's cluster state goes (one subdirectory per side).
     #[arg(long)]
     state_root: PathBuf,
-    /// The repository (its test/ scripts and crds/).
-    #[arg(long, default_value = env!("CARGO_MANIFEST_DIR"))]
+    /// The repository (its test/ scripts and crds/): this crate lives at tools/lws-bench.
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))]
     repo: PathBuf,
     /// Limit for each wait, in seconds.
     #[arg(long, default_value_t = 300)]
@@ -103,6 +122,12 @@ struct Args {
     /// Keep each side's cluster logs (they are kept anyway when a side fails).
     #[arg(long)]
     keep_logs: bool,
+}
+
+impl Args {
+    fn has(&self, scenario: &str) -> bool {
+        self.scenarios.iter().any(|s| s == scenario)
+    }
 }
 
 /// Percentiles of a set of durations, in milliseconds.
@@ -173,6 +198,7 @@ struct SideResult {
     s3_requests: Requests,
     s4_mutating: WebhookLatency,
     s4_validating: Option<WebhookLatency>,
+    s5: Option<release::ReleaseResult>,
 }
 
 #[tokio::main]
@@ -184,6 +210,14 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     std::fs::create_dir_all(&args.state_root)?;
+    for s in &args.scenarios {
+        if !matches!(s.as_str(), "s1" | "s2" | "s3" | "s4" | "s5") {
+            bail!("--scenarios takes s1..s5, got {s:?}");
+        }
+    }
+    if args.has("s2") && !args.has("s1") {
+        bail!("S2 updates the LWSs S1 creates: --scenarios s2 needs s1");
+    }
     let mut results = Vec::new();
     for side in args.sides.clone() {
         if side != "ours" && side != "upstream" {
@@ -198,7 +232,9 @@ async fn main() -> anyhow::Result<()> {
     }
     if let Some(path) = &args.json {
         let out = json!({
-            "sizes": {"lws": args.lws, "groups": args.groups, "size": args.size, "noise_pods": args.noise_pods},
+            "sizes": {"lws": args.lws, "groups": args.groups, "size": args.size, "noise_pods": args.noise_pods,
+                "rollouts": args.rollouts, "release_groups": args.release_groups, "release_size": args.release_size},
+            "scenarios": args.scenarios,
             "results": results,
         });
         std::fs::write(path, serde_json::to_string_pretty(&out)?)?;
@@ -263,7 +299,10 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
              - level: Metadata\n  users: [\"{CONTROLLER_USER}\"]\n- level: None\n"
         ),
     )?;
-    let total_pods = args.lws * args.groups * args.size + args.noise_pods;
+    // S5's LWSs hold at most twice their pods (stable and canary) plus the stable's surge.
+    let total_pods = args.lws * args.groups * args.size
+        + args.noise_pods
+        + args.rollouts * args.release_groups * args.release_size * 3;
     let node_pods = (total_pods / 4 + 200).max(110).to_string();
     eprintln!("[bench] starting a fresh cluster in {}", dir.display());
     let mut cluster = Cluster {
@@ -302,7 +341,7 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
     )?;
     let controller_kubeconfig = controller_kubeconfig(&dir)?;
     let client = client_for(&dir.join("kubeconfig")).await?;
-    for ns in [NS, NOISE_NS] {
+    for ns in [NS, NOISE_NS, release::NS] {
         create_namespace(&client, ns).await?;
     }
 
@@ -329,92 +368,96 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
     let timeout = Duration::from_secs(args.timeout);
     let metrics_before = apiserver_metrics(&dir)?;
 
-    // ---- S1 create ----
-    eprintln!(
-        "[bench] S1: creating {} LWS x {} groups x size {}",
-        args.lws, args.groups, args.size
-    );
     let names: Vec<String> = (0..args.lws).map(|i| format!("lws-{i:04}")).collect();
-    let cpu0 = proc_.cpu_s()?;
-    let a0 = audit.offset();
-    let t0 = Instant::now();
     let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), NS);
-    stream::iter(names.iter().cloned())
-        .map(|name| {
-            let api = lws_api.clone();
-            let (groups, size) = (args.groups, args.size);
-            async move {
-                let lws: LeaderWorkerSet =
-                    serde_json::from_value(lws_manifest(&name, groups, size))?;
-                api.create(&PostParams::default(), &lws)
-                    .await
-                    .with_context(|| format!("creating LWS {name}"))?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(args.concurrency)
-        .try_collect::<Vec<_>>()
-        .await?;
     let expected_pods = args.groups * args.size;
-    watch
-        .wait_until(timeout, "S1: every LWS Available", |s| {
-            s.all_done(&names, args.groups, expected_pods, IMAGE_V1)
-        })
-        .await?;
-    result.s1_available_s = t0.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    result.s1_cpu_s = proc_.cpu_s()? - cpu0;
-    result.s1_peak_rss_mib = proc_.hwm_mib()?;
-    result.s1_requests = audit.count(a0, audit.offset())?;
-    {
-        let s = watch.state.lock().expect("state");
-        result.s1_all_pods_ready_s = s
-            .pod_ready
-            .values()
-            .max()
-            .map(|t| t.duration_since(t0).as_secs_f64())
-            .unwrap_or_default();
-        let mut lws_to_sts = Vec::new();
-        let mut pod_to_worker = Vec::new();
-        let mut ready_to_available = Vec::new();
-        for name in &names {
-            if let (Some(c), Some(s)) = (s.lws_seen.get(name), s.sts_seen.get(name)) {
-                lws_to_sts.push(s.saturating_duration_since(*c));
-            }
-            let mut last_ready: Option<Instant> = None;
-            for g in 0..args.groups {
-                let leader = format!("{name}-{g}");
-                if let (Some(p), Some(w)) = (s.pod_seen.get(&leader), s.sts_seen.get(&leader)) {
-                    pod_to_worker.push(w.saturating_duration_since(*p));
+
+    // ---- S1 create ----
+    if args.has("s1") {
+        eprintln!(
+            "[bench] S1: creating {} LWS x {} groups x size {}",
+            args.lws, args.groups, args.size
+        );
+        let cpu0 = proc_.cpu_s()?;
+        let a0 = audit.offset();
+        let t0 = Instant::now();
+        stream::iter(names.iter().cloned())
+            .map(|name| {
+                let api = lws_api.clone();
+                let (groups, size) = (args.groups, args.size);
+                async move {
+                    let lws: LeaderWorkerSet =
+                        serde_json::from_value(lws_manifest(&name, groups, size))?;
+                    api.create(&PostParams::default(), &lws)
+                        .await
+                        .with_context(|| format!("creating LWS {name}"))?;
+                    anyhow::Ok(())
                 }
-                for w in 0..args.size {
-                    let pod = if w == 0 {
-                        leader.clone()
-                    } else {
-                        format!("{leader}-{w}")
-                    };
-                    if let Some(r) = s.pod_ready.get(&pod) {
-                        last_ready = last_ready.max(Some(*r));
+            })
+            .buffer_unordered(args.concurrency)
+            .try_collect::<Vec<_>>()
+            .await?;
+        watch
+            .wait_until(timeout, "S1: every LWS Available", |s| {
+                s.all_done(&names, args.groups, expected_pods, IMAGE_V1)
+            })
+            .await?;
+        result.s1_available_s = t0.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        result.s1_cpu_s = proc_.cpu_s()? - cpu0;
+        result.s1_peak_rss_mib = proc_.hwm_mib()?;
+        result.s1_requests = audit.count(a0, audit.offset())?;
+        {
+            let s = watch.state.lock().expect("state");
+            result.s1_all_pods_ready_s = s
+                .pod_ready
+                .values()
+                .max()
+                .map(|t| t.duration_since(t0).as_secs_f64())
+                .unwrap_or_default();
+            let mut lws_to_sts = Vec::new();
+            let mut pod_to_worker = Vec::new();
+            let mut ready_to_available = Vec::new();
+            for name in &names {
+                if let (Some(c), Some(s)) = (s.lws_seen.get(name), s.sts_seen.get(name)) {
+                    lws_to_sts.push(s.saturating_duration_since(*c));
+                }
+                let mut last_ready: Option<Instant> = None;
+                for g in 0..args.groups {
+                    let leader = format!("{name}-{g}");
+                    if let (Some(p), Some(w)) = (s.pod_seen.get(&leader), s.sts_seen.get(&leader)) {
+                        pod_to_worker.push(w.saturating_duration_since(*p));
+                    }
+                    for w in 0..args.size {
+                        let pod = if w == 0 {
+                            leader.clone()
+                        } else {
+                            format!("{leader}-{w}")
+                        };
+                        if let Some(r) = s.pod_ready.get(&pod) {
+                            last_ready = last_ready.max(Some(*r));
+                        }
                     }
                 }
+                if let (Some(r), Some(a)) = (last_ready, s.lws_available.get(name)) {
+                    ready_to_available.push(a.saturating_duration_since(r));
+                }
             }
-            if let (Some(r), Some(a)) = (last_ready, s.lws_available.get(name)) {
-                ready_to_available.push(a.saturating_duration_since(r));
-            }
+            result.s1_lws_to_leader_sts = dist(lws_to_sts);
+            result.s1_leader_pod_to_worker_sts = dist(pod_to_worker);
+            result.s1_pods_ready_to_available = dist(ready_to_available);
         }
-        result.s1_lws_to_leader_sts = dist(lws_to_sts);
-        result.s1_leader_pod_to_worker_sts = dist(pod_to_worker);
-        result.s1_pods_ready_to_available = dist(ready_to_available);
+        eprintln!("[bench] S1 done in {:.1}s", result.s1_available_s);
     }
-    eprintln!("[bench] S1 done in {:.1}s", result.s1_available_s);
 
     // ---- S2 update ----
-    eprintln!("[bench] S2: image change on all {} LWS", args.lws);
-    let hwm_before_s2 = proc_.hwm_mib()?;
-    let cpu0 = proc_.cpu_s()?;
-    let a0 = audit.offset();
-    let t0 = Instant::now();
-    stream::iter(names.iter().cloned())
+    if args.has("s2") {
+        eprintln!("[bench] S2: image change on all {} LWS", args.lws);
+        let hwm_before_s2 = proc_.hwm_mib()?;
+        let cpu0 = proc_.cpu_s()?;
+        let a0 = audit.offset();
+        let t0 = Instant::now();
+        stream::iter(names.iter().cloned())
         .map(|name| {
             let api = lws_api.clone();
             async move {
@@ -429,37 +472,40 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
         .buffer_unordered(args.concurrency)
         .try_collect::<Vec<_>>()
         .await?;
-    if let Err(err) = watch
-        .wait_until(
-            timeout,
-            "S2: every pod on the new image, every LWS Available",
-            |s| s.all_done(&names, args.groups, expected_pods, IMAGE_V2),
-        )
-        .await
-    {
-        // Reported as such in the table; the other scenarios still run.
-        eprintln!("[bench] {err}");
-        result.s2_timed_out = true;
+        if let Err(err) = watch
+            .wait_until(
+                timeout,
+                "S2: every pod on the new image, every LWS Available",
+                |s| s.all_done(&names, args.groups, expected_pods, IMAGE_V2),
+            )
+            .await
+        {
+            // Reported as such in the table; the other scenarios still run.
+            eprintln!("[bench] {err}");
+            result.s2_timed_out = true;
+        }
+        result.s2_updated_s = t0.elapsed().as_secs_f64();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        result.s2_cpu_s = proc_.cpu_s()? - cpu0;
+        result.s2_peak_rss_mib = proc_.hwm_mib()?.max(hwm_before_s2);
+        result.s2_requests = audit.count(a0, audit.offset())?;
+        eprintln!("[bench] S2 done in {:.1}s", result.s2_updated_s);
     }
-    result.s2_updated_s = t0.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    result.s2_cpu_s = proc_.cpu_s()? - cpu0;
-    result.s2_peak_rss_mib = proc_.hwm_mib()?.max(hwm_before_s2);
-    result.s2_requests = audit.count(a0, audit.offset())?;
-    eprintln!("[bench] S2 done in {:.1}s", result.s2_updated_s);
 
     // ---- S4 admission (over S1 + S2) ----
-    let metrics_after = apiserver_metrics(&dir)?;
-    let (mutating, validating) = match side {
-        "ours" => (OUR_WEBHOOK, None),
-        _ => (UPSTREAM_WEBHOOK, Some(UPSTREAM_VALIDATING_WEBHOOK)),
-    };
-    result.s4_mutating = webhook_latency(&metrics_before, &metrics_after, mutating, "admit");
-    result.s4_validating =
-        validating.map(|v| webhook_latency(&metrics_before, &metrics_after, v, "validating"));
+    if args.has("s4") {
+        let metrics_after = apiserver_metrics(&dir)?;
+        let (mutating, validating) = match side {
+            "ours" => (OUR_WEBHOOK, None),
+            _ => (UPSTREAM_WEBHOOK, Some(UPSTREAM_VALIDATING_WEBHOOK)),
+        };
+        result.s4_mutating = webhook_latency(&metrics_before, &metrics_after, mutating, "admit");
+        result.s4_validating =
+            validating.map(|v| webhook_latency(&metrics_before, &metrics_after, v, "validating"));
+    }
 
     // ---- S3 noise ----
-    if args.noise_pods > 0 {
+    if args.has("s3") && args.noise_pods > 0 {
         eprintln!(
             "[bench] S3: {} unrelated pods in namespace {NOISE_NS}",
             args.noise_pods
@@ -501,6 +547,26 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
     }
 
     watch.stop();
+
+    // ---- S5 release (ours only: upstream LWS has no Rollouts) ----
+    if args.has("s5") && side == "ours" {
+        eprintln!(
+            "[bench] S5: releasing {} Rollouts of {} groups x size {}",
+            args.rollouts, args.release_groups, args.release_size
+        );
+        let sizes = release::Sizes {
+            rollouts: args.rollouts,
+            groups: args.release_groups,
+            size: args.release_size,
+        };
+        let r = release::run(&client, sizes, timeout, args.concurrency, &audit, &|| {
+            proc_.cpu_s()
+        })
+        .await?;
+        eprintln!("[bench] S5 done in {:.1}s", r.release_s);
+        result.s5 = Some(r);
+    }
+
     match side {
         "ours" => proc_.stop(),
         _ => {
@@ -668,11 +734,15 @@ async fn start_ours(
 }
 
 fn start_upstream(args: &Args, dir: &Path, kubeconfig: &Path) -> anyhow::Result<(u32, String)> {
+    let upstream_bin = args
+        .upstream_bin
+        .as_ref()
+        .context("--sides upstream needs --upstream-bin")?;
     run(
         Command::new("bash")
             .arg(args.repo.join("test/upstream/start.sh"))
             .arg(dir)
-            .env("LWS_UPSTREAM_BIN", &args.upstream_bin)
+            .env("LWS_UPSTREAM_BIN", upstream_bin)
             .env("LWS_ROLLOUT_BIN_DIR", &args.bin_dir)
             .env("LWS_UPSTREAM_KUBECONFIG", kubeconfig)
             // Info level, like ours (its shipped kustomization uses the chattier level 2).
@@ -684,7 +754,7 @@ fn start_upstream(args: &Args, dir: &Path, kubeconfig: &Path) -> anyhow::Result<
         .trim()
         .parse()?;
     let version = run(
-        Command::new(&args.upstream_bin).arg("--version"),
+        Command::new(upstream_bin).arg("--version"),
         "upstream --version",
     )?;
     let version = version
@@ -773,19 +843,33 @@ impl Audit {
     fn offset(&self) -> u64 {
         std::fs::metadata(&self.path).map(|m| m.len()).unwrap_or(0)
     }
-    /// Requests in the log between two offsets: every completed non-watch request and every
-    /// started watch (long-running requests have no completion until they end).
-    fn count(&self, from: u64, to: u64) -> anyhow::Result<Requests> {
+    /// Calls `f` with each audit event between two offsets and the offset its line starts at.
+    fn for_each(
+        &self,
+        from: u64,
+        to: u64,
+        mut f: impl FnMut(u64, &serde_json::Value),
+    ) -> anyhow::Result<()> {
         let mut file = std::fs::File::open(&self.path)?;
         file.seek(SeekFrom::Start(from))?;
         let mut text = String::new();
         file.take(to - from).read_to_string(&mut text)?;
+        let mut offset = from;
+        for line in text.split_inclusive('\n') {
+            if let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) {
+                f(offset, &ev);
+            }
+            offset += line.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Requests in the log between two offsets: every completed non-watch request and every
+    /// started watch (long-running requests have no completion until they end).
+    fn count(&self, from: u64, to: u64) -> anyhow::Result<Requests> {
         let mut r = Requests::default();
         let mut agents = HashSet::new();
-        for line in text.lines() {
-            let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) else {
-                continue;
-            };
+        self.for_each(from, to, |_, ev| {
             let verb = ev["verb"].as_str().unwrap_or_default();
             let stage = ev["stage"].as_str().unwrap_or_default();
             let counted = if verb == "watch" {
@@ -794,12 +878,12 @@ impl Audit {
                 stage == "ResponseComplete"
             };
             if !counted {
-                continue;
+                return;
             }
             r.total += 1;
             *r.by_verb.entry(verb.to_string()).or_default() += 1;
             agents.insert(ev["userAgent"].as_str().unwrap_or("(none)").to_string());
-        }
+        })?;
         r.user_agents = agents.into_iter().collect();
         r.user_agents.sort();
         Ok(r)
@@ -1256,15 +1340,31 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             }
         }
     }
+    // Only the scenarios that ran (labels start with their name, e.g. "S1 ").
+    rows.retain(|(label, ..)| {
+        let scenario = label.split(' ').next().unwrap_or_default().to_lowercase();
+        let named = scenario.len() == 2 && scenario.starts_with('s');
+        !named || args.has(&scenario)
+    });
     let mut out = String::new();
-    out.push_str(&format!(
-        "Sizes: {} LWS × {} groups × size {} ({} pods), {} unrelated pods.\n\n",
-        args.lws,
-        args.groups,
-        args.size,
-        args.lws * args.groups * args.size,
-        args.noise_pods
-    ));
+    out.push_str(&format!("Scenarios: {}.", args.scenarios.join(", ")));
+    if ["s1", "s2", "s3", "s4"].iter().any(|s| args.has(s)) {
+        out.push_str(&format!(
+            " Sizes: {} LWS × {} groups × size {} ({} pods), {} unrelated pods.",
+            args.lws,
+            args.groups,
+            args.size,
+            args.lws * args.groups * args.size,
+            args.noise_pods
+        ));
+    }
+    if args.has("s5") {
+        out.push_str(&format!(
+            " S5: {} Rollouts of {} groups × size {}.",
+            args.rollouts, args.release_groups, args.release_size
+        ));
+    }
+    out.push_str("\n\n");
     out.push_str("| figure | ours | upstream v0.8.0 | ours / upstream |\n|---|---:|---:|---:|\n");
     for (l, o, u, r) in rows {
         out.push_str(&format!("| {l} | {o} | {u} | {r} |\n"));
@@ -1273,22 +1373,27 @@ fn table(args: &Args, results: &[SideResult]) -> String {
         r.map(|r| opt_ms(q(&r.s4_mutating)))
             .unwrap_or_else(|| "–".into())
     };
-    out.push_str(&format!(
-        "| S4 pod mutating webhook p50 (ms, apiserver histogram) | {} | {} | |\n",
-        w(ours, |l| l.p50_ms),
-        w(up, |l| l.p50_ms)
-    ));
-    out.push_str(&format!(
-        "| S4 pod mutating webhook p99 (ms, apiserver histogram) | {} | {} | |\n",
-        w(ours, |l| l.p99_ms),
-        w(up, |l| l.p99_ms)
-    ));
+    if args.has("s4") {
+        out.push_str(&format!(
+            "| S4 pod mutating webhook p50 (ms, apiserver histogram) | {} | {} | |\n",
+            w(ours, |l| l.p50_ms),
+            w(up, |l| l.p50_ms)
+        ));
+        out.push_str(&format!(
+            "| S4 pod mutating webhook p99 (ms, apiserver histogram) | {} | {} | |\n",
+            w(ours, |l| l.p99_ms),
+            w(up, |l| l.p99_ms)
+        ));
+    }
     if let Some(v) = up.and_then(|u| u.s4_validating.as_ref()) {
         out.push_str(&format!(
             "| S4 upstream's extra pod validating webhook p50 / p99 (ms) | – | {} / {} | |\n",
             opt_ms(v.p50_ms),
             opt_ms(v.p99_ms)
         ));
+    }
+    if let Some(r) = ours.and_then(|o| o.s5.as_ref()) {
+        out.push_str(&release_rows(r));
     }
     out.push('\n');
     for r in results {
@@ -1301,6 +1406,63 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             r.s3_requests.by_verb,
             r.s1_requests.user_agents
         ));
+        if let Some(rel) = &r.s5 {
+            for w in &rel.writes {
+                out.push_str(&format!(
+                    "{} S5 step {} writes (all Rollouts): {:?}\n",
+                    r.side, w.step, w.by_resource
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// S5's rows: ours only (upstream LWS has no Rollouts).
+fn release_rows(r: &release::ReleaseResult) -> String {
+    let none = "– (no Rollouts)";
+    let mut out = String::new();
+    let mut row = |label: String, v: String| {
+        out.push_str(&format!("| {label} | {v} | {none} | |\n"));
+    };
+    row(
+        format!(
+            "S5 release of {} Rollouts ({} groups × size {}, {} steps), until all Completed (s{})",
+            r.rollouts,
+            r.groups,
+            r.size,
+            r.steps,
+            if r.timed_out {
+                "; > = did not finish"
+            } else {
+                ""
+            }
+        ),
+        format!("{}{:.1}", if r.timed_out { "> " } else { "" }, r.release_s),
+    );
+    let d = |x: &Dist| format!("{:.0} / {:.0} (n={})", x.p50_ms, x.p99_ms, x.n);
+    row(
+        "S5 approve → next BatchRelease/canary LWS write, p50 / p99 (ms)".into(),
+        d(&r.approve_to_write),
+    );
+    row(
+        "S5 canary batch ready → Rollout's next step write, p50 / p99 (ms)".into(),
+        d(&r.ready_to_step),
+    );
+    row("S5 controller CPU (s)".into(), format!("{:.2}", r.cpu_s));
+    for w in &r.writes {
+        row(
+            format!(
+                "S5 step {}{}: writes per Rollout by the release controllers / by the LWS controller",
+                w.step,
+                if w.step == r.steps {
+                    " (with finalising)"
+                } else {
+                    ""
+                }
+            ),
+            format!("{:.1} / {:.1}", w.release_per_rollout, w.lws_per_rollout),
+        );
     }
     out
 }

@@ -1,0 +1,524 @@
+//! S5 release (ours only: upstream LWS has no Rollouts): `--rollouts` canary Rollouts, each
+//! releasing an LWS of `--release-groups` groups × `--release-size` pods through three steps
+//! (1 group, paused; 2 groups, paused; 100%) with `enableExtraWorkloadForCanary`. The bench
+//! approves each pause as soon as it sees it and measures, from its own watches:
+//! - approve (the status patch sent) → the controller's next spec write to the BatchRelease
+//!   or the canary LWS (a new `metadata.generation` seen on either);
+//! - canary batch ready (canary LWS `readyReplicas == replicas`) → the Rollout's next step
+//!   write (a new step index, step state or phase);
+//!
+//! and counts the manager's writes per step and Rollout from the audit log (create, update,
+//! patch, delete; Events and Leases left out), split at the instants the bench approved.
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt, future, stream};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
+use serde::Serialize;
+use serde_json::json;
+use tokio::sync::Notify;
+
+use crate::{Audit, Dist, dist};
+
+pub const NS: &str = "release";
+const IMAGE_V1: &str = "registry.k8s.io/pause:3.10";
+const IMAGE_V2: &str = "registry.k8s.io/pause:3.9";
+const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+/// The canary steps: two manual pauses, then everything.
+const PAUSES: usize = 2;
+const STEPS: usize = 3;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Sizes {
+    pub rollouts: usize,
+    pub groups: usize,
+    pub size: usize,
+}
+
+/// The manager's writes in one step, summed over the Rollouts.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct StepWrites {
+    /// 1-based step; the last one includes the finalising (stable LWS released, canary removed).
+    pub step: usize,
+    /// Writes to the Rollout, its BatchRelease and the LWS specs (canary and stable), per
+    /// Rollout: the release controllers' own writes.
+    pub release_per_rollout: f64,
+    /// Everything else the manager wrote for that Rollout's objects (the LWS controller making
+    /// the canary's StatefulSets and Services, LWS status), per Rollout.
+    pub lws_per_rollout: f64,
+    /// `resource[/subresource] verb` → count, over all Rollouts.
+    pub by_resource: BTreeMap<String, u64>,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct ReleaseResult {
+    pub rollouts: usize,
+    pub groups: usize,
+    pub size: usize,
+    pub steps: usize,
+    /// Not every Rollout completed within --timeout (the figures are then partial).
+    pub timed_out: bool,
+    /// Template change → every Rollout Healthy with its last step Completed.
+    pub release_s: f64,
+    pub approve_to_write: Dist,
+    pub ready_to_step: Dist,
+    pub cpu_s: f64,
+    pub writes: Vec<StepWrites>,
+}
+
+/// A Rollout as last seen: (step index, step state, phase), and whether it reflects its spec.
+#[derive(Debug, Default, Clone, PartialEq)]
+struct Step {
+    index: i32,
+    state: String,
+    phase: String,
+}
+
+#[derive(Default)]
+struct State {
+    synced: usize,
+    rollouts: HashMap<String, (Step, bool)>,
+    /// Rollout name → instants its (step, phase) changed.
+    rollout_changes: HashMap<String, Vec<Instant>>,
+    /// Rollout name (the stable LWS's name: the bench names them alike) → instants a new
+    /// generation of its BatchRelease or canary LWS was first seen, with the object's uid.
+    spec_writes: HashMap<String, Vec<Instant>>,
+    generations: HashMap<String, i64>,
+    /// Canary LWS name → whether it was last seen with all its groups ready.
+    canary_ready: HashMap<String, bool>,
+    /// Rollout name → instants its canary LWS turned ready.
+    ready_at: HashMap<String, Vec<Instant>>,
+}
+
+/// Runs S5 against a cluster whose manager is `cpu_s`'s process; `audit` is its audit log.
+pub async fn run(
+    client: &Client,
+    sizes: Sizes,
+    timeout: Duration,
+    concurrency: usize,
+    audit: &Audit,
+    cpu_s: &dyn Fn() -> anyhow::Result<f64>,
+) -> anyhow::Result<ReleaseResult> {
+    let names: Vec<String> = (0..sizes.rollouts).map(|i| format!("rel-{i:04}")).collect();
+    let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), NS);
+    let ro_api: Api<Rollout> = Api::namespaced(client.clone(), NS);
+    let state = Arc::new(Mutex::new(State::default()));
+    let changed = Arc::new(Notify::new());
+    let tasks = start_watches(client, &state, &changed);
+    wait(
+        &state,
+        &changed,
+        Duration::from_secs(60),
+        "S5 watchers synced",
+        |s| s.synced >= tasks.len(),
+    )
+    .await?;
+
+    // Stable LWSs Available, then their Rollouts Healthy (the LWS webhook must know a Rollout
+    // controls the LWS before its template changes).
+    stream::iter(names.iter().cloned())
+        .map(|name| {
+            let (lws, ro) = (lws_api.clone(), ro_api.clone());
+            async move {
+                let obj: LeaderWorkerSet =
+                    serde_json::from_value(lws_manifest(&name, sizes, IMAGE_V1))?;
+                lws.create(&PostParams::default(), &obj)
+                    .await
+                    .with_context(|| format!("creating LWS {name}"))?;
+                let r: Rollout = serde_json::from_value(rollout_manifest(&name))?;
+                ro.create(&PostParams::default(), &r)
+                    .await
+                    .with_context(|| format!("creating Rollout {name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    wait(
+        &state,
+        &changed,
+        timeout,
+        "S5: every Rollout Healthy",
+        |s| {
+            names.iter().all(|n| {
+                s.rollouts
+                    .get(n)
+                    .is_some_and(|(st, observed)| *observed && st.phase == "Healthy")
+            })
+        },
+    )
+    .await?;
+
+    // The release: a new image on every LWS; each Rollout approved at each pause.
+    let cpu0 = cpu_s()?;
+    let a0 = audit.offset();
+    let t0 = Instant::now();
+    stream::iter(names.iter().cloned())
+        .map(|name| {
+            let lws = lws_api.clone();
+            async move {
+                let patch = json!({"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
+                    "containers": [{"name": "model", "image": IMAGE_V2}]}}}}});
+                lws.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .with_context(|| format!("updating LWS {name}"))?;
+                anyhow::Ok(())
+            }
+        })
+        .buffer_unordered(concurrency)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let deadline = Instant::now() + timeout;
+    let drives = names.iter().map(|name| {
+        drive(
+            name.clone(),
+            ro_api.clone(),
+            state.clone(),
+            changed.clone(),
+            audit,
+            deadline,
+        )
+    });
+    let outcomes = future::join_all(drives).await;
+    let release_s = t0.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let cpu = cpu_s()? - cpu0;
+    for t in &tasks {
+        t.abort();
+    }
+    let mut timed_out = false;
+    let mut approvals: HashMap<String, Vec<(Instant, u64)>> = HashMap::new();
+    for (name, outcome) in names.iter().zip(outcomes) {
+        let (marks, done) = outcome;
+        if !done {
+            timed_out = true;
+        }
+        approvals.insert(name.clone(), marks);
+    }
+    if timed_out {
+        eprintln!("[bench] S5: not every Rollout completed within {timeout:?}");
+    }
+
+    let s = state.lock().expect("state");
+    let mut approve_to_write = Vec::new();
+    let mut ready_to_step = Vec::new();
+    for name in &names {
+        let writes = s.spec_writes.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        for (at, _) in approvals.get(name).into_iter().flatten() {
+            if let Some(w) = writes.iter().find(|w| *w > at) {
+                approve_to_write.push(w.duration_since(*at));
+            }
+        }
+        let changes = s
+            .rollout_changes
+            .get(name)
+            .map(Vec::as_slice)
+            .unwrap_or(&[]);
+        for ready in s.ready_at.get(name).into_iter().flatten() {
+            if let Some(c) = changes.iter().find(|c| *c > ready) {
+                ready_to_step.push(c.duration_since(*ready));
+            }
+        }
+    }
+    drop(s);
+
+    // Per Rollout, the audit log from the template change to the end, cut at its approvals.
+    let end = audit.offset();
+    let cuts: HashMap<&str, Vec<u64>> = names
+        .iter()
+        .map(|n| {
+            let mut c: Vec<u64> = approvals[n].iter().map(|(_, off)| *off).collect();
+            c.push(end);
+            (n.as_str(), c)
+        })
+        .collect();
+    let mut writes: Vec<StepWrites> = (1..=STEPS)
+        .map(|step| StepWrites {
+            step,
+            ..Default::default()
+        })
+        .collect();
+    audit.for_each(a0, end, |offset, ev| {
+        let verb = ev["verb"].as_str().unwrap_or_default();
+        if !matches!(verb, "create" | "update" | "patch" | "delete")
+            || ev["stage"].as_str() != Some("ResponseComplete")
+        {
+            return;
+        }
+        let obj = &ev["objectRef"];
+        let resource = obj["resource"].as_str().unwrap_or_default();
+        if matches!(resource, "events" | "leases") || obj["namespace"].as_str() != Some(NS) {
+            return;
+        }
+        let name = obj["name"].as_str().unwrap_or_default();
+        // The bench's names are `rel-NNNN` and everything made for one starts with its name.
+        let Some(owner) = names
+            .iter()
+            .find(|n| name == n.as_str() || name.starts_with(&format!("{n}-")))
+        else {
+            return;
+        };
+        let step = cuts[owner.as_str()].iter().position(|c| offset < *c);
+        let Some(w) = step.and_then(|i| writes.get_mut(i)) else {
+            return;
+        };
+        let sub = obj["subresource"].as_str().unwrap_or_default();
+        let key = if sub.is_empty() {
+            format!("{resource} {verb}")
+        } else {
+            format!("{resource}/{sub} {verb}")
+        };
+        *w.by_resource.entry(key).or_default() += 1;
+        let release = matches!(resource, "rollouts" | "batchreleases")
+            || (resource == "leaderworkersets" && sub.is_empty());
+        if release {
+            w.release_per_rollout += 1.0;
+        } else {
+            w.lws_per_rollout += 1.0;
+        }
+    })?;
+    for w in &mut writes {
+        w.release_per_rollout /= names.len().max(1) as f64;
+        w.lws_per_rollout /= names.len().max(1) as f64;
+    }
+
+    Ok(ReleaseResult {
+        rollouts: sizes.rollouts,
+        groups: sizes.groups,
+        size: sizes.size,
+        steps: STEPS,
+        timed_out,
+        release_s,
+        approve_to_write: dist(approve_to_write),
+        ready_to_step: dist(ready_to_step),
+        cpu_s: cpu,
+        writes,
+    })
+}
+
+/// Approves each of the Rollout's pauses as soon as it is seen; returns (instant the approval
+/// was sent, audit offset just before) per pause, and whether the release completed.
+async fn drive(
+    name: String,
+    api: Api<Rollout>,
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+    audit: &Audit,
+    deadline: Instant,
+) -> (Vec<(Instant, u64)>, bool) {
+    let mut marks = Vec::new();
+    let left = || deadline.saturating_duration_since(Instant::now());
+    for step in 1..=PAUSES as i32 {
+        let paused = wait(&state, &changed, left(), "paused", |s| {
+            s.rollouts.get(&name).is_some_and(|(st, observed)| {
+                *observed
+                    && st.phase == "Progressing"
+                    && st.index == step
+                    && st.state == "StepPaused"
+            })
+        })
+        .await;
+        if paused.is_err() {
+            return (marks, false);
+        }
+        let offset = audit.offset();
+        // From the moment it is sent: the controller may react before the response is read.
+        let sent = Instant::now();
+        let approve = json!({"status": {"canaryStatus": {"currentStepState": "StepReady"}}});
+        if let Err(err) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&approve))
+            .await
+        {
+            eprintln!("[bench] S5: approving {name} at step {step}: {err}");
+            return (marks, false);
+        }
+        marks.push((sent, offset));
+    }
+    let done = wait(&state, &changed, left(), "completed", |s| {
+        s.rollouts.get(&name).is_some_and(|(st, observed)| {
+            *observed && st.phase == "Healthy" && st.state == "Completed"
+        })
+    })
+    .await
+    .is_ok();
+    (marks, done)
+}
+
+async fn wait(
+    state: &Mutex<State>,
+    changed: &Notify,
+    timeout: Duration,
+    what: &str,
+    cond: impl Fn(&State) -> bool,
+) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let notified = changed.notified();
+        if cond(&state.lock().expect("state")) {
+            return Ok(());
+        }
+        if tokio::time::timeout_at(deadline, notified).await.is_err() {
+            if cond(&state.lock().expect("state")) {
+                return Ok(());
+            }
+            bail!("timed out after {timeout:?}: {what}");
+        }
+    }
+}
+
+fn start_watches(
+    client: &Client,
+    state: &Arc<Mutex<State>>,
+    changed: &Arc<Notify>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    let rollouts: Api<Rollout> = Api::namespaced(client.clone(), NS);
+    let brs: Api<BatchRelease> = Api::namespaced(client.clone(), NS);
+    let lws: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), NS);
+    vec![
+        spawn(rollouts, state, changed, |s, r: &Rollout, now| {
+            let name = r.name_any();
+            let status = r.status.clone().unwrap_or_default();
+            let step = status
+                .canary_status
+                .as_ref()
+                .map(|c| Step {
+                    index: c.common.current_step_index,
+                    state: c.common.current_step_state.clone(),
+                    phase: status.phase.clone().unwrap_or_default(),
+                })
+                .unwrap_or_else(|| Step {
+                    phase: status.phase.clone().unwrap_or_default(),
+                    ..Default::default()
+                });
+            let observed = status.observed_generation == r.metadata.generation;
+            if s.rollouts.get(&name).is_some_and(|(old, _)| *old != step) {
+                s.rollout_changes.entry(name.clone()).or_default().push(now);
+            }
+            s.rollouts.insert(name, (step, observed));
+        }),
+        spawn(brs, state, changed, |s, b: &BatchRelease, now| {
+            // Named after its Rollout (which the bench names after the LWS).
+            let owner = b
+                .owner_references()
+                .iter()
+                .find(|o| o.kind == "Rollout")
+                .map(|o| o.name.clone())
+                .unwrap_or_else(|| b.name_any());
+            new_generation(
+                s,
+                &format!("br/{}", b.name_any()),
+                b.metadata.generation,
+                owner,
+                now,
+            );
+        }),
+        spawn(lws, state, changed, |s, l: &LeaderWorkerSet, now| {
+            let Some(stable) = l.labels().get(CANARY_LABEL).cloned() else {
+                return;
+            };
+            let name = l.name_any();
+            let key = format!("lws/{name}");
+            new_generation(s, &key, l.metadata.generation, stable.clone(), now);
+            let want = l.spec.replicas.unwrap_or(1);
+            let ready = l
+                .status
+                .as_ref()
+                .and_then(|st| st.ready_replicas)
+                .unwrap_or(0);
+            let is_ready = want > 0 && ready == want;
+            let was = s.canary_ready.insert(name, is_ready).unwrap_or(false);
+            if is_ready && !was {
+                s.ready_at.entry(stable).or_default().push(now);
+            }
+        }),
+    ]
+}
+
+/// Records `now` as a spec write of `rollout` when `key` shows a generation not seen before.
+fn new_generation(
+    s: &mut State,
+    key: &str,
+    generation: Option<i64>,
+    rollout: String,
+    now: Instant,
+) {
+    let generation = generation.unwrap_or(0);
+    if s.generations.get(key).is_some_and(|g| *g >= generation) {
+        return;
+    }
+    s.generations.insert(key.to_string(), generation);
+    s.spec_writes.entry(rollout).or_default().push(now);
+}
+
+fn spawn<K>(
+    api: Api<K>,
+    state: &Arc<Mutex<State>>,
+    changed: &Arc<Notify>,
+    on_apply: impl Fn(&mut State, &K, Instant) + Send + 'static,
+) -> tokio::task::JoinHandle<()>
+where
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (state, changed) = (state.clone(), changed.clone());
+    tokio::spawn(async move {
+        let mut events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(ev) = events.next().await {
+            let now = Instant::now();
+            let Ok(ev) = ev else { continue };
+            {
+                let mut s = state.lock().expect("state");
+                match &ev {
+                    watcher::Event::Apply(o) | watcher::Event::InitApply(o) => {
+                        on_apply(&mut s, o, now)
+                    }
+                    watcher::Event::InitDone => s.synced += 1,
+                    watcher::Event::Delete(_) | watcher::Event::Init => {}
+                }
+            }
+            changed.notify_waiters();
+        }
+    })
+}
+
+fn lws_manifest(name: &str, sizes: Sizes, image: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": name},
+        "spec": {"replicas": sizes.groups, "leaderWorkerTemplate": {"size": sizes.size,
+            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}}
+    })
+}
+
+fn rollout_manifest(name: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+        "metadata": {"name": name},
+        "spec": {
+            "workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name},
+            "strategy": {"canary": {"enableExtraWorkloadForCanary": true, "steps": [
+                {"replicas": 1, "pause": {}},
+                {"replicas": 2, "pause": {}},
+                {"replicas": "100%"},
+            ]}}
+        }
+    })
+}
