@@ -34,7 +34,7 @@ until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do
   [ $SECONDS -lt $deadline ] || die "namespace demo got no default ServiceAccount within 60s"
   sleep 0.2
 done
-"$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml
+"$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml -f examples/rollout-canary-gateway.yaml
 
 cat >&2 <<MSG
 
@@ -43,6 +43,20 @@ cat >&2 <<MSG
       source $STATE/env
       kubectl -n demo get lws vllm -o yaml     # the worked example, defaulted by the CRD
       kubectl get nodes
+
+  A canary release of it (the Rollout "vllm", examples/rollout-canary-gateway.yaml; the whole
+  walk-through is docs/rollout.md):
+      kubectl -n demo get rollout vllm -w      # STATUS Healthy; keep it open in a third shell
+      # a new image starts the release (the stable groups stay as they are, a canary LWS appears)
+      kubectl -n demo patch lws vllm --type=json -p '[
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.11.1"},
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.11.1"}]'
+      kubectl -n demo get lws -l rollouts.kruise.io/canary-deployment=vllm   # the canary LWS
+      kubectl -n demo get httproute vllm -o jsonpath='{.spec.rules[0].backendRefs}'; echo   # 95/5
+      # approve step 1 (what kubectl-kruise rollout approve rollout/vllm sends):
+      kubectl -n demo patch rollout vllm --subresource=status --type=merge \\
+        -p '{"status":{"canaryStatus":{"currentStepState":"StepReady"}}}'
+      # step 2 pauses 5 minutes, then the stable LWS rolls and the Rollout reads Healthy again
   The manager runs below; Ctrl-C stops it and the cluster.
 
 MSG

@@ -259,15 +259,17 @@ async fn run_controllers(
     );
     let drivers = futures::future::join_all(caches.drivers());
     let controllers = futures::future::join3(lws, rollouts, releases);
-    tokio::pin!(controllers);
-    // The watches run until the controllers stop.
+    let stop = async move {
+        lost_or_stopped.await;
+        let _ = stop_all.send(());
+        // The controllers now finish their in-flight reconciles and end the select.
+        std::future::pending::<()>().await
+    };
+    // The watches keep running until the controllers have stopped.
     tokio::select! {
-        _ = lost_or_stopped => {
-            let _ = stop_all.send(());
-            // Let in-flight reconciles finish (each controller shuts down gracefully).
-            (&mut controllers).await;
-        }
+        _ = controllers => {},
         _ = drivers => {},
+        _ = stop => {},
     }
 }
 
