@@ -77,120 +77,220 @@ fn guard_route_to_stable(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex
 
 #[tokio::test]
 async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
-    with_ns("rollout-canary", |ns| Box::pin(async move {
-        let v1 = stable_lws(4, "vllm:1");
-        release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
-        ensure!(route_backends(&ns).await? == users_route(), "Healthy leaves the route alone");
-        ensure!(canaries(&ns).await?.is_empty() && batch_release(&ns).await?.is_none());
-        let stable_revision = label(&pods_of(&ns, STABLE).await?[0], REVISION).context("revision")?.to_string();
-        let mut stable_uids = uids(&ns, STABLE).await?;
-        ensure!(stable_uids.len() == 8);
+    with_ns("rollout-canary", |ns| {
+        Box::pin(async move {
+            let v1 = stable_lws(4, "vllm:1");
+            release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
+            ensure!(
+                route_backends(&ns).await? == users_route(),
+                "Healthy leaves the route alone"
+            );
+            ensure!(canaries(&ns).await?.is_empty() && batch_release(&ns).await?.is_none());
+            let stable_revision = label(&pods_of(&ns, STABLE).await?[0], REVISION)
+                .context("revision")?
+                .to_string();
+            let mut stable_uids = uids(&ns, STABLE).await?;
+            ensure!(stable_uids.len() == 8);
 
-        // The release starts with the template change.
-        apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
-        let r = wait_paused_at(&ns, 1).await?;
-        let cs = r.status.as_ref().and_then(|s| s.canary_status.clone()).context("canaryStatus")?;
-        ensure!(cs.canary_replicas == 1 && cs.canary_ready_replicas == 1, "{cs:?}");
-        ensure!(phase(&r) == "Progressing");
+            // The release starts with the template change.
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            let r = wait_paused_at(&ns, 1).await?;
+            let cs = r
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.clone())
+                .context("canaryStatus")?;
+            ensure!(
+                cs.canary_replicas == 1 && cs.canary_ready_replicas == 1,
+                "{cs:?}"
+            );
+            ensure!(phase(&r) == "Progressing");
 
-        // The canary LWS: owned by the BatchRelease, Kruise's label, one group, the patch on
-        // the leader template only.
-        let br = batch_release(&ns).await?.context("BatchRelease")?;
-        let canary = the_canary(&ns).await?;
-        let cname = canary.metadata.name.clone().context("name")?;
-        ensure!(cname.starts_with(&format!("{STABLE}-canary-")), "{cname}");
-        let owner = canary.metadata.owner_references.clone().unwrap_or_default();
-        ensure!(
-            owner.len() == 1 && owner[0].kind == "BatchRelease" && owner[0].uid == br.metadata.uid.clone().unwrap_or_default() && owner[0].controller == Some(true),
-            "{owner:?}"
-        );
-        let bro = br.metadata.owner_references.clone().unwrap_or_default();
-        ensure!(bro.len() == 1 && bro[0].kind == "Rollout", "{bro:?}");
-        ensure!(canary.spec.replicas == Some(1));
-        let tmpl = serde_json::to_value(&canary.spec.leader_worker_template)?;
-        ensure!(tmpl["leaderTemplate"]["metadata"]["labels"]["release"] == "canary", "{tmpl:#}");
-        ensure!(tmpl["leaderTemplate"]["metadata"]["annotations"]["rollouts.kruise.io/origin"] == "canary");
-        ensure!(tmpl["workerTemplate"]["metadata"]["labels"].get("release").is_none(), "{tmpl:#}");
-        let cpods = settled_pods(&ns, &cname, 2).await?;
-        for p in &cpods {
-            ensure!(image(p) == "vllm:2");
-            ensure!(label(p, REVISION) != Some(stable_revision.as_str()), "the canary has its own revision");
-            let leader = label(p, WORKER_INDEX) == Some("0");
-            ensure!((label(p, "release") == Some("canary")) == leader, "release label on leaders only: {:?}", p.metadata.labels);
-        }
+            // The canary LWS: owned by the BatchRelease, Kruise's label, one group, the patch on
+            // the leader template only.
+            let br = batch_release(&ns).await?.context("BatchRelease")?;
+            let canary = the_canary(&ns).await?;
+            let cname = canary.metadata.name.clone().context("name")?;
+            ensure!(cname.starts_with(&format!("{STABLE}-canary-")), "{cname}");
+            let owner = canary.metadata.owner_references.clone().unwrap_or_default();
+            ensure!(
+                owner.len() == 1
+                    && owner[0].kind == "BatchRelease"
+                    && owner[0].uid == br.metadata.uid.clone().unwrap_or_default()
+                    && owner[0].controller == Some(true),
+                "{owner:?}"
+            );
+            let bro = br.metadata.owner_references.clone().unwrap_or_default();
+            ensure!(bro.len() == 1 && bro[0].kind == "Rollout", "{bro:?}");
+            ensure!(canary.spec.replicas == Some(1));
+            let tmpl = serde_json::to_value(&canary.spec.leader_worker_template)?;
+            ensure!(
+                tmpl["leaderTemplate"]["metadata"]["labels"]["release"] == "canary",
+                "{tmpl:#}"
+            );
+            ensure!(
+                tmpl["leaderTemplate"]["metadata"]["annotations"]["rollouts.kruise.io/origin"]
+                    == "canary"
+            );
+            ensure!(
+                tmpl["workerTemplate"]["metadata"]["labels"]
+                    .get("release")
+                    .is_none(),
+                "{tmpl:#}"
+            );
+            let cpods = settled_pods(&ns, &cname, 2).await?;
+            for p in &cpods {
+                ensure!(image(p) == "vllm:2");
+                ensure!(
+                    label(p, REVISION) != Some(stable_revision.as_str()),
+                    "the canary has its own revision"
+                );
+                let leader = label(p, WORKER_INDEX) == Some("0");
+                ensure!(
+                    (label(p, "release") == Some("canary")) == leader,
+                    "release label on leaders only: {:?}",
+                    p.metadata.labels
+                );
+            }
 
-        // Traffic: 5% to the canary Service, whose endpoints are the ready canary leader; the
-        // stable Service is pinned to the stable leaders.
-        wait_route(&ns, split_route(5)).await?;
-        let stable_leaders = ready_leader_ips(&ns, STABLE).await?;
-        ensure!(stable_leaders.len() == 4);
-        wait_endpoints(&ns, SERVICE, &stable_leaders).await?;
-        wait_endpoints(&ns, &format!("{SERVICE}-canary"), &ready_leader_ips(&ns, &cname).await?).await?;
+            // Traffic: 5% to the canary Service, whose endpoints are the ready canary leader; the
+            // stable Service is pinned to the stable leaders.
+            wait_route(&ns, split_route(5)).await?;
+            let stable_leaders = ready_leader_ips(&ns, STABLE).await?;
+            ensure!(stable_leaders.len() == 4);
+            wait_endpoints(&ns, SERVICE, &stable_leaders).await?;
+            wait_endpoints(
+                &ns,
+                &format!("{SERVICE}-canary"),
+                &ready_leader_ips(&ns, &cname).await?,
+            )
+            .await?;
 
-        // The stable LWS is held: not one pod replaced, every one on the old image.
-        ensure!(uids(&ns, STABLE).await? == stable_uids, "a stable pod was replaced");
-        ensure!(pods_of(&ns, STABLE).await?.iter().all(|p| image(p) == "vllm:1"));
+            // The stable LWS is held: not one pod replaced, every one on the old image.
+            ensure!(
+                uids(&ns, STABLE).await? == stable_uids,
+                "a stable pod was replaced"
+            );
+            ensure!(
+                pods_of(&ns, STABLE)
+                    .await?
+                    .iter()
+                    .all(|p| image(p) == "vllm:1")
+            );
 
-        // A stable group whose worker fails comes back, on the stable template.
-        ns.api::<Pod>().delete(&format!("{STABLE}-1-1"), &DeleteParams::default()).await?;
-        let pods = crate::harness::wait_for_all(
-            &ns.api::<Pod>(),
-            &format!("{}={STABLE}", crate::lws_support::NAME),
-            WAIT,
-            |pods| {
-                pods.len() == 8
-                    && pods.iter().all(|p| p.metadata.deletion_timestamp.is_none() && crate::lws_support::pod_ready(p))
-                    && pods.iter().filter(|p| label(p, GROUP_INDEX) == Some("1")).all(|p| !stable_uids.values().any(|u| Some(u) == p.metadata.uid.as_ref()))
-            },
-        )
-        .await
-        .context("stable group 1 recreated")?;
-        for p in &pods {
-            ensure!(image(p) == "vllm:1" && label(p, REVISION) == Some(stable_revision.as_str()), "recreated on the stable template: {:?}", p.metadata.name);
-        }
-        let now: BTreeMap<String, String> = uids(&ns, STABLE).await?;
-        let changed: Vec<&String> = now.iter().filter(|(n, u)| stable_uids.get(*n) != Some(*u)).map(|(n, _)| n).collect();
-        ensure!(changed == [&format!("{STABLE}-1"), &format!("{STABLE}-1-1")], "only group 1 was recreated: {changed:?}");
-        stable_uids = now;
-        wait_for(&ns.api::<LeaderWorkerSet>(), STABLE, WAIT, available_with(4, 0)).await.ok();
+            // A stable group whose worker fails comes back, on the stable template.
+            ns.api::<Pod>()
+                .delete(&format!("{STABLE}-1-1"), &DeleteParams::default())
+                .await?;
+            let pods = crate::harness::wait_for_all(
+                &ns.api::<Pod>(),
+                &format!("{}={STABLE}", crate::lws_support::NAME),
+                WAIT,
+                |pods| {
+                    pods.len() == 8
+                        && pods.iter().all(|p| {
+                            p.metadata.deletion_timestamp.is_none()
+                                && crate::lws_support::pod_ready(p)
+                        })
+                        && pods
+                            .iter()
+                            .filter(|p| label(p, GROUP_INDEX) == Some("1"))
+                            .all(|p| {
+                                !stable_uids
+                                    .values()
+                                    .any(|u| Some(u) == p.metadata.uid.as_ref())
+                            })
+                },
+            )
+            .await
+            .context("stable group 1 recreated")?;
+            for p in &pods {
+                ensure!(
+                    image(p) == "vllm:1" && label(p, REVISION) == Some(stable_revision.as_str()),
+                    "recreated on the stable template: {:?}",
+                    p.metadata.name
+                );
+            }
+            let now: BTreeMap<String, String> = uids(&ns, STABLE).await?;
+            let changed: Vec<&String> = now
+                .iter()
+                .filter(|(n, u)| stable_uids.get(*n) != Some(*u))
+                .map(|(n, _)| n)
+                .collect();
+            ensure!(
+                changed == [&format!("{STABLE}-1"), &format!("{STABLE}-1-1")],
+                "only group 1 was recreated: {changed:?}"
+            );
+            stable_uids = now;
+            wait_for(
+                &ns.api::<LeaderWorkerSet>(),
+                STABLE,
+                WAIT,
+                available_with(4, 0),
+            )
+            .await
+            .ok();
 
-        // Approval exactly as kubectl-kruise sends it: step 2, two canary groups, 50%.
-        approve(&ns).await?;
-        wait_paused_at(&ns, 2).await?;
-        let canary = the_canary(&ns).await?;
-        ensure!(canary.spec.replicas == Some(2), "50% of 4 groups: {:?}", canary.spec.replicas);
-        wait_route(&ns, split_route(50)).await?;
-        let canary_leaders = ready_leader_ips(&ns, &cname).await?;
-        ensure!(canary_leaders.len() == 2);
-        wait_endpoints(&ns, &format!("{SERVICE}-canary"), &canary_leaders).await?;
-        wait_endpoints(&ns, SERVICE, &ready_leader_ips(&ns, STABLE).await?).await?;
-        ensure!(uids(&ns, STABLE).await? == stable_uids, "a stable pod was replaced before finalisation");
+            // Approval exactly as kubectl-kruise sends it: step 2, two canary groups, 50%.
+            approve(&ns).await?;
+            wait_paused_at(&ns, 2).await?;
+            let canary = the_canary(&ns).await?;
+            ensure!(
+                canary.spec.replicas == Some(2),
+                "50% of 4 groups: {:?}",
+                canary.spec.replicas
+            );
+            wait_route(&ns, split_route(50)).await?;
+            let canary_leaders = ready_leader_ips(&ns, &cname).await?;
+            ensure!(canary_leaders.len() == 2);
+            wait_endpoints(&ns, &format!("{SERVICE}-canary"), &canary_leaders).await?;
+            wait_endpoints(&ns, SERVICE, &ready_leader_ips(&ns, STABLE).await?).await?;
+            ensure!(
+                uids(&ns, STABLE).await? == stable_uids,
+                "a stable pod was replaced before finalisation"
+            );
 
-        // The 5 s pause ends by itself; step 3 (100%) has no pause: finalisation follows.
-        let (guard, transitions) = guard_route_to_stable(&ns);
-        let done = wait_rollout(&ns, "release finished", finished("True")).await;
-        guard.abort();
-        let done = done?;
-        ensure!(done.status.as_ref().and_then(|s| s.canary_status.as_ref()).map(|c| c.common.current_step_index) == Some(3));
-        let seen = transitions.lock().unwrap().clone();
-        ensure!(
-            !seen.is_empty() && seen.iter().all(|s| s == "ready=Some(4) updated=Some(4)"),
-            "traffic went back to stable only once its groups were ready: {seen:?}"
-        );
-        // The stable LWS rolled to the new template by its own strategy.
-        wait_for(&ns.api::<LeaderWorkerSet>(), STABLE, WAIT, available_with(4, 4)).await?;
-        let pods = settled_pods(&ns, STABLE, 8).await?;
-        ensure!(pods.iter().all(|p| image(p) == "vllm:2"));
-        nothing_left(&ns).await?;
-        wait_endpoints(&ns, SERVICE, &ready_pod_ips(&ns).await?).await?;
+            // The 5 s pause ends by itself; step 3 (100%) has no pause: finalisation follows.
+            let (guard, transitions) = guard_route_to_stable(&ns);
+            let done = wait_rollout(&ns, "release finished", finished("True")).await;
+            guard.abort();
+            let done = done?;
+            ensure!(
+                done.status
+                    .as_ref()
+                    .and_then(|s| s.canary_status.as_ref())
+                    .map(|c| c.common.current_step_index)
+                    == Some(3)
+            );
+            let seen = transitions.lock().unwrap().clone();
+            ensure!(
+                !seen.is_empty() && seen.iter().all(|s| s == "ready=Some(4) updated=Some(4)"),
+                "traffic went back to stable only once its groups were ready: {seen:?}"
+            );
+            // The stable LWS rolled to the new template by its own strategy.
+            wait_for(
+                &ns.api::<LeaderWorkerSet>(),
+                STABLE,
+                WAIT,
+                available_with(4, 4),
+            )
+            .await?;
+            let pods = settled_pods(&ns, STABLE, 8).await?;
+            ensure!(pods.iter().all(|p| image(p) == "vllm:2"));
+            nothing_left(&ns).await?;
+            wait_endpoints(&ns, SERVICE, &ready_pod_ips(&ns).await?).await?;
 
-        // Events name the step transitions.
-        let events = event_reasons(&ns).await?;
-        for want in ["step(1/3)", "step(2/3)", "step(3/3)"] {
-            ensure!(events.iter().any(|(_, m)| m.contains(want)), "an Event for {want}: {events:?}");
-        }
-        Ok(())
-    }))
+            // Events name the step transitions.
+            let events = event_reasons(&ns).await?;
+            for want in ["step(1/3)", "step(2/3)", "step(3/3)"] {
+                ensure!(
+                    events.iter().any(|(_, m)| m.contains(want)),
+                    "an Event for {want}: {events:?}"
+                );
+            }
+            Ok(())
+        })
+    })
     .await
 }
 

@@ -54,7 +54,10 @@ impl CrashCluster {
     async fn kill_and_restart(&mut self, at: &str) -> anyhow::Result<()> {
         if let Some(mut old) = self.manager.take() {
             if !old.running() {
-                bail!("the manager exited on its own before {at}:\n{}", old.log_tail());
+                bail!(
+                    "the manager exited on its own before {at}:\n{}",
+                    old.log_tail()
+                );
             }
             old.signal("KILL")?;
             old.exited(Duration::from_secs(10)).await?;
@@ -75,16 +78,27 @@ impl Drop for CrashCluster {
     }
 }
 
+/// Object name → every uid it had.
+type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
 /// Every uid each object name of a kind ever had (in the namespace, matching `labels`).
-fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>)
+fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Seen)
 where
-    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
 {
-    let seen: Arc<Mutex<BTreeMap<String, BTreeSet<String>>>> = Arc::default();
+    let seen: Seen = Arc::default();
     let out = seen.clone();
     let config = watcher::Config::default().labels(labels);
     let task = tokio::spawn(async move {
-        let stream = watcher::watcher(api, config).touched_objects().default_backoff();
+        let stream = watcher::watcher(api, config)
+            .touched_objects()
+            .default_backoff();
         let mut stream = std::pin::pin!(stream);
         while let Some(Ok(obj)) = stream.next().await {
             out.lock()
@@ -98,7 +112,10 @@ where
 }
 
 fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
-    seen.iter().filter(|(_, u)| u.len() > 1).map(|(n, _)| n.clone()).collect()
+    seen.iter()
+        .filter(|(_, u)| u.len() > 1)
+        .map(|(n, _)| n.clone())
+        .collect()
 }
 
 #[tokio::test]
@@ -114,15 +131,26 @@ async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
     let name = "rollout-crash".to_string();
     let mut nsobj = Namespace::default();
     nsobj.metadata.name = Some(name.clone());
-    Api::<Namespace>::all(client.clone()).create(&PostParams::default(), &nsobj).await?;
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await?;
     let ns = TestNs { client, name };
-    wait_for(&ns.api::<ServiceAccount>(), "default", WAIT, |sa: Option<&ServiceAccount>| sa.is_some()).await?;
+    wait_for(
+        &ns.api::<ServiceAccount>(),
+        "default",
+        WAIT,
+        |sa: Option<&ServiceAccount>| sa.is_some(),
+    )
+    .await?;
 
     let v1 = stable_lws(4, "vllm:1");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
     let baseline = uids(&ns, STABLE).await?;
     let (t1, stable_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
-    let (t2, canary_lws) = track(ns.api::<LeaderWorkerSet>(), &format!("{CANARY_LABEL}={STABLE}"));
+    let (t2, canary_lws) = track(
+        ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+    );
     let (t3, brs) = track(ns.api::<BatchRelease>(), "");
     let (t4, services) = track(ns.api::<Service>(), "");
 
@@ -132,22 +160,44 @@ async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
     cc.kill_and_restart("as the canary LWS appeared").await?;
     wait_paused_at(&ns, 1).await?;
     wait_route(&ns, split_route(5)).await?;
-    ensure!(uids(&ns, STABLE).await? == baseline, "a stable pod was replaced");
+    ensure!(
+        uids(&ns, STABLE).await? == baseline,
+        "a stable pod was replaced"
+    );
 
     // Kill as step 2 scales the canary, and again as its traffic changes.
     approve(&ns).await?;
     wait_for_all_canary(&ns, |c| c.iter().any(|l| l.spec.replicas == Some(2))).await?;
-    cc.kill_and_restart("as the canary scaled to 2 groups").await?;
-    wait_rollout(&ns, "step 2 routing traffic", |r| step(r).0 == 2 && step(r).1 == "StepTrafficRouting").await?;
-    cc.kill_and_restart("during step 2's traffic change").await?;
+    cc.kill_and_restart("as the canary scaled to 2 groups")
+        .await?;
+    wait_rollout(&ns, "step 2 routing traffic", |r| {
+        step(r).0 == 2 && step(r).1 == "StepTrafficRouting"
+    })
+    .await?;
+    cc.kill_and_restart("during step 2's traffic change")
+        .await?;
     // (Step 2's 5 s pause may be over by the time the restarted manager is back.)
 
     // Kill during finalisation (the stable LWS is rolling).
-    wait_rollout(&ns, "finalising", |r| !finalising(r).is_empty() && phase(r) == "Progressing").await?;
+    wait_rollout(&ns, "finalising", |r| {
+        !finalising(r).is_empty() && phase(r) == "Progressing"
+    })
+    .await?;
     cc.kill_and_restart("during finalisation").await?;
     wait_rollout(&ns, "release 1 finished", finished("True")).await?;
-    wait_for(&ns.api::<LeaderWorkerSet>(), STABLE, WAIT, available_with(4, 4)).await?;
-    ensure!(settled_pods(&ns, STABLE, 8).await?.iter().all(|p| image(p) == "vllm:2"));
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        available_with(4, 4),
+    )
+    .await?;
+    ensure!(
+        settled_pods(&ns, STABLE, 8)
+            .await?
+            .iter()
+            .all(|p| image(p) == "vllm:2")
+    );
     nothing_left(&ns).await?;
     // Each stable pod was replaced at most once (by the stable LWS's own roll).
     let replaced_twice: Vec<String> = stable_pods
@@ -157,10 +207,16 @@ async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
         .filter(|(_, u)| u.len() > 2)
         .map(|(n, _)| n.clone())
         .collect();
-    ensure!(replaced_twice.is_empty(), "stable pods replaced more than once: {replaced_twice:?}");
+    ensure!(
+        replaced_twice.is_empty(),
+        "stable pods replaced more than once: {replaced_twice:?}"
+    );
     for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
         let twice = more_than_once(&seen.lock().unwrap());
-        ensure!(twice.is_empty(), "{what} created twice in one release: {twice:?}");
+        ensure!(
+            twice.is_empty(),
+            "{what} created twice in one release: {twice:?}"
+        );
     }
 
     // Release 2, rolled back: kill as the rollback starts.
@@ -173,7 +229,10 @@ async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
     cc.kill_and_restart("during the rollback").await?;
     wait_rollout(&ns, "rolled back", finished("False")).await?;
     nothing_left(&ns).await?;
-    ensure!(uids(&ns, STABLE).await? == before, "the rollback touched a stable group");
+    ensure!(
+        uids(&ns, STABLE).await? == before,
+        "the rollback touched a stable group"
+    );
 
     for t in [t1, t2, t3, t4] {
         t.abort();
@@ -182,10 +241,23 @@ async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
     ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
     // The second release makes its own BatchRelease and canary Service: two uids at most.
     for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
-        let thrice: Vec<String> = seen.lock().unwrap().iter().filter(|(_, u)| u.len() > 2).map(|(n, _)| n.clone()).collect();
-        ensure!(thrice.is_empty(), "{what} created twice in one release: {thrice:?}");
+        let thrice: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, u)| u.len() > 2)
+            .map(|(n, _)| n.clone())
+            .collect();
+        ensure!(
+            thrice.is_empty(),
+            "{what} created twice in one release: {thrice:?}"
+        );
     }
-    ensure!(canary_lws.lock().unwrap().len() == 2, "one canary per release: {:?}", canary_lws.lock().unwrap());
+    ensure!(
+        canary_lws.lock().unwrap().len() == 2,
+        "one canary per release: {:?}",
+        canary_lws.lock().unwrap()
+    );
     cc.passed = true;
     Ok(())
 }
@@ -194,10 +266,15 @@ async fn wait_for_all_canary(
     ns: &TestNs,
     cond: impl Fn(&[LeaderWorkerSet]) -> bool,
 ) -> anyhow::Result<()> {
-    crate::harness::wait_for_all(&ns.api::<LeaderWorkerSet>(), &format!("{CANARY_LABEL}={STABLE}"), WAIT, |c| {
-        let c: Vec<LeaderWorkerSet> = c.iter().map(|l| l.as_ref().clone()).collect();
-        cond(&c)
-    })
+    crate::harness::wait_for_all(
+        &ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+        WAIT,
+        |c| {
+            let c: Vec<LeaderWorkerSet> = c.iter().map(|l| l.as_ref().clone()).collect();
+            cond(&c)
+        },
+    )
     .await
     .context("canary LWS")?;
     Ok(())

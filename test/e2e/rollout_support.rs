@@ -80,7 +80,9 @@ pub async fn create_service(ns: &TestNs) -> anyhow::Result<()> {
         "metadata": {"name": SERVICE},
         "spec": {"selector": {"app": "vllm"}, "ports": [{"name": "http", "port": 80, "targetPort": 8000}]}
     }))?;
-    ns.api::<Service>().create(&PostParams::default(), &svc).await?;
+    ns.api::<Service>()
+        .create(&PostParams::default(), &svc)
+        .await?;
     Ok(())
 }
 
@@ -90,14 +92,18 @@ pub async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
         "metadata": {"name": ROUTE},
         "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
     }))?;
-    ns.api::<HttpRoute>().create(&PostParams::default(), &route).await?;
+    ns.api::<HttpRoute>()
+        .create(&PostParams::default(), &route)
+        .await?;
     Ok(())
 }
 
 /// Creates a Rollout from JSON.
 pub async fn create_rollout(ns: &TestNs, rollout: &Value) -> anyhow::Result<()> {
     let r: Rollout = serde_json::from_value(rollout.clone())?;
-    ns.api::<Rollout>().create(&PostParams::default(), &r).await?;
+    ns.api::<Rollout>()
+        .create(&PostParams::default(), &r)
+        .await?;
     Ok(())
 }
 
@@ -168,9 +174,12 @@ pub async fn wait_rollout(
     what: &str,
     cond: impl Fn(&Rollout) -> bool,
 ) -> anyhow::Result<Rollout> {
-    wait_for(&ns.api::<Rollout>(), STABLE, WAIT, move |r: Option<&Rollout>| {
-        r.is_some_and(&cond)
-    })
+    wait_for(
+        &ns.api::<Rollout>(),
+        STABLE,
+        WAIT,
+        move |r: Option<&Rollout>| r.is_some_and(&cond),
+    )
     .await
     .with_context(|| format!("Rollout: {what}"))?
     .context("Rollout gone")
@@ -257,10 +266,7 @@ pub fn split_route(canary: i64) -> Vec<Vec<(String, Option<i64>)>> {
 }
 
 /// Waits until the route reads `want`.
-pub async fn wait_route(
-    ns: &TestNs,
-    want: Vec<Vec<(String, Option<i64>)>>,
-) -> anyhow::Result<()> {
+pub async fn wait_route(ns: &TestNs, want: Vec<Vec<(String, Option<i64>)>>) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + WAIT;
     let api = ns.api::<HttpRoute>();
     use futures::StreamExt;
@@ -337,12 +343,7 @@ pub async fn event_reasons(ns: &TestNs) -> anyhow::Result<Vec<(String, String)>>
     events.sort_by_key(|e| e.metadata.creation_timestamp.clone());
     Ok(events
         .into_iter()
-        .map(|e| {
-            (
-                e.reason.unwrap_or_default(),
-                e.message.unwrap_or_default(),
-            )
-        })
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
         .collect())
 }
 
