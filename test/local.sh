@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The main job: brings up the local control plane, installs the CRDs, applies the worked
-# example and runs the lws-rollout manager against it in the foreground. Ctrl-C stops the
-# manager and the cluster (LWS_KEEP_CLUSTER=1 keeps the cluster running).
+# The main job: brings up the local control plane (with its traffic layer: a Gateway API and
+# nginx-Ingress proxy, and pods that answer HTTP), installs the CRDs, applies the worked
+# example, runs the lws-rollout manager against it and shows the example answering through
+# the proxy. Ctrl-C stops the manager and the cluster (LWS_KEEP_CLUSTER=1 keeps the cluster
+# running).
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$REPO"
@@ -36,6 +38,28 @@ until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do
 done
 "$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml -f examples/rollout-canary-gateway.yaml
 
+# The manager runs in the background of this script so it can show the example answering
+# through the proxy; Ctrl-C (or the end of this script) stops it, then the cluster.
+target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 &
+MANAGER=$!
+trap 'kill -TERM "$MANAGER" 2>/dev/null' INT TERM
+trap 'kill -TERM "$MANAGER" 2>/dev/null; wait "$MANAGER" 2>/dev/null; on_exit' EXIT
+
+TRAFFIC_URL=$(sed -n 's/^LWS_TRAFFIC_URL=//p' "$STATE/traffic/env" 2>/dev/null || true)
+if [ -n "$TRAFFIC_URL" ]; then
+  # The leaders answer once their groups are Ready and the proxy has their endpoints.
+  deadline=$((SECONDS + 120))
+  until ANSWER=$(curl -sf -H 'Host: vllm.local' "$TRAFFIC_URL/v1/models"); do
+    [ $SECONDS -lt $deadline ] || { log "the worked example did not answer through the proxy within 120s"; ANSWER=""; break; }
+    sleep 0.5
+  done
+  TRAFFIC_MSG="  The worked example answers through the proxy (Traefik, Gateway API):
+      curl -H 'Host: vllm.local' $TRAFFIC_URL/v1/models
+      -> ${ANSWER:-(no answer yet)}"
+else
+  TRAFFIC_MSG="  No traffic layer: $(cat "$STATE/traffic/skipped" 2>/dev/null)"
+fi
+
 cat >&2 <<MSG
 
   Local cluster is up ($(ls "$STATE/pids" | wc -l) processes, $("$KUBECTL" get nodes --no-headers | wc -l) KWOK nodes).
@@ -57,7 +81,9 @@ cat >&2 <<MSG
       kubectl -n demo patch rollout vllm --subresource=status --type=merge \\
         -p '{"status":{"canaryStatus":{"currentStepState":"StepReady"}}}'
       # step 2 pauses 5 minutes, then the stable LWS rolls and the Rollout reads Healthy again
-  The manager runs below; Ctrl-C stops it and the cluster.
+      # (with the proxy up, repeat the curl below: the answers name the canary's pods per its share)
+$TRAFFIC_MSG
+  The manager runs in this shell; Ctrl-C stops it and the cluster.
 
 MSG
-target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1
+wait "$MANAGER" || true

@@ -16,6 +16,9 @@ BIN=$(test/cluster/build.sh)
 # The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# The traffic layer's proxy, Traefik (cold: a Go build of ~10 min; warm: instant). Without it
+# the cluster still comes up and the traffic tests report SKIPPED with the reason.
+test/cluster/build-traefik.sh >/dev/null || true
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -37,7 +40,9 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
+KUBECONFIG_FILE=$(LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
+TRAFFIC_SKIPPED=$(cat "$STATE/traffic/skipped" 2>/dev/null || true)
+[ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests will be SKIPPED: $TRAFFIC_SKIPPED"
 KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
@@ -47,5 +52,6 @@ echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --all-targets "$@"
+LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --workspace --all-targets "$@"
+[ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests were SKIPPED: $TRAFFIC_SKIPPED"
 log "all tests passed in $((SECONDS - START))s"

@@ -189,16 +189,24 @@ impl Applier {
     }
 
     /// Server-side applies `obj`, taking over the fields it names from other managers (the
-    /// plan already decided the object is ours).
+    /// plan already decided the object is ours). The body escapes what the API server's YAML
+    /// reader of apply bodies would refuse or change ([`super::apply_body`]).
     pub async fn apply<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
+        let action = || describe::<K>("applying", &namespace, &name);
+        let body = super::apply_body::apply_body(obj).map_err(|e| ApiError {
+            action: action(),
+            source: kube::Error::SerdeError(serde_json::Error::io(std::io::Error::other(
+                e.to_string(),
+            ))),
+        })?;
         let params = PatchParams::apply(self.field_manager).force();
         self.api::<K>(&namespace)
-            .patch(&name, &params, &Patch::Apply(obj))
+            .patch(&name, &params, &Patch::Apply(&body))
             .await
             .map_err(|source| ApiError {
-                action: describe::<K>("applying", &namespace, &name),
+                action: action(),
                 source,
             })
     }

@@ -4,7 +4,8 @@
 //!
 //! - [`client`]: one way to build a client (kubeconfig or in-cluster, our User-Agent).
 //! - [`apply`]: the [`apply::Applier`] — create-if-absent, server-side apply, the no-op check,
-//!   deletes with uid preconditions, status patches — and the mapping of API errors to outcomes.
+//!   deletes with uid preconditions, status patches — and the mapping of API errors to outcomes;
+//!   [`apply_body`] escapes what the API server's YAML reader of apply bodies refuses.
 //! - [`events`]: Events for any object, with reasons as named constants.
 //! - [`watch`]: label-filtered watches whose caches are shared between controllers.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
@@ -12,6 +13,7 @@
 //! - [`pod`]: facts about pods every controller reads the same way (readiness).
 
 pub mod apply;
+pub mod apply_body;
 pub mod client;
 pub mod conditions;
 pub mod error;

@@ -62,7 +62,7 @@ pub enum GoJsonError {
         /// Where in the object.
         path: String,
         /// The parse error.
-        source: quantity::InvalidQuantity,
+        source: quantity::QuantityError,
     },
     /// The type table lacks a type (the table is stale).
     #[error("unknown Go type {0}")]

@@ -96,4 +96,33 @@ mod tests {
         assert_eq!(revision_name(&long, "key", 3).len(), 220 + "-key-3".len());
         assert_eq!(revision_name("vllm", "5c5fcdfb44", 1), "vllm-5c5fcdfb44-1");
     }
+
+    #[test]
+    fn a_quantity_without_a_canonical_form_is_a_typed_error() {
+        use crate::lws::quantity::QuantityError;
+        let spec = |q: &str| {
+            json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+                {"name": "c", "resources": {"limits": {"cpu": q}}}]}}}})
+        };
+        let path = ".workerTemplate.spec.containers[0].resources.limits.cpu";
+        // Upstream's CRD pattern admits a fractional exponent; Go's parser does not.
+        assert_eq!(
+            revision_data(&spec("1e1.5")),
+            Err(GoJsonError::Quantity {
+                path: path.into(),
+                source: QuantityError::Invalid("1e1.5".into()),
+            })
+        );
+        // Go panics computing this one.
+        let panics = "1234567890123456789e2147483639";
+        assert_eq!(
+            revision_data(&spec(panics)),
+            Err(GoJsonError::Quantity {
+                path: path.into(),
+                source: QuantityError::Unplannable(panics.into()),
+            })
+        );
+        // Beyond 64 bits is fine: Go hashes it.
+        assert!(revision_data(&spec("123456789012345678901234567890123456789012")).is_ok());
+    }
 }

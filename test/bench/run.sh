@@ -34,6 +34,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# The benchmark measures the controllers alone: no proxy or pod agent in its clusters.
+export LWS_CLUSTER_TRAFFIC=0
 log "running the benchmark (logs and JSON under $OUT)"
 target/release/lws-bench --manager-bin target/release/lws-rollout --upstream-bin "$UPSTREAM_BIN" \
   --bin-dir "$BIN" --state-root "$STATE" --json "$OUT/results.json" --keep-logs "$@" | tee "$OUT/table.md"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Stops the processes test/cluster/up.sh started (by their recorded PIDs, nothing else) and
-# removes the cluster's state.
+# Stops the processes test/cluster/up.sh started (by their recorded PIDs, nothing else), removes
+# the traffic layer's network namespace and host route, and removes the cluster's state.
 #
 #   test/cluster/down.sh [STATE_DIR] [--keep-logs]
 set -uo pipefail
@@ -34,6 +34,12 @@ for name in $EXTRA $CORE; do
   fi
   rm -f "$f"
 done
+# The traffic layer's namespace, host route and slot (the processes in the namespace, traefik
+# and the pod agent, were stopped above by their PIDs).
+if [ -f "$STATE/traffic/slot" ]; then
+  traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"
+  rm -f "$STATE/traffic/slot"
+fi
 if [ "$KEEP_LOGS" = 1 ]; then
   rm -rf "$STATE/etcd" "$STATE/pids"
 else

@@ -64,3 +64,78 @@ free_port() {
   done
   die "no free loopback port found after 200 tries"
 }
+
+# --- The traffic layer (docs/local-cluster.md) -------------------------------------------------
+# Pod IPs come from 198.18.0.0/15 (benchmarking range, never routed on the internet) and exist
+# only inside a network namespace per cluster. Each cluster claims one of 16 slots (a /19 each);
+# the slot names its namespace, its pod range and the metric of its host route.
+TRAFFIC_RANGE=198.18.0.0/15
+TRAFFIC_SLOTS=16
+TRAFFIC_RUN="${LWS_ROLLOUT_TRAFFIC_RUN:-/run/lws-rollout/traffic}"
+# The proxy's ports inside the namespace (its own loopback: no clash with anything outside).
+TRAFFIC_WEB_PORT=8000
+TRAFFIC_PING_PORT=8080
+
+ip2int() { local IFS=.; set -- $1; echo $(( ($1 << 24) | ($2 << 16) | ($3 << 8) | $4 )); }
+int2ip() { echo "$(( ($1 >> 24) & 255 )).$(( ($1 >> 16) & 255 )).$(( ($1 >> 8) & 255 )).$(( $1 & 255 ))"; }
+traffic_netns() { echo "lws-rollout-$1"; }
+traffic_slot_cidr() { echo "$(int2ip $(( $(ip2int 198.18.0.0) + $1 * 8192 )))/19"; }
+traffic_route_metric() { echo $((4000 + $1)); }
+
+# traffic_node_cidr SLOT NODE NODES: node NODE's pod range, an equal share of the slot's /19.
+traffic_node_cidr() {
+  local slot=$1 node=$2 nodes=$3 bits=0
+  while [ $((1 << bits)) -lt "$nodes" ]; do bits=$((bits + 1)); done
+  local size=$(( 8192 >> bits ))
+  echo "$(int2ip $(( $(ip2int 198.18.0.0) + slot * 8192 + node * size )))/$((19 + bits))"
+}
+
+# traffic_release SLOT [OWNER]: removes the slot's namespace and host route and frees the slot.
+# Only what the slot names is touched, so concurrent clusters never remove each other's parts;
+# with OWNER (a state dir), nothing is done unless the slot is still that cluster's (another
+# cluster may have reclaimed it since).
+traffic_release() {
+  local slot=$1 owner=${2:-} ns
+  if [ -n "$owner" ] && [ "$(cat "$TRAFFIC_RUN/slot-$slot/owner" 2>/dev/null)" != "$owner" ]; then return 0; fi
+  ns=$(traffic_netns "$slot")
+  ip netns del "$ns" 2>/dev/null || true
+  ip route del unreachable "$TRAFFIC_RANGE" metric "$(traffic_route_metric "$slot")" 2>/dev/null || true
+  rm -rf "$TRAFFIC_RUN/slot-$slot"
+}
+
+# traffic_claim STATE: claims a free slot for the cluster in STATE and prints it. mkdir is
+# atomic, so two clusters starting together never get the same slot. A slot whose owner's
+# state dir has no pids/ any more (its run ended without down.sh) is reclaimed; the rename
+# makes that reclaim atomic too.
+traffic_claim() {
+  local state=$1 i owner
+  mkdir -p "$TRAFFIC_RUN" 2>/dev/null || return 1
+  for i in $(seq 0 $((TRAFFIC_SLOTS - 1))); do
+    if ! mkdir "$TRAFFIC_RUN/slot-$i" 2>/dev/null; then
+      owner=$(cat "$TRAFFIC_RUN/slot-$i/owner" 2>/dev/null) || continue
+      [ -n "$owner" ] && [ ! -d "$owner/pids" ] || continue
+      mv "$TRAFFIC_RUN/slot-$i" "$TRAFFIC_RUN/stale-$i.$$" 2>/dev/null || continue
+      rm -rf "$TRAFFIC_RUN/stale-$i.$$"
+      ip netns del "$(traffic_netns "$i")" 2>/dev/null || true
+      ip route del unreachable "$TRAFFIC_RANGE" metric "$(traffic_route_metric "$i")" 2>/dev/null || true
+      mkdir "$TRAFFIC_RUN/slot-$i" 2>/dev/null || continue
+    fi
+    echo "$state" >"$TRAFFIC_RUN/slot-$i/owner"
+    echo "$i"
+    return 0
+  done
+  return 1
+}
+
+# podagent_bin REPO: prints the pod agent binary (test/podagent): $LWS_ROLLOUT_PODAGENT_BIN, or
+# a cargo build of it (a no-op when it is up to date). On failure the last stderr line says why.
+podagent_bin() {
+  local repo=$1
+  if [ -n "${LWS_ROLLOUT_PODAGENT_BIN:-}" ]; then
+    [ -x "$LWS_ROLLOUT_PODAGENT_BIN" ] || { echo "LWS_ROLLOUT_PODAGENT_BIN=$LWS_ROLLOUT_PODAGENT_BIN is not an executable" >&2; return 1; }
+    echo "$LWS_ROLLOUT_PODAGENT_BIN"; return 0
+  fi
+  command -v cargo >/dev/null 2>&1 || { echo "no cargo on PATH to build test/podagent" >&2; return 1; }
+  (cd "$repo" && cargo build --locked -q -p lws-podagent) >&2 || { echo "cargo build -p lws-podagent failed" >&2; return 1; }
+  echo "${CARGO_TARGET_DIR:-$repo/target}/debug/lws-podagent"
+}

@@ -7,6 +7,13 @@
 # Returns when the cluster is usable (nodes Ready and untainted, default ServiceAccount present,
 # Gateway API CRDs established) and prints the kubeconfig path. Every process it starts has its
 # PID in STATE_DIR/pids/; test/cluster/down.sh STATE_DIR stops exactly those.
+#
+# The traffic layer (docs/local-cluster.md): pod IPs live in a network namespace of this
+# cluster's own, every Ready pod with a containerPort answers HTTP there (test/podagent), and
+# Traefik serves Gateway API routes and nginx-style canary Ingresses; clients reach it at
+# $LWS_TRAFFIC_URL (written to STATE_DIR/env and STATE_DIR/traffic/env). LWS_CLUSTER_TRAFFIC=0
+# leaves it out. When it cannot run (not root, no `ip`, no proxy binary, a port taken) the
+# cluster still comes up, and the one-line reason is in STATE_DIR/traffic/skipped.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -26,6 +33,9 @@ fi
 
 BIN=$("$CLUSTER_DIR/build.sh")
 GW_CRDS=$(gateway_crds_dir)
+# A state dir left by a run that ended without down.sh may still hold a traffic slot: free it
+# (its namespace and host route) before the record of it is removed.
+if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"; fi
 rm -rf "$STATE"
 mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok}
 STATE="$(cd "$STATE" && pwd)"
@@ -37,6 +47,49 @@ trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster start failed; logs in $STATE/l
 # --- free ports (free_port: lib.sh) ---------------------------------------------------------
 ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
 KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
+
+# --- traffic layer, part 1: the pod range and its namespace, before any pod exists -----------
+TRAFFIC="${LWS_CLUSTER_TRAFFIC:-1}"
+TRAFFIC_DIR="$STATE/traffic"
+mkdir -p "$TRAFFIC_DIR"
+traffic_skip() { echo "$*" >"$TRAFFIC_DIR/skipped"; log "traffic layer off: $*"; TRAFFIC=0; }
+SLOT=""
+if [ "$TRAFFIC" != 1 ]; then
+  traffic_skip "not requested (LWS_CLUSTER_TRAFFIC=$TRAFFIC)"
+elif [ "$(id -u)" != 0 ]; then
+  traffic_skip "not root: cannot create the network namespace the pod addresses live in"
+elif ! command -v ip >/dev/null 2>&1; then
+  traffic_skip "no ip (iproute2) on PATH: cannot create the network namespace the pod addresses live in"
+elif [ ! -f "$CACHE_ROOT/traefik-$TRAEFIK_VERSION/.complete" ] && [ -z "${LWS_ROLLOUT_TRAEFIK_BIN:-}" ] \
+    && ! log "traffic: building traefik $TRAEFIK_VERSION first (cold: ~10 min; log in $CACHE_ROOT/traefik-$TRAEFIK_VERSION/build.log)"; then
+  :
+elif ! TRAEFIK_BIN=$("$CLUSTER_DIR/build-traefik.sh" 2>"$TRAFFIC_DIR/traefik-build.err"); then
+  traffic_skip "no proxy: $(grep 'lws-rollout traefik:' "$TRAFFIC_DIR/traefik-build.err" | tail -n 1 | sed 's/^lws-rollout traefik: //')"
+elif ! PODAGENT_BIN=$(podagent_bin "$REPO" 2>"$TRAFFIC_DIR/podagent-build.err"); then
+  traffic_skip "no pod agent: $(tail -n 1 "$TRAFFIC_DIR/podagent-build.err")"
+elif ! SLOT=$(traffic_claim "$STATE"); then
+  SLOT=""
+  traffic_skip "no free traffic slot in $TRAFFIC_RUN (all $TRAFFIC_SLOTS in use by other clusters)"
+else
+  echo "$SLOT" >"$TRAFFIC_DIR/slot"
+  NETNS=$(traffic_netns "$SLOT")
+  POD_RANGE=$(traffic_slot_cidr "$SLOT")
+  # Fail closed first: from here on a pod-range packet sent from the host's namespace by
+  # mistake gets "No route to host" instead of leaving the machine by the default route.
+  if ! ip route add unreachable "$TRAFFIC_RANGE" metric "$(traffic_route_metric "$SLOT")" 2>"$TRAFFIC_DIR/ip.err"; then
+    traffic_release "$SLOT"; rm -f "$TRAFFIC_DIR/slot"
+    traffic_skip "cannot add the fail-closed host route (ip route add unreachable $TRAFFIC_RANGE): $(head -n 1 "$TRAFFIC_DIR/ip.err")"
+  elif ! { ip netns add "$NETNS" && ip -n "$NETNS" link set lo up \
+        && ip -n "$NETNS" route add local "$POD_RANGE" dev lo; } 2>"$TRAFFIC_DIR/ip.err"; then
+    traffic_release "$SLOT"; rm -f "$TRAFFIC_DIR/slot"
+    traffic_skip "cannot create network namespace $NETNS: $(head -n 1 "$TRAFFIC_DIR/ip.err")"
+  else
+    # Every address of the slot's range is local to the namespace's loopback (an AnyIP
+    # route), so a pod's IP can be bound without adding it first.
+    ENTRY_PORT=$(free_port)
+    log "traffic: network namespace $NETNS, pod range $POD_RANGE, entry http://127.0.0.1:$ENTRY_PORT"
+  fi
+fi
 
 # --- PKI ------------------------------------------------------------------------------------
 PKI="$STATE/pki"
@@ -149,6 +202,8 @@ wait_for "ServiceAccount default/default (kube-controller-manager running)" 90 k
 
 log "creating $NODES KWOK nodes"
 for i in $(seq 0 $((NODES - 1))); do
+  # KWOK gives each pod an IP from its node's spec.podCIDRs[0].
+  if [ "$TRAFFIC" = 1 ]; then node_cidr=$(traffic_node_cidr "$SLOT" "$i" "$NODES"); else node_cidr=10.244.$i.0/24; fi
   zone="zone-$(printf "\\x$(printf %x $((97 + i % 2)))")"
   cat <<EOF
 apiVersion: v1
@@ -169,8 +224,8 @@ metadata:
     topology.kubernetes.io/region: local
     cloud.google.com/gke-nodepool: pool-$((i / 2))
 spec:
-  podCIDR: 10.244.$i.0/24
-  podCIDRs: [10.244.$i.0/24]
+  podCIDR: $node_cidr
+  podCIDRs: [$node_cidr]
 # Fake accelerators, so model-server manifests schedule as they would on a GPU/TPU pool.
 status:
   allocatable: {cpu: "32", memory: 256Gi, pods: "$NODE_PODS", nvidia.com/gpu: "16", google.com/tpu: "16"}
@@ -191,11 +246,96 @@ kubectl apply --server-side -f "$GW_CRDS" >/dev/null
 wait_for "Gateway API CRDs established" 60 kube-apiserver \
   kubectl wait --for=condition=Established --timeout=5s crd/httproutes.gateway.networking.k8s.io
 
+# --- traffic layer, part 2: the pod agent, the proxy and its classes -----------------------
+traffic_fail() { # one line; stops what part 2 started; the rest of the cluster stays up
+  local name f
+  for name in traefik podagent; do
+    f="$STATE/pids/$name.pid"
+    if [ -f "$f" ]; then kill -TERM "$(cat "$f")" 2>/dev/null; rm -f "$f"; fi
+  done
+  traffic_release "$SLOT"; rm -f "$TRAFFIC_DIR/slot"
+  traffic_skip "$*"
+}
+traffic_wait() { # description, timeout seconds, component, then the check command
+  local what=$1 timeout=$2 comp=$3; shift 3
+  local deadline=$((SECONDS + timeout))
+  until "$@" >/dev/null 2>&1; do
+    if ! kill -0 "$(cat "$STATE/pids/$comp.pid")" 2>/dev/null; then
+      traffic_fail "$comp exited while waiting for $what: $(grep -v '^\s*$' "$STATE/logs/$comp.log" | tail -n 1 | grep . || echo "no output, log: $STATE/logs/$comp.log")"
+      return 1
+    fi
+    [ $SECONDS -lt $deadline ] || { traffic_fail "timed out after ${timeout}s waiting for $what (logs: $STATE/logs/$comp.log)"; return 1; }
+    sleep 0.2
+  done
+}
+gw_cond() { # kind/name namespace condition: true when that status condition is True
+  [ "$(kubectl get "$1" -n "$2" -o jsonpath="{.status.conditions[?(@.type==\"$3\")].status}")" = True ]
+}
+if [ "$TRAFFIC" = 1 ]; then
+  log "traffic: starting the pod agent and traefik in $NETNS"
+  # The agent lives in the host's namespace (it watches pods through the API server on
+  # loopback) and creates its listening sockets inside $NETNS. It also carries the two bridges:
+  # $NETNS's 127.0.0.1:$API_PORT -> the API server, and 127.0.0.1:$ENTRY_PORT -> traefik.
+  start podagent "$PODAGENT_BIN" --netns "$NETNS" --pod-cidr "$POD_RANGE" \
+    --bridge-in "127.0.0.1:$API_PORT=127.0.0.1:$API_PORT" \
+    --bridge-out "127.0.0.1:$ENTRY_PORT=127.0.0.1:$TRAFFIC_WEB_PORT" \
+    --ready-file "$TRAFFIC_DIR/podagent.ready"
+  if traffic_wait "the pod agent" 30 podagent test -f "$TRAFFIC_DIR/podagent.ready"; then
+    # Traefik runs inside the namespace: the only place pod addresses exist. Its kubeconfig
+    # names 127.0.0.1:$API_PORT, which the agent bridges to the API server.
+    start traefik ip netns exec "$NETNS" env -u KUBERNETES_SERVICE_HOST -u KUBERNETES_SERVICE_PORT \
+      KUBECONFIG="$KUBECONFIG_FILE" "$TRAEFIK_BIN" \
+      --global.checknewversion=false --global.sendanonymoususage=false --log.level=INFO \
+      --entrypoints.web.address="127.0.0.1:$TRAFFIC_WEB_PORT" \
+      --entrypoints.traefik.address="127.0.0.1:$TRAFFIC_PING_PORT" --ping=true \
+      --providers.providersthrottleduration=100ms \
+      --providers.kubernetesgateway=true --providers.kubernetesgateway.statusaddress.ip=127.0.0.1 \
+      --providers.kubernetesingressnginx=true --providers.kubernetesingressnginx.httpentrypoint=web
+  fi
+  if [ "$TRAFFIC" = 1 ] && traffic_wait "traefik /ping" 60 traefik \
+      ip netns exec "$NETNS" curl -sf "http://127.0.0.1:$TRAFFIC_PING_PORT/ping"; then
+    kubectl apply --server-side -f - >/dev/null <<EOF
+apiVersion: gateway.networking.k8s.io/v1
+kind: GatewayClass
+metadata: {name: traefik}
+spec: {controllerName: traefik.io/gateway-controller}
+---
+apiVersion: gateway.networking.k8s.io/v1
+kind: Gateway
+metadata: {name: lws-rollout, namespace: default}
+spec:
+  gatewayClassName: traefik
+  listeners:
+    - {name: web, port: $TRAFFIC_WEB_PORT, protocol: HTTP, allowedRoutes: {namespaces: {from: All}}}
+---
+apiVersion: networking.k8s.io/v1
+kind: IngressClass
+metadata: {name: nginx}
+spec: {controller: k8s.io/ingress-nginx}
+EOF
+    traffic_wait "GatewayClass traefik Accepted" 60 traefik gw_cond gatewayclass/traefik default Accepted \
+      && traffic_wait "Gateway default/lws-rollout Accepted" 60 traefik gw_cond gateway/lws-rollout default Accepted \
+      && traffic_wait "Gateway default/lws-rollout Programmed" 60 traefik gw_cond gateway/lws-rollout default Programmed \
+      || true
+  fi
+  if [ "$TRAFFIC" = 1 ]; then
+    cat >"$TRAFFIC_DIR/env" <<EOF
+LWS_TRAFFIC_URL=http://127.0.0.1:$ENTRY_PORT
+LWS_TRAFFIC_GATEWAY_NAMESPACE=default
+LWS_TRAFFIC_GATEWAY_NAME=lws-rollout
+LWS_TRAFFIC_INGRESS_CLASS=nginx
+LWS_TRAFFIC_NETNS=$NETNS
+LWS_TRAFFIC_POD_RANGE=$POD_RANGE
+EOF
+  fi
+fi
+
 cat >"$STATE/env" <<EOF
 export KUBECONFIG=$KUBECONFIG_FILE
 export PATH=$BIN:\$PATH
 export LWS_CLUSTER_DIR=$STATE
 EOF
+if [ "$TRAFFIC" = 1 ]; then echo "export LWS_TRAFFIC_URL=http://127.0.0.1:$ENTRY_PORT" >>"$STATE/env"; fi
 trap - EXIT
 log "cluster up in ${SECONDS}s: export KUBECONFIG=$KUBECONFIG_FILE (or: source $STATE/env)"
 echo "$KUBECONFIG_FILE"

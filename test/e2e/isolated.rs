@@ -73,6 +73,8 @@ impl IsolatedCluster {
         up.arg(repo().join("test/cluster/up.sh"))
             .arg(&dir)
             .env("LWS_ROLLOUT_BIN_DIR", &bin_dir)
+            // These tests need no proxy or pod addresses; the shared cluster has them.
+            .env("LWS_CLUSTER_TRAFFIC", "0")
             .stdin(Stdio::null())
             .kill_on_drop(true);
         for (k, v) in env {

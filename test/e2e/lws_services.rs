@@ -101,7 +101,14 @@ async fn surge_groups_keep_their_services_for_as_long_as_they_run() -> anyhow::R
                 ns.api::<Service>(),
                 watcher::Config::default().labels(&selector),
                 log.clone(),
-                |svc: &Service, live| Some(Change::Service(group_of(svc)?, live && svc.metadata.deletion_timestamp.is_none())),
+                |svc: &Service, live| {
+                    // `ss-<i>`: the group index is in the name (and the selector), not a label.
+                    let index = svc.name_any().strip_prefix("ss-")?.parse().ok()?;
+                    Some(Change::Service(
+                        index,
+                        live && svc.metadata.deletion_timestamp.is_none(),
+                    ))
+                },
             ),
             record(
                 ns.api::<Pod>(),

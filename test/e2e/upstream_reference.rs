@@ -11,7 +11,7 @@ use serde_json::Value;
 const REF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test/lwsref");
 
 /// Builds the reference tool once per test run (cold: downloads and compiles the LWS module).
-fn lwsref() -> anyhow::Result<PathBuf> {
+pub fn lwsref() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
         .get_or_init(|| {
@@ -35,6 +35,39 @@ fn lwsref() -> anyhow::Result<PathBuf> {
         })
         .clone()
         .map_err(anyhow::Error::msg)
+}
+
+/// Upstream's revision key of each LWS object, computed by its own code.
+pub fn upstream_keys(objects: &[Value]) -> anyhow::Result<Vec<String>> {
+    let tool = lwsref()?;
+    let file = tempfile_path("lwsref-input.json");
+    std::fs::write(&file, serde_json::to_vec(objects)?)?;
+    let out = Command::new(&tool).arg("hash").arg(&file).output()?;
+    let _ = std::fs::remove_file(&file);
+    if !out.status.success() {
+        bail!(
+            "lwsref hash failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    String::from_utf8(out.stdout)?
+        .lines()
+        .map(|line| {
+            let entry: Value = serde_json::from_str(line)?;
+            Ok(entry["key"].as_str().context("key")?.to_string())
+        })
+        .collect()
+}
+
+/// A path no other test (or concurrent run) uses.
+fn tempfile_path(name: &str) -> PathBuf {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!(
+        "{}-{}-{name}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ))
 }
 
 #[test]
@@ -97,5 +130,44 @@ fn go_type_table_matches_upstream_types() -> anyhow::Result<()> {
         live == checked_in,
         "src/lws/go_types.json is stale: regenerate with (cd test/lwsref && go run . gotypes) > src/lws/go_types.json"
     );
+    Ok(())
+}
+
+#[test]
+fn quantity_canonical_forms_are_what_go_prints() -> anyhow::Result<()> {
+    use lws_rollout::lws::quantity::{QuantityError, canonical};
+    let tool = lwsref()?;
+    let out = Command::new(&tool)
+        .args(["quantity", &format!("{REF_DIR}/quantities.json")])
+        .output()?;
+    if !out.status.success() {
+        bail!(
+            "lwsref quantity failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let live = String::from_utf8(out.stdout)?;
+    // The unit tests of src/lws/quantity.rs read the checked-in copy: it must be current.
+    let checked_in = std::fs::read_to_string(format!("{REF_DIR}/quantities.go.jsonl"))?;
+    assert!(
+        live == checked_in,
+        "test/lwsref/quantities.go.jsonl is stale: regenerate with (cd test/lwsref && go run . quantity quantities.json) > test/lwsref/quantities.go.jsonl"
+    );
+    let mut mismatches = Vec::new();
+    for line in live.lines() {
+        let entry: Value = serde_json::from_str(line)?;
+        let input = entry["in"].as_str().context("in")?;
+        let ours = canonical(input);
+        let agrees = match (entry["out"].as_str(), &ours) {
+            (Some(want), Ok(got)) => want == got,
+            (None, Err(QuantityError::Invalid(_))) => true,
+            _ => false,
+        };
+        if !agrees {
+            mismatches.push(format!("{input:?}: Go {entry} vs ours {ours:?}"));
+        }
+    }
+    assert!(live.lines().count() > 250);
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     Ok(())
 }

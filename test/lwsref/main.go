@@ -3,6 +3,7 @@
 //
 //	lwsref hash <lws-objects.json>   one JSON line per object: {"name", "key", "raw"}
 //	lwsref gotypes                   the Go JSON shape of every type reachable from an LWS spec
+//	lwsref quantity <strings.json>   one JSON line per string: what resource.Quantity makes of it
 package main
 
 import (
@@ -14,6 +15,7 @@ import (
 	"sort"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
@@ -34,6 +36,11 @@ func main() {
 		hash(os.Args[2])
 	case "gotypes":
 		gotypes()
+	case "quantity":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref quantity <file>")
+		}
+		quantity(os.Args[2])
 	default:
 		fail("unknown command " + os.Args[1])
 	}
@@ -74,6 +81,38 @@ func hash(path string) {
 			"key":  revisionutils.GetRevisionKey(cr),
 			"raw":  string(cr.Data.Raw),
 		})
+	}
+}
+
+// quantity decodes each string of a JSON array as a quantity field of a Go object is decoded
+// (Quantity.UnmarshalJSON) and prints what encoding the object writes for it (MarshalJSON), or
+// the parse error: {"in", "out"} or {"in", "err"}.
+func quantity(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var inputs []string
+	if err := json.Unmarshal(data, &inputs); err != nil {
+		fail("input must be a JSON array of strings: " + err.Error())
+	}
+	out := json.NewEncoder(os.Stdout)
+	for _, in := range inputs {
+		quoted, _ := json.Marshal(in)
+		var q resource.Quantity
+		if err := json.Unmarshal(quoted, &q); err != nil {
+			_ = out.Encode(map[string]string{"in": in, "err": err.Error()})
+			continue
+		}
+		encoded, err := json.Marshal(q)
+		if err != nil {
+			fail(err.Error())
+		}
+		var text string
+		if err := json.Unmarshal(encoded, &text); err != nil {
+			fail(err.Error())
+		}
+		_ = out.Encode(map[string]string{"in": in, "out": text})
 	}
 }
 

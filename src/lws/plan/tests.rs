@@ -346,32 +346,57 @@ fn a_name_too_long_blocks_until_the_spec_changes() {
 
 #[test]
 fn a_spec_that_cannot_be_hashed_blocks_with_a_condition_not_a_retry_loop() {
-    let lws = lws_with(
-        "vllm",
-        1,
-        1,
-        "img:1",
-        json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
-            {"name": "c", "image": "i", "resources": {"limits": {"example.com/x": "not a quantity"}}}
-        ]}}}}),
-    );
-    let world = World {
-        observed: Observed::default(),
-        deref: Dereferenced::default(),
-        lws,
+    // Refused by Go's parser, and one Go panics on: neither can be hashed as upstream does.
+    for quantity in ["not a quantity", "1e1.5", "1234567890123456789e2147483639"] {
+        let lws = lws_with(
+            "vllm",
+            1,
+            1,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+                {"name": "c", "image": "i", "resources": {"limits": {"example.com/x": quantity}}}
+            ]}}}}),
+        );
+        let world = World {
+            observed: Observed::default(),
+            deref: Dereferenced::default(),
+            lws,
+        };
+        let plan = world.plan();
+        let blocked = plan.blocked.expect("blocked");
+        assert_eq!(
+            (blocked.reason, blocked.category),
+            ("InvalidSpec", Category::Spec),
+            "{quantity}"
+        );
+        assert!(
+            blocked.message.contains("template revision"),
+            "{}",
+            blocked.message
+        );
+        assert_eq!(plan.requeue, None, "waits for a change");
+        assert!(plan.revisions.is_empty() && plan.leader_sts.is_none());
+    }
+}
+
+#[test]
+fn quantities_go_writes_differently_are_hashed_as_upstream_hashes_them() {
+    // 8Ei, 9Ei and 16Ei are all capped at 2^63-1 by Go: one revision key for the three.
+    let key = |q: &str| {
+        key_of(&lws_with(
+            "vllm",
+            1,
+            1,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+                {"name": "c", "image": "i", "resources": {"limits": {"memory": q}}}
+            ]}}}}),
+        ))
     };
-    let plan = world.plan();
-    let blocked = plan.blocked.expect("blocked");
-    assert_eq!(
-        (blocked.reason, blocked.category),
-        ("InvalidSpec", Category::Spec)
-    );
-    assert!(
-        blocked.message.contains("template revision"),
-        "{}",
-        blocked.message
-    );
-    assert_eq!(plan.requeue, None);
+    assert_eq!(key("8Ei"), key("9Ei"));
+    assert_eq!(key("9Ei"), key("16Ei"));
+    assert_ne!(key("01Pi"), key("01"));
+    assert_eq!(key("01Pi"), key("+1Pi"), "Go prints both as 1Pi");
 }
 
 #[test]
