@@ -25,12 +25,18 @@ use crate::lws_support::{
     settled_pods, uids,
 };
 use crate::rollout_support::*;
+use crate::traffic_driver::{
+    Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
+};
 
-/// 1 group + 5% + manual pause → 50% of the groups + 50% + a 5 s pause → everything.
+/// Step 2's pause: long enough for a window of requests at 50%.
+const PAUSE_SECONDS: i32 = 8;
+
+/// 1 group + 5% + manual pause → 50% of the groups + 50% + a pause → everything.
 pub fn three_steps() -> serde_json::Value {
     json!([
         {"replicas": 1, "traffic": "5%", "pause": {}},
-        {"replicas": "50%", "traffic": "50%", "pause": {"duration": 5}},
+        {"replicas": "50%", "traffic": "50%", "pause": {"duration": PAUSE_SECONDS}},
         {"replicas": "100%", "traffic": "100%"}
     ])
 }
@@ -91,6 +97,23 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
                 .to_string();
             let mut stable_uids = uids(&ns, STABLE).await?;
             ensure!(stable_uids.len() == 8);
+            // Real requests through the proxy for the whole release, when the traffic layer runs.
+            let release = match traffic_or_skip("rollout_canary_release_end_to_end (requests)") {
+                Some(t) => {
+                    let plain = RequestSpec::new(&host(&ns));
+                    wait_until_served(&t, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+                    let traffic = ReleaseTraffic::start(
+                        &t,
+                        plain,
+                        None,
+                        RATE,
+                        is_canary as fn(&Outcome) -> bool,
+                    );
+                    traffic.assert_step(0, 200).await?;
+                    Some(traffic)
+                }
+                None => None,
+            };
 
             // The release starts with the template change.
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
@@ -165,6 +188,10 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
                 &ready_leader_ips(&ns, &cname).await?,
             )
             .await?;
+
+            if let Some(r) = &release {
+                r.assert_step(5, 400).await?;
+            }
 
             // The stable LWS is held: not one pod replaced, every one on the old image.
             ensure!(
@@ -245,12 +272,15 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
             ensure!(canary_leaders.len() == 2);
             wait_endpoints(&ns, &format!("{SERVICE}-canary"), &canary_leaders).await?;
             wait_endpoints(&ns, SERVICE, &ready_leader_ips(&ns, STABLE).await?).await?;
+            if let Some(r) = &release {
+                r.assert_step(50, 200).await?;
+            }
             ensure!(
                 uids(&ns, STABLE).await? == stable_uids,
                 "a stable pod was replaced before finalisation"
             );
 
-            // The 5 s pause ends by itself; step 3 (100%) has no pause: finalisation follows.
+            // The pause ends by itself; step 3 (100%) has no pause: finalisation follows.
             let (guard, transitions) = guard_route_to_stable(&ns);
             let done = wait_rollout(&ns, "release finished", finished("True")).await;
             guard.abort();
@@ -278,7 +308,19 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
             let pods = settled_pods(&ns, STABLE, 8).await?;
             ensure!(pods.iter().all(|p| image(p) == "vllm:2"));
             nothing_left(&ns).await?;
-            wait_endpoints(&ns, SERVICE, &ready_pod_ips(&ns).await?).await?;
+            let leaders = ready_leader_ips(&ns, STABLE).await?;
+            ensure!(leaders.len() == 4);
+            wait_endpoints(&ns, SERVICE, &leaders).await?;
+            if let Some(r) = release {
+                // After the release every request reaches the (rolled) stable LWS, and not one
+                // request failed from before the template change to here.
+                r.assert_step(0, 200).await?;
+                let all = r.finish().await?;
+                eprintln!(
+                    "rollout_canary_release_end_to_end requests: {}",
+                    all.summary()
+                );
+            }
 
             // Events name the step transitions.
             let events = event_reasons(&ns).await?;
@@ -294,14 +336,14 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
     .await
 }
 
-/// IPs of every ready pod of the stable LWS (the user's selector selects workers too).
-async fn ready_pod_ips(ns: &TestNs) -> anyhow::Result<std::collections::BTreeSet<String>> {
-    Ok(pods_of(ns, STABLE)
-        .await?
-        .iter()
-        .filter(|p| crate::lws_support::pod_ready(p))
-        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
-        .collect())
+/// Requests per second through the proxy during a release.
+const RATE: u32 = 100;
+
+/// An answer from a canary leader.
+fn is_canary(o: &Outcome) -> bool {
+    o.lws
+        .as_deref()
+        .is_some_and(|l| l.starts_with(&format!("{STABLE}-canary-")))
 }
 
 #[tokio::test]

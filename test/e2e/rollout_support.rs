@@ -74,11 +74,20 @@ pub fn gateway_routing() -> Value {
     json!({"service": SERVICE, "gracePeriodSeconds": 1, "gateway": {"httpRouteName": ROUTE}})
 }
 
-/// The user's Service: every pod labelled `app: vllm` (the traffic layer narrows it to leaders).
+/// The user's Service selector: the leaders of every LWS of the app (canary leaders copy the
+/// labels, so the release must narrow it).
+pub fn users_selector() -> std::collections::BTreeMap<String, String> {
+    [("app", "vllm"), ("role", "leader")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The user's Service: [`users_selector`], port 80 to the leaders' 8000.
 pub async fn create_service(ns: &TestNs) -> anyhow::Result<()> {
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": SERVICE},
-        "spec": {"selector": {"app": "vllm"}, "ports": [{"name": "http", "port": 80, "targetPort": 8000}]}
+        "spec": {"selector": users_selector(), "ports": [{"name": "http", "port": 80, "targetPort": 8000}]}
     }))?;
     ns.api::<Service>()
         .create(&PostParams::default(), &svc)
@@ -86,11 +95,22 @@ pub async fn create_service(ns: &TestNs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The user's HTTPRoute: everything to [`SERVICE`].
+/// The Host the test's route serves: `<namespace>.lws.test`.
+pub fn host(ns: &TestNs) -> String {
+    format!("{}.lws.test", ns.name)
+}
+
+/// The user's HTTPRoute: everything for [`host`] to [`SERVICE`], on the cluster's Gateway when
+/// the traffic layer runs (else on a Gateway that does not exist: the route is only data then).
 pub async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
+    let parent = match crate::traffic_driver::traffic() {
+        Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
+        Err(_) => json!({"name": "gw"}),
+    };
     let route: HttpRoute = serde_json::from_value(json!({
         "metadata": {"name": ROUTE},
-        "spec": {"parentRefs": [{"name": "gw"}], "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
+        "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
+                 "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
     }))?;
     ns.api::<HttpRoute>()
         .create(&PostParams::default(), &route)
@@ -389,7 +409,7 @@ pub async fn nothing_left(ns: &TestNs) -> anyhow::Result<()> {
         }
         let stable = svc.get(SERVICE).await?;
         let selector = stable.spec.and_then(|s| s.selector).unwrap_or_default();
-        if selector.len() != 1 || selector.get("app").map(String::as_str) != Some("vllm") {
+        if selector != users_selector() {
             left.push(format!("stable selector {selector:?}"));
         }
         if stable
