@@ -337,10 +337,10 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
 }
 
 /// Requests per second through the proxy during a release.
-const RATE: u32 = 100;
+pub const RATE: u32 = 100;
 
 /// An answer from a canary leader.
-fn is_canary(o: &Outcome) -> bool {
+pub fn is_canary(o: &Outcome) -> bool {
     o.lws
         .as_deref()
         .is_some_and(|l| l.starts_with(&format!("{STABLE}-canary-")))

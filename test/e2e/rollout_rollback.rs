@@ -18,8 +18,9 @@ use serde_json::json;
 
 use crate::harness::{TestNs, wait_for, with_ns};
 use crate::lws_support::{available_with, image, settled_pods, uids};
-use crate::rollout_canary::three_steps;
+use crate::rollout_canary::{RATE, is_canary, three_steps};
 use crate::rollout_support::*;
+use crate::traffic_driver::{Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip};
 
 /// Starts a release of `vllm:2` over 4 stable groups and waits for step 1's pause with 5%.
 /// Returns the stable LWS as created and its pods' uids from before the release.
@@ -45,13 +46,21 @@ fn guard_canary_deletion(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex
             ns.api::<LeaderWorkerSet>(),
             watcher::Config::default().labels(&format!("{CANARY_LABEL}={STABLE}")),
         )
-        .touched_objects()
         .default_backoff();
         let mut stream = std::pin::pin!(stream);
         let mut reported = std::collections::BTreeSet::new();
-        while let Some(Ok(lws)) = stream.next().await {
+        while let Some(Ok(event)) = stream.next().await {
+            // An object without finalizers goes at once: its Delete event is all there is.
+            let (lws, going) = match event {
+                watcher::Event::Delete(lws) => (lws, true),
+                watcher::Event::Apply(lws) | watcher::Event::InitApply(lws) => {
+                    let going = lws.metadata.deletion_timestamp.is_some();
+                    (lws, going)
+                }
+                _ => continue,
+            };
             let name = lws.metadata.name.clone().unwrap_or_default();
-            if lws.metadata.deletion_timestamp.is_some() && reported.insert(name.clone()) {
+            if going && reported.insert(name.clone()) {
                 let route = route_backends(&ns).await.unwrap_or_default();
                 out.lock().unwrap().push(format!("{name}: {route:?}"));
             }
@@ -75,6 +84,22 @@ async fn rollout_rollback_mid_release() -> anyhow::Result<()> {
         Box::pin(async move {
             let (v1, stable_uids) = paused_release(&ns).await?;
             ensure!(uids(&ns, STABLE).await? == stable_uids);
+            // Real requests through the proxy across the rollback, when the traffic layer runs.
+            let release = match traffic_or_skip("rollout_rollback_mid_release (requests)") {
+                Some(t) => {
+                    let plain = RequestSpec::new(&host(&ns));
+                    let traffic = ReleaseTraffic::start(
+                        &t,
+                        plain,
+                        None,
+                        RATE,
+                        is_canary as fn(&Outcome) -> bool,
+                    );
+                    traffic.assert_step(5, 400).await?;
+                    Some(traffic)
+                }
+                None => None,
+            };
             let (guard, seen) = guard_canary_deletion(&ns);
             // Revert the template: a rollback.
             apply_lws(&ns, &v1).await?;
@@ -82,6 +107,11 @@ async fn rollout_rollback_mid_release() -> anyhow::Result<()> {
             nothing_left(&ns).await?;
             guard.abort();
             done?;
+            if let Some(r) = release {
+                r.assert_rolled_back(200).await?;
+                let all = r.finish().await?;
+                eprintln!("rollout_rollback_mid_release requests: {}", all.summary());
+            }
             let seen = seen.lock().unwrap().clone();
             ensure!(
                 canary_left_after_traffic(&seen),
