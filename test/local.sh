@@ -16,6 +16,11 @@ log "building the manager"
 cargo build --locked --bin lws-rollout
 
 [ -d "$STATE/pids" ] && test/cluster/down.sh "$STATE"
+# Room for a canary release of the worked example: each of its groups takes a whole zone
+# (exclusive-topology) and all 32 GPUs of it, so the stable groups fill zones a and b, the
+# canary (up to 2 groups) needs two more and the stable's surge group while it rolls at the
+# end one more. 10 nodes; nodes 4-9 become zones c, d and e below.
+export LWS_CLUSTER_NODES="${LWS_CLUSTER_NODES:-10}"
 KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
 export KUBECONFIG="$KUBECONFIG_FILE"
 on_exit() {
@@ -27,6 +32,11 @@ on_exit() {
 }
 trap on_exit EXIT
 KUBECTL="$BIN/kubectl"
+zones=(c c d d e e)
+for i in 4 5 6 7 8 9; do
+  [ "$i" -lt "$LWS_CLUSTER_NODES" ] || break
+  "$KUBECTL" label node "kwok-node-$i" --overwrite "topology.kubernetes.io/zone=zone-${zones[$((i - 4))]}" >/dev/null
+done
 
 install_crds "$KUBECTL"
 "$KUBECTL" create namespace demo >/dev/null
@@ -80,7 +90,8 @@ cat >&2 <<MSG
       # approve step 1 (what kubectl-kruise rollout approve rollout/vllm sends):
       kubectl -n demo patch rollout vllm --subresource=status --type=merge \\
         -p '{"status":{"canaryStatus":{"currentStepState":"StepReady"}}}'
-      # step 2 pauses 5 minutes, then the stable LWS rolls and the Rollout reads Healthy again
+      # step 2 pauses 5 minutes (the same patch skips it), then the stable LWS rolls and the
+      # Rollout reads Healthy again
       # (with the proxy up, repeat the curl below: the answers name the canary's pods per its share)
 $TRAFFIC_MSG
   The manager runs in this shell; Ctrl-C stops it and the cluster.
