@@ -414,3 +414,41 @@ async fn rollout_ab_by_header_only() -> anyhow::Result<()> {
     }))
     .await
 }
+
+#[tokio::test]
+async fn rollout_canary_keeps_exclusive_placement() -> anyhow::Result<()> {
+    with_ns("rollout-placement", |ns| {
+        Box::pin(async move {
+            // One stable group per zone; the canary group must be placed the same way.
+            let mut v1 = stable_lws(1, "vllm:1");
+            v1["metadata"]["annotations"] = json!({"leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone"});
+            let steps = json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]);
+            create_available(&ns, &v1).await?;
+            create_rollout(&ns, &rollout(steps, None)).await?;
+            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            wait_paused_at(&ns, 1).await?;
+            let canary = the_canary(&ns).await?;
+            let cname = canary.metadata.name.clone().context("name")?;
+            ensure!(
+                canary.metadata.annotations.unwrap_or_default().get("leaderworkerset.sigs.k8s.io/exclusive-topology").map(String::as_str)
+                    == Some("topology.kubernetes.io/zone")
+            );
+            let nodes = ns.api_all::<k8s_openapi::api::core::v1::Node>();
+            let mut zones = BTreeMap::new();
+            for (lws, count) in [(STABLE, 2), (cname.as_str(), 2)] {
+                let mut zs = std::collections::BTreeSet::new();
+                for p in settled_pods(&ns, lws, count).await? {
+                    let node = p.spec.and_then(|s| s.node_name).context("scheduled")?;
+                    let n = nodes.get(&node).await?;
+                    zs.insert(n.metadata.labels.unwrap_or_default().get("topology.kubernetes.io/zone").cloned().unwrap_or_default());
+                }
+                zones.insert(lws.to_string(), zs);
+            }
+            let (s, c) = (&zones[STABLE], &zones[&cname]);
+            ensure!(s.len() == 1 && c.len() == 1 && s != c, "one zone per group, not shared: {zones:?}");
+            Ok(())
+        })
+    })
+    .await
+}
