@@ -238,7 +238,9 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
                     p.metadata.name
                 );
             }
-            let now: BTreeMap<String, String> = uids(&ns, STABLE).await?;
+            // The old worker StatefulSet may make one more worker before the group restart
+            // deletes it; judge once the worker belongs to the group's current StatefulSet.
+            let now = settled_group(&ns, &format!("{STABLE}-1")).await?;
             let changed: Vec<&String> = now
                 .iter()
                 .filter(|(n, u)| stable_uids.get(*n) != Some(*u))
@@ -334,6 +336,39 @@ async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
         })
     })
     .await
+}
+
+/// Pod name → uid of the stable LWS once its 8 pods are settled and the worker of `group`
+/// (its StatefulSet's name) is owned by the StatefulSet that exists now.
+async fn settled_group(ns: &TestNs, group: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    use k8s_openapi::api::apps::v1::StatefulSet;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let pods = settled_pods(ns, STABLE, 8).await?;
+        let sts = ns.api::<StatefulSet>().get_opt(group).await?;
+        let owner_ok = sts.as_ref().is_some_and(|sts| {
+            sts.metadata.deletion_timestamp.is_none()
+                && pods
+                    .iter()
+                    .filter(|p| p.metadata.name.as_deref() == Some(&format!("{group}-1")))
+                    .all(|p| {
+                        p.metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| Some(&o.uid) == sts.metadata.uid.as_ref())
+                    })
+        });
+        if owner_ok && pods.iter().all(crate::lws_support::pod_ready) {
+            return uids(ns, STABLE).await;
+        }
+        ensure!(
+            tokio::time::Instant::now() < deadline,
+            "group {group} never settled on its current StatefulSet"
+        );
+        // settled_pods above waits on a watch; this only bounds the rare second pass.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// Requests per second through the proxy during a release.
