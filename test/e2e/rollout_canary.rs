@@ -81,8 +81,12 @@ fn guard_route_to_stable(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex
     (task, seen)
 }
 
-#[tokio::test]
-async fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
+#[test]
+fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
+    on_big_stack(canary_release)
+}
+
+async fn canary_release() -> anyhow::Result<()> {
     with_ns("rollout-canary", |ns| {
         Box::pin(async move {
             let v1 = stable_lws(4, "vllm:1");

@@ -118,8 +118,12 @@ fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test]
-async fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
+#[test]
+fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(crash_release_and_rollback)
+}
+
+async fn crash_release_and_rollback() -> anyhow::Result<()> {
     let mut cc = CrashCluster {
         cluster: IsolatedCluster::start("rollout-crash", &[]).await?,
         manager: None,

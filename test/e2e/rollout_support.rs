@@ -446,3 +446,24 @@ pub async fn nothing_left(ns: &TestNs) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }
+
+/// Runs a long test on a thread of its own with a 64 MiB stack and its own runtime: a whole
+/// release in one async body polls deeper than a test thread's 2 MiB allow in debug builds.
+pub fn on_big_stack<F, Fut>(test: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let thread = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(test())
+        })?;
+    match thread.join() {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
