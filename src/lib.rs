@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod batchrelease;
+pub mod cli;
 pub mod k8s;
 pub mod lws;
 pub mod manager;

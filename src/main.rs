@@ -63,13 +63,22 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // Logs go to stderr; colour only when a person watches it (a terminal, and no NO_COLOR),
+    // so `lws-rollout 2> file` or a container log holds plain text, not escape sequences.
+    let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let ansi = stderr_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     if args.log_json {
         tracing_subscriber::fmt()
             .json()
+            .with_writer(std::io::stderr)
             .with_env_filter(filter)
             .init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        tracing_subscriber::fmt()
+            .with_ansi(ansi)
+            .with_writer(std::io::stderr)
+            .with_env_filter(filter)
+            .init();
     }
     let reach = match (&args.webhook_host, &args.webhook_service) {
         (Some(host), _) => Some(WebhookReach::Host(host.clone())),

@@ -16,9 +16,19 @@ BIN=$(test/cluster/build.sh)
 # The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# Outside tools the Rollout e2e tests run: Kruise's kubectl-kruise and Argo CD's health check
+# (Go builds of a few minutes cold). A tool that cannot be built here (no Go, no module proxy)
+# leaves its variable empty, and its tests print one SKIPPED line instead of running.
+KRUISE_BIN=$(test/tools/build-kruise.sh) || { log "kubectl-kruise not built: its e2e tests will be skipped"; KRUISE_BIN=""; }
+ARGOCD_HEALTH_BIN=$(test/tools/build-argocd-health.sh) || { log "argocd-health not built: its e2e tests will be skipped"; ARGOCD_HEALTH_BIN=""; }
 # The traffic layer's proxy, Traefik (cold: a Go build of ~10 min; warm: instant). Without it
 # the cluster still comes up and the traffic tests report SKIPPED with the reason.
 test/cluster/build-traefik.sh >/dev/null || true
+
+# Helm (cold: a Go build of a few minutes) and the manager image, built without a container
+# engine as an OCI layout from a static release binary (cold: a release build).
+HELM=$(test/tools/build-helm.sh)
+IMAGE=$(test/image/build.sh)
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -40,18 +50,30 @@ cleanup() {
   exit $rc
 }
 trap cleanup EXIT
-KUBECONFIG_FILE=$(LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
+# The audit log shows which requests the manager made (the RBAC check in step 6).
+KUBECONFIG_FILE=$(LWS_CLUSTER_AUDIT_POLICY="$REPO/test/helm/audit-policy.yaml" \
+  LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
 TRAFFIC_SKIPPED=$(cat "$STATE/traffic/skipped" 2>/dev/null || true)
 [ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests will be SKIPPED: $TRAFFIC_SKIPPED"
 KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
+# The chart, installed with Helm; the manager runs as its ServiceAccount (impersonation), so
+# the chart's RBAC is exactly what the whole suite runs with.
+MANAGER_KUBECONFIG=$(test/helm/install.sh "$KUBECONFIG_FILE" "$STATE")
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
 #    down.sh stops it, and its log sits with the control-plane logs.
-KUBECONFIG="$KUBECONFIG_FILE" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
+KUBECONFIG="$MANAGER_KUBECONFIG" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
 echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
-LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" cargo test --locked --workspace --all-targets "$@"
-[ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests were SKIPPED: $TRAFFIC_SKIPPED"
+export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
+  LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
+  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log"
+cargo test --locked --workspace --all-targets "$@"
+# 6. Least privilege, over the whole suite's requests (so not when a filter ran only some).
+if [ $# -eq 0 ]; then
+  log "checking the chart's RBAC against the requests the manager made"
+  LWS_E2E_AUDIT_LOG="$STATE/logs/audit.log" cargo test --locked --test e2e rbac:: -- --ignored
+fi
 log "all tests passed in $((SECONDS - START))s"

@@ -2,11 +2,7 @@
 //! apply. Woken by its BatchRelease, the canary LWS it owns (whose status says how many of the
 //! batch's groups are ready), and the stable LWS its workloadRef names.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -17,13 +13,14 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{apply, observe, plan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet},
     k8s::{
         apply::{ApiError, Applier},
+        backoff::Backoff,
         error::Category,
         events::Events,
         watch::{self, SharedCache, store_ready},
@@ -35,7 +32,8 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    failures: Mutex<HashMap<ObjectRef<BatchRelease>, u32>>,
+    backoff: Backoff<BatchRelease>,
+    metrics: crate::manager::metrics::ControllerMetrics,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -52,6 +50,7 @@ pub struct Caches<'a> {
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: crate::manager::metrics::ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -63,20 +62,27 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        failures: Mutex::default(),
+        backoff: Backoff::new("batchrelease"),
+        metrics: metrics.clone(),
     });
     let brs = stores.batch_releases.clone();
-    Controller::for_shared_stream(
-        caches.batch_releases.subscribe(),
-        caches.batch_releases.store(),
-    )
-    .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
-    .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
-        releases_of(&brs, &lws)
-    })
-    .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|_| async {})
+    // Queue depth: the BatchRelease's own changes pass through here.
+    let queued_store = caches.batch_releases.store();
+    let changes = caches.batch_releases.subscribe().inspect(move |br| {
+        let key = ObjectRef::from_obj(br.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
+    Controller::for_shared_stream(changes, caches.batch_releases.store())
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+            releases_of(&brs, &lws)
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
 }
 
 /// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one).
@@ -102,6 +108,15 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(br.as_ref()).to_string());
+    let result = reconcile_once(br, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "batchrelease",
         namespace = br.namespace(),
@@ -124,10 +139,7 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
         let observed = observe::observe(&ctx.stores, &br);
         let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
         apply::apply(&ctx.applier, &ctx.events, &br, &plan).await?;
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(br.as_ref()));
+        ctx.backoff.succeeded(&br);
         Ok(Action::await_change())
     }
     .instrument(span)
@@ -135,25 +147,9 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
 }
 
 fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(br.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
-    // A refused canary LWS is reported by the LWS itself; here every failure is retried.
+    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
+    // again, never by waiting for the object to change.
     let category = Category::Transient;
-    warn!(
-        namespace = br.namespace(),
-        name = br.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        "BatchRelease reconcile failed"
-    );
-    category
-        .requeue_after(attempt)
-        .map_or_else(Action::await_change, Action::requeue)
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&br, err, category)
 }

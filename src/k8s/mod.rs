@@ -9,11 +9,13 @@
 //! - [`events`]: Events for any object, with reasons as named constants.
 //! - [`watch`]: label-filtered watches whose caches are shared between controllers.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
+//! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`pod`]: facts about pods every controller reads the same way (readiness).
 
 pub mod apply;
 pub mod apply_body;
+pub mod backoff;
 pub mod client;
 pub mod conditions;
 pub mod error;

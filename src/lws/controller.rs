@@ -8,11 +8,7 @@
 //! reconciler. Nothing is kept between reconciles but a failure count for backoff; a restart
 //! recomputes everything from the cluster.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -24,7 +20,7 @@ use kube::{
         reflector::ObjectRef,
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{
     apply, deref,
@@ -37,10 +33,12 @@ use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{
         apply::Applier,
+        backoff::Backoff,
         error::Categorized,
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
+    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -48,8 +46,9 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: Stores,
+    metrics: ControllerMetrics,
     /// Consecutive failures per LWS, for backoff only (never for a decision).
-    failures: Mutex<HashMap<ObjectRef<LeaderWorkerSet>, u32>>,
+    backoff: Backoff<LeaderWorkerSet>,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -76,6 +75,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(2);
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(Context {
@@ -87,17 +87,36 @@ pub fn run(
             services: caches.services.store(),
             revisions: caches.revisions.store(),
         },
-        failures: Mutex::default(),
+        backoff: Backoff::new("lws"),
+        metrics: metrics.clone(),
     });
-    Controller::for_shared_stream(caches.lws.subscribe(), caches.lws.store())
+    // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
+    let lws_store = caches.lws.store();
+    let queue = move |lws: Option<ObjectRef<LeaderWorkerSet>>| {
+        if let Some(lws) = lws.as_ref().filter(|r| lws_store.get(r).is_some()) {
+            metrics.queued(lws.to_string());
+        }
+        lws
+    };
+    let (q1, q2, q3, q4, q5) = (
+        queue.clone(),
+        queue.clone(),
+        queue.clone(),
+        queue.clone(),
+        queue,
+    );
+    let lws_changes = caches.lws.subscribe().inspect(move |lws| {
+        q5(Some(ObjectRef::from_obj(lws.as_ref())));
+    });
+    Controller::for_shared_stream(lws_changes, caches.lws.store())
         // A group coming up is a burst of pod and StatefulSet events; one reconcile after the
         // burst settles does the work of dozens (the benchmark's CPU figure), and 100 ms stays
         // far below what a user or a rollout step would notice.
         .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
-        .watches_shared_stream(caches.pods.subscribe(), to_lws)
-        .watches_shared_stream(caches.statefulsets.subscribe(), to_lws)
-        .watches_shared_stream(caches.services.subscribe(), to_lws)
-        .watches_shared_stream(caches.revisions.subscribe(), to_lws)
+        .watches_shared_stream(caches.pods.subscribe(), move |o| q1(to_lws(o)))
+        .watches_shared_stream(caches.statefulsets.subscribe(), move |o| q2(to_lws(o)))
+        .watches_shared_stream(caches.services.subscribe(), move |o| q3(to_lws(o)))
+        .watches_shared_stream(caches.revisions.subscribe(), move |o| q4(to_lws(o)))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         // Failures are logged once, by the error policy.
@@ -111,6 +130,15 @@ fn to_lws<K: Resource>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
 }
 
 async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(lws.as_ref()).to_string());
+    let result = reconcile_once(lws, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let span = info_span!(
         "reconcile",
         namespace = lws.namespace(),
@@ -133,10 +161,7 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         if let Some(err) = applied.deferred {
             return Err(err.into());
         }
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(lws.as_ref()));
+        ctx.backoff.succeeded(&lws);
         let failure = plan
             .blocked
             .as_ref()
@@ -178,24 +203,7 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(lws.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
     let category = err.category();
-    let wait = category.requeue_after(attempt);
-    warn!(
-        namespace = lws.namespace(),
-        name = lws.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        retry_in = ?wait,
-        "LWS reconcile failed"
-    );
-    wait.map_or_else(Action::await_change, Action::requeue)
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&lws, err, category)
 }

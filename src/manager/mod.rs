@@ -4,6 +4,7 @@
 pub mod caches;
 pub mod health;
 pub mod leader;
+pub mod metrics;
 
 use std::{
     future::{Future, IntoFuture},
@@ -125,8 +126,10 @@ pub async fn run(
         }
     }
 
+    // Created first and kept for the life of the process: see `metrics`.
+    let metrics = metrics::Metrics::new();
     let webhook = match &config.webhook {
-        Some(webhook) => Some(start_webhook(&client, webhook).await?),
+        Some(webhook) => Some(start_webhook(&client, webhook, &metrics).await?),
         None => None,
     };
 
@@ -141,23 +144,34 @@ pub async fn run(
         addr: config.health_addr,
         source,
     })?;
-    info!(%addr, "serving /healthz and /readyz");
+    info!(%addr, "serving /healthz, /readyz and /metrics");
     health.set_ready(true);
 
     let election = config
         .leader_election
         .as_ref()
         .map(|cfg| leader::Election::start(client.clone(), cfg));
+    match &election {
+        Some(election) => {
+            tokio::spawn(follow_leadership(
+                election.is_leader.clone(),
+                metrics.clone(),
+            ));
+        }
+        None => metrics.set_leader(true),
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),
+        metrics.clone(),
         stop_rx,
         election.as_ref().map(|e| e.is_leader.clone()),
     ));
 
     // The health server stops accepting at once; a probe connection left open must not keep
     // the process alive, so it only gets a short grace.
-    let health_server = tokio::spawn(axum::serve(listener, health.router()).into_future());
+    let health_server =
+        tokio::spawn(axum::serve(listener, health.router().merge(metrics.router())).into_future());
     let mut outcome = Ok(());
     tokio::select! {
         _ = shutdown => info!("shutting down"),
@@ -191,6 +205,7 @@ pub async fn run(
 /// Runs the controllers while we lead (always, without leader election) until asked to stop.
 async fn run_controllers(
     client: Client,
+    metrics: metrics::Metrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
@@ -236,6 +251,7 @@ async fn run_controllers(
             services: &mut caches.services,
             revisions: &mut caches.revisions,
         },
+        metrics.controller("lws"),
         stopped(&stop_all),
     );
     let rollouts = crate::rollout::controller::run(
@@ -246,6 +262,7 @@ async fn run_controllers(
             lws: &mut caches.lws,
             revisions: &caches.revisions,
         },
+        metrics.controller("rollout"),
         stopped(&stop_all),
     );
     let releases = crate::batchrelease::controller::run(
@@ -255,6 +272,7 @@ async fn run_controllers(
             lws: &mut caches.lws,
             pods: &caches.pods,
         },
+        metrics.controller("batchrelease"),
         stopped(&stop_all),
     );
     let drivers = futures::future::join_all(caches.drivers());
@@ -273,10 +291,25 @@ async fn run_controllers(
     }
 }
 
+/// Mirrors the election into the `leader` gauge until the election ends.
+async fn follow_leadership(
+    mut is_leader: tokio::sync::watch::Receiver<bool>,
+    metrics: metrics::Metrics,
+) {
+    loop {
+        metrics.set_leader(*is_leader.borrow_and_update());
+        if is_leader.changed().await.is_err() {
+            metrics.set_leader(false);
+            return;
+        }
+    }
+}
+
 /// Starts the TLS webhook server with a fresh certificate and points the API server at it.
 async fn start_webhook(
     client: &Client,
     cfg: &WebhookConfig,
+    metrics: &metrics::Metrics,
 ) -> Result<axum_server::Handle<SocketAddr>, Error> {
     use crate::webhook::{self, Error as WebhookError, registration::Endpoint};
     let listener = std::net::TcpListener::bind(cfg.addr).map_err(|source| WebhookError::Io {
@@ -329,7 +362,8 @@ async fn start_webhook(
             source,
         })?;
     let serve_handle = handle.clone();
-    let router = webhook::router(client.clone());
+    let router = webhook::router(client.clone(), metrics.clone());
+    metrics.set_certificate_expiry(bundle.not_after.as_second());
     tokio::spawn(async move {
         if let Err(err) = server
             .handle(serve_handle)
@@ -358,6 +392,7 @@ async fn start_webhook(
         },
         bundle,
         tls,
+        metrics.clone(),
     ));
     Ok(handle)
 }

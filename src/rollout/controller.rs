@@ -5,11 +5,7 @@
 //! the LWS its `workloadRef` names (a template change, the stable groups' progress). Requeue
 //! timers come only from the plan: pause durations and traffic grace periods.
 
-use std::{
-    collections::HashMap,
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{
@@ -20,17 +16,19 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info_span};
 
 use super::{apply, deref, observe, plan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
         apply::{ApiError, Applier},
-        error::Categorized,
+        backoff::Backoff,
+        error::Category,
         events::Events,
         watch::{self, SharedCache, store_ready},
     },
+    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -38,7 +36,8 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    failures: Mutex<HashMap<ObjectRef<Rollout>, u32>>,
+    backoff: Backoff<Rollout>,
+    metrics: ControllerMetrics,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -59,6 +58,7 @@ const CACHE_WAIT: Duration = Duration::from_secs(2);
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
+    metrics: ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -71,10 +71,20 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        failures: Mutex::default(),
+        backoff: Backoff::new("rollout"),
+        metrics: metrics.clone(),
     });
     let rollouts = stores.rollouts.clone();
-    Controller::for_shared_stream(caches.rollouts.subscribe(), caches.rollouts.store())
+    // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
+    let queued_store = caches.rollouts.store();
+    let changes = caches.rollouts.subscribe().inspect(move |r| {
+        let key = ObjectRef::from_obj(r.as_ref());
+        // A deletion is never reconciled: only what is still cached waits.
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
+    Controller::for_shared_stream(changes, caches.rollouts.store())
         // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
         // into one reconcile and is far below what a person or a pipeline notices.
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
@@ -104,6 +114,15 @@ fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    let timer = ctx
+        .metrics
+        .started(&ObjectRef::from_obj(rollout.as_ref()).to_string());
+    let result = reconcile_once(rollout, ctx.clone()).await;
+    ctx.metrics.finished(timer);
+    result
+}
+
+async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
     let span = info_span!(
         "rollout",
         namespace = rollout.namespace(),
@@ -115,12 +134,10 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, A
         }
         let mut observed = observe::observe(&ctx.stores, &rollout);
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
-        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+        let now = k8s_openapi::jiff::Timestamp::now();
+        let plan = plan::plan(&observed, now);
         apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
-        ctx.failures
-            .lock()
-            .expect("not poisoned")
-            .remove(&ObjectRef::from_obj(rollout.as_ref()));
+        ctx.backoff.succeeded(&rollout);
         Ok(plan
             .requeue_after
             .map_or_else(Action::await_change, Action::requeue))
@@ -144,26 +161,9 @@ async fn caches_ready(ctx: &Context) -> bool {
 }
 
 fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    let attempt = {
-        let mut failures = ctx.failures.lock().expect("not poisoned");
-        let n = failures
-            .entry(ObjectRef::from_obj(rollout.as_ref()))
-            .or_insert(0);
-        *n += 1;
-        *n
-    };
-    // Whatever the API server refused here (a stale traffic patch, a status conflict with an
-    // approval) is fixed by looking again, never by waiting for the Rollout to change.
-    let category = crate::k8s::error::Category::Transient;
-    let wait = category.requeue_after(attempt);
-    let _ = err.category();
-    warn!(
-        namespace = rollout.namespace(),
-        name = rollout.name_any(),
-        error = %err,
-        category = category.metric_label(),
-        attempt,
-        "Rollout reconcile failed"
-    );
-    wait.map_or_else(Action::await_change, Action::requeue)
+    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
+    // again, never by waiting for the object to change.
+    let category = Category::Transient;
+    ctx.metrics.failed(category.metric_label());
+    ctx.backoff.failed(&rollout, err, category)
 }

@@ -8,6 +8,7 @@
 
 pub mod certs;
 pub mod lws;
+pub mod measure;
 pub mod pods;
 pub mod registration;
 pub mod secret;
@@ -50,12 +51,16 @@ impl From<secret::SecretError> for Error {
 }
 
 /// Routes of the webhook server; `client` answers the questions admission needs the cluster
-/// for (does a Rollout control this LWS?).
-pub fn router(client: kube::Client) -> Router {
+/// for (does a Rollout control this LWS?); every request is counted in `metrics`.
+pub fn router(client: kube::Client, metrics: crate::manager::metrics::Metrics) -> Router {
     Router::new()
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
         .route(lws::VALIDATE_PATH, post(lws::validate))
+        .route_layer(axum::middleware::from_fn_with_state(
+            metrics,
+            measure::record,
+        ))
         .with_state(client)
 }
 
@@ -95,6 +100,7 @@ pub async fn keep_certificate_current(
     source: CertificateSource,
     mut current: certs::Bundle,
     tls: axum_server::tls_rustls::RustlsConfig,
+    metrics: crate::manager::metrics::Metrics,
 ) {
     use futures::StreamExt;
     use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};
@@ -170,6 +176,7 @@ pub async fn keep_certificate_current(
             tracing::warn!(error = %err, "cannot update the webhook caBundle");
         }
         tracing::info!(not_after = %next.not_after, "serving the renewed webhook certificate");
+        metrics.set_certificate_expiry(next.not_after.as_second());
         current = next;
     }
 }

@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::{
     harness::wait_for,
     isolated::{IsolatedCluster, ManagerProcess},
+    metrics,
 };
 
 fn held_by(suffix: String) -> impl Fn(Option<&Lease>) -> bool {
@@ -94,6 +95,37 @@ async fn fail_over(
     lws_api.create(&PostParams::default(), &lws).await?;
     wait_for(&lws_api, "fo", Duration::from_secs(60), ready(1)).await?;
 
+    // Both replicas' /metrics are scraped throughout the hand-over: never a 500 (a replica
+    // that has exited may refuse the connection), and the standby's leader gauge goes 0 → 1.
+    let addrs = [&managers[0], &managers[1]].map(|m| {
+        std::fs::read_to_string(&m.log)
+            .ok()
+            .and_then(|l| metrics::health_addr(&l))
+    });
+    let [Some(a_addr), Some(b_addr)] = addrs else {
+        bail!("a replica logged no health address: {addrs:?}");
+    };
+    let (stop_scraping, mut scraping) = tokio::sync::watch::channel(false);
+    let scraper = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        loop {
+            for (replica, addr) in [("a", &a_addr), ("b", &b_addr)] {
+                if let Some((status, body)) = metrics::scrape(addr).await {
+                    seen.push((
+                        replica,
+                        status,
+                        metrics::sample(&body, "lws_rollout_leader"),
+                    ));
+                }
+            }
+            tokio::select! {
+                _ = scraping.changed() => return seen,
+                _ = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
     // Graceful stop: the lease is released, the standby takes it without waiting it out.
     let stopped_at = tokio::time::Instant::now();
     managers[0].signal("TERM")?;
@@ -113,6 +145,33 @@ async fn fail_over(
     );
     let status = managers[0].exited(Duration::from_secs(15)).await?;
     assert!(status.success(), "the old leader exits cleanly: {status}");
+    // One more scrape round of b as the leader, then stop.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _ = stop_scraping.send(true);
+    let seen = scraper.await?;
+    let failed: Vec<_> = seen
+        .iter()
+        .filter(|(_, status, _)| *status != 200)
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "scrapes during the leader change all succeed: {failed:?}"
+    );
+    let b_leader: Vec<f64> = seen
+        .iter()
+        .filter(|(replica, ..)| *replica == "b")
+        .filter_map(|(_, _, leader)| *leader)
+        .collect();
+    assert_eq!(
+        b_leader.first(),
+        Some(&0.0),
+        "the standby reports it does not lead: {b_leader:?}"
+    );
+    assert_eq!(
+        b_leader.last(),
+        Some(&1.0),
+        "then that it leads: {b_leader:?}"
+    );
     scale(&lws_api, 2).await?;
     wait_for(&lws_api, "fo", Duration::from_secs(60), ready(2))
         .await

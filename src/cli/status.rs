@@ -1,0 +1,220 @@
+//! `rollout status`: one line per observed change, and when to stop.
+//!
+//! A release is over when the Rollout is `Healthy` for its current generation **and** the LWS no
+//! longer carries the hold (`rollouts.kruise.io/stable-revision`). The hold is set by the LWS
+//! webhook in the same write as the template change, so a `status` started right after
+//! `kubectl apply` never mistakes the Healthy of the previous release for the end of this one.
+//! The outcome is the `Succeeded` condition: `False` means the release was cancelled (rolled
+//! back); `True` or absent (never released) means success.
+
+use kube::ResourceExt;
+
+use super::actions::steps;
+use crate::{
+    api::{
+        LeaderWorkerSet, Rollout,
+        rollout::{CanaryStep, RolloutStatus, finalising_step, phase, step_state},
+    },
+    batchrelease::replicas::desired_groups,
+    rollout::names::{STABLE_REVISION, condition},
+};
+
+/// What `rollout status` does after an observation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not over yet: keep watching.
+    Waiting,
+    /// The release finished (or there is none to wait for): exit 0.
+    Succeeded,
+    /// It will not finish by itself: cancelled, disabled, refused, deleted. Exit non-zero.
+    Failed(String),
+}
+
+/// The verdict for the Rollout (`None`: deleted) and its LWS (`None`: missing).
+pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verdict {
+    let Some(rollout) = rollout else {
+        return Verdict::Failed("the Rollout was deleted".into());
+    };
+    let status = rollout.status.clone().unwrap_or_default();
+    let phase = status.phase.as_deref().unwrap_or_default();
+    if rollout.metadata.deletion_timestamp.is_some() || phase == phase::TERMINATING {
+        return Verdict::Failed("the Rollout is being deleted".into());
+    }
+    if let Some(c) = find_condition(&status, condition::ACCEPTED).filter(|c| c.status == "False") {
+        return Verdict::Failed(format!(
+            "the Rollout is not accepted ({}): {}",
+            c.reason, c.message
+        ));
+    }
+    if rollout.spec.disabled || phase == phase::DISABLED || phase == phase::DISABLING {
+        return Verdict::Failed("the Rollout is disabled: the workload updates without it".into());
+    }
+    if status.observed_generation != rollout.metadata.generation {
+        return Verdict::Waiting;
+    }
+    let held = lws.is_none_or(|l| {
+        l.annotations()
+            .get(STABLE_REVISION)
+            .is_some_and(|v| !v.is_empty())
+    });
+    if phase != phase::HEALTHY || held {
+        return Verdict::Waiting;
+    }
+    match find_condition(&status, condition::SUCCEEDED) {
+        Some(c) if c.status == "False" => Verdict::Failed(format!(
+            "the release was cancelled: {}",
+            status.message.as_deref().unwrap_or("rolled back")
+        )),
+        _ => Verdict::Succeeded,
+    }
+}
+
+fn find_condition<'a>(
+    status: &'a RolloutStatus,
+    type_: &str,
+) -> Option<&'a crate::api::rollout::RolloutCondition> {
+    status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == type_)
+}
+
+/// The step-level view shared by the status line and the summary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepView {
+    /// 1-based current step, 0 before any release.
+    pub index: i32,
+    /// Number of steps.
+    pub total: usize,
+    /// `currentStepState`, or `""`.
+    pub state: String,
+    /// `finalisingStep`, or `""`.
+    pub finalising: String,
+    /// Canary groups ready / existing.
+    pub canary_ready: i32,
+    /// Canary groups that exist.
+    pub canary_replicas: i32,
+    /// Canary groups the current step wants; `None` without the LWS to scale against.
+    pub canary_desired: Option<i32>,
+}
+
+/// The current step of the Rollout, with groups resolved against the stable LWS's replicas.
+pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
+    let status = rollout.status.clone().unwrap_or_default();
+    let common = status
+        .canary_status
+        .as_ref()
+        .map(|c| (&c.common, c.canary_ready_replicas, c.canary_replicas))
+        .or_else(|| {
+            status
+                .blue_green_status
+                .as_ref()
+                .map(|b| (&b.common, b.updated_ready_replicas, b.updated_replicas))
+        });
+    let steps = steps(rollout);
+    let index = status
+        .current_step_index
+        .or(common.map(|c| c.0.current_step_index))
+        .unwrap_or(0);
+    let stable_replicas = lws.map(|l| l.spec.replicas.unwrap_or(1));
+    let canary_desired = current_step(steps, index).and_then(|s| {
+        let replicas = s.replicas.as_ref()?;
+        Some(desired_groups(replicas, stable_replicas?))
+    });
+    StepView {
+        index,
+        total: steps.len(),
+        state: common
+            .map(|c| c.0.current_step_state.clone())
+            .unwrap_or_default(),
+        finalising: common
+            .map(|c| c.0.finalising_step.clone())
+            .unwrap_or_default(),
+        canary_ready: common.map_or(0, |c| c.1),
+        canary_replicas: common.map_or(0, |c| c.2),
+        canary_desired: canary_desired.or(if index == 0 { Some(0) } else { None }),
+    }
+}
+
+/// The step at a 1-based index.
+pub fn current_step(steps: &[CanaryStep], index: i32) -> Option<&CanaryStep> {
+    usize::try_from(index)
+        .ok()?
+        .checked_sub(1)
+        .and_then(|i| steps.get(i))
+}
+
+/// How a step routes traffic: `20%`, `matches` (header/path rules), `matches+20%`, or `0%`.
+pub fn step_traffic(step: Option<&CanaryStep>) -> String {
+    let Some(step) = step else {
+        return "0%".into();
+    };
+    let matches = step.matches.as_ref().is_some_and(|m| !m.is_empty());
+    match (matches, step.traffic.as_deref()) {
+        (true, Some(t)) => format!("matches+{t}"),
+        (true, None) => "matches".into(),
+        (false, Some(t)) => t.into(),
+        (false, None) => "0%".into(),
+    }
+}
+
+/// Whether the current step's traffic is already in place (states from StepTrafficRouting on);
+/// before that the step's traffic is where it is going, shown with an arrow.
+fn traffic_applied(state: &str) -> bool {
+    !matches!(
+        state,
+        step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE | ""
+    )
+}
+
+/// One `rollout status` line, e.g.
+/// `Progressing | step 2/3 StepPaused | canary 2/2 groups ready | traffic 50% | <message>`;
+/// between releases (`Healthy`, or never released) only the phase, step and message.
+pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
+    let status = rollout.status.clone().unwrap_or_default();
+    let view = step_view(rollout, lws);
+    let phase = status.phase.as_deref().unwrap_or("<no status>");
+    let mut parts = vec![phase.to_string()];
+    if rollout.spec.strategy.paused {
+        parts[0].push_str(" (paused)");
+    }
+    let mut step = format!("step {}/{}", view.index, view.total);
+    if !view.state.is_empty() {
+        step.push(' ');
+        step.push_str(&view.state);
+    }
+    let idle = phase == phase::HEALTHY || view.index == 0;
+    if !idle
+        && view.state == step_state::COMPLETED
+        && !view.finalising.is_empty()
+        && view.finalising != finalising_step::END
+    {
+        step.push_str(&format!(" finalising {}", view.finalising));
+    }
+    parts.push(step);
+    // Between releases the canary counters are the last release's; they say nothing now.
+    if !idle {
+        let desired = view
+            .canary_desired
+            .map_or_else(|| "?".to_string(), |d| d.to_string());
+        parts.push(format!(
+            "canary {}/{desired} groups ready",
+            view.canary_ready
+        ));
+        let t = step_traffic(current_step(steps(rollout), view.index));
+        let traffic = if traffic_applied(&view.state) {
+            t
+        } else {
+            format!("-> {t}")
+        };
+        parts.push(format!("traffic {traffic}"));
+    }
+    if let Some(msg) = status.message.as_deref().filter(|m| !m.is_empty()) {
+        parts.push(msg.to_string());
+    }
+    parts.join(" | ")
+}
+
+#[cfg(test)]
+mod tests;

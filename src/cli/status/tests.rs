@@ -1,0 +1,131 @@
+use serde_json::json;
+
+use super::*;
+use crate::cli::fixtures::{lws, progressing, rollout};
+
+fn healthy(succeeded: Option<&str>) -> Rollout {
+    let mut conditions = vec![];
+    if let Some(s) = succeeded {
+        conditions.push(json!({"type": "Succeeded", "status": s, "reason": "", "message": ""}));
+    }
+    let message = if succeeded == Some("False") {
+        "Rollout progressing has been canceled"
+    } else {
+        "Rollout progressing has been completed"
+    };
+    rollout(json!({
+        "observedGeneration": 1, "phase": "Healthy", "message": message,
+        "currentStepIndex": 3, "currentStepState": "Completed", "conditions": conditions,
+        "canaryStatus": {"currentStepIndex": 3, "currentStepState": "Completed", "nextStepIndex": -1,
+            "podTemplateHash": "", "finalisingStep": "", "canaryRevision": "", "canaryReplicas": 0, "canaryReadyReplicas": 0}
+    }))
+}
+
+#[test]
+fn done_only_when_healthy_and_the_hold_is_gone() {
+    assert_eq!(
+        verdict(Some(&healthy(Some("True"))), Some(&lws(4, None))),
+        Verdict::Succeeded
+    );
+    // Healthy from the previous release, but the webhook already holds the LWS for a new one.
+    assert_eq!(
+        verdict(Some(&healthy(Some("True"))), Some(&lws(4, Some("k1")))),
+        Verdict::Waiting
+    );
+    // Never released: Healthy with no Succeeded condition.
+    assert_eq!(
+        verdict(Some(&healthy(None)), Some(&lws(4, None))),
+        Verdict::Succeeded
+    );
+    for state in ["StepUpgrade", "StepPaused", "Completed"] {
+        let r = rollout(progressing(2, state, 2));
+        assert_eq!(
+            verdict(Some(&r), Some(&lws(4, Some("k1")))),
+            Verdict::Waiting,
+            "{state}"
+        );
+    }
+    // The LWS missing: nothing to judge yet.
+    assert_eq!(
+        verdict(Some(&healthy(Some("True"))), None),
+        Verdict::Waiting
+    );
+}
+
+#[test]
+fn a_stale_status_is_not_judged() {
+    let mut r = healthy(Some("True"));
+    r.metadata.generation = Some(2);
+    assert_eq!(verdict(Some(&r), Some(&lws(4, None))), Verdict::Waiting);
+}
+
+#[test]
+fn cancel_disable_refusal_and_deletion_fail() {
+    let v = verdict(Some(&healthy(Some("False"))), Some(&lws(4, None)));
+    assert!(matches!(v, Verdict::Failed(m) if m.contains("cancelled") && m.contains("canceled")));
+    let mut disabled = rollout(progressing(1, "StepPaused", 1));
+    disabled.spec.disabled = true;
+    assert!(
+        matches!(verdict(Some(&disabled), Some(&lws(4, None))), Verdict::Failed(m) if m.contains("disabled"))
+    );
+    let refused = rollout(
+        json!({"observedGeneration": 1, "phase": "Initial", "conditions": [
+        {"type": "Accepted", "status": "False", "reason": "UnsupportedStrategy", "message": "blue-green is not supported yet"}]}),
+    );
+    assert!(
+        matches!(verdict(Some(&refused), Some(&lws(4, None))), Verdict::Failed(m) if m.contains("UnsupportedStrategy"))
+    );
+    let mut terminating = rollout(progressing(1, "StepPaused", 1));
+    terminating.status.as_mut().unwrap().phase = Some("Terminating".into());
+    assert!(matches!(
+        verdict(Some(&terminating), Some(&lws(4, None))),
+        Verdict::Failed(_)
+    ));
+    assert!(
+        matches!(verdict(None, Some(&lws(4, None))), Verdict::Failed(m) if m.contains("deleted"))
+    );
+}
+
+#[test]
+fn status_lines_name_phase_step_state_groups_and_traffic() {
+    let r = rollout(progressing(1, "StepPaused", 1));
+    assert_eq!(
+        line(&r, Some(&lws(4, Some("k1")))),
+        "Progressing | step 1/3 StepPaused | canary 1/1 groups ready | traffic 20% | Rollout is in step(1/3)"
+    );
+    // Step 2 is 50% of 4 groups = 2; while upgrading, the traffic is where it is going.
+    let r = rollout(progressing(2, "StepUpgrade", 1));
+    assert_eq!(
+        line(&r, Some(&lws(4, Some("k1")))),
+        "Progressing | step 2/3 StepUpgrade | canary 1/2 groups ready | traffic -> 50% | Rollout is in step(2/3)"
+    );
+    // Without the LWS the desired groups are unknown; paused shows in the phase.
+    let mut r = rollout(progressing(2, "StepUpgrade", 1));
+    r.spec.strategy.paused = true;
+    assert!(
+        line(&r, None)
+            .starts_with("Progressing (paused) | step 2/3 StepUpgrade | canary 1/? groups ready")
+    );
+    assert_eq!(
+        line(&healthy(Some("True")), Some(&lws(4, None))),
+        "Healthy | step 3/3 Completed | Rollout progressing has been completed"
+    );
+    assert_eq!(line(&rollout(json!(null)), None), "<no status> | step 0/3");
+}
+
+#[test]
+fn finalising_is_shown() {
+    let mut s = progressing(3, "Completed", 4);
+    s["canaryStatus"]["finalisingStep"] = json!("ResumeWorkload");
+    let r = rollout(s);
+    assert!(line(&r, Some(&lws(4, None))).contains("step 3/3 Completed finalising ResumeWorkload"));
+    // Done: END is not shown, nor the last release's canary counters.
+    let mut s = progressing(3, "Completed", 4);
+    s["phase"] = json!("Healthy");
+    s["canaryStatus"]["finalisingStep"] = json!("END");
+    s["message"] = json!("Rollout progressing has been completed");
+    assert_eq!(
+        line(&rollout(s), Some(&lws(4, None))),
+        "Healthy | step 3/3 Completed | Rollout progressing has been completed"
+    );
+}

@@ -1,0 +1,189 @@
+//! The Helm chart (charts/lws-rollout) with a real Helm (built from its Go module by
+//! test/tools/build-helm.sh): it lints, renders a least-privilege, non-root manager, installs
+//! (test/run-tests.sh installs the release the suite's manager runs as), and bad values fail
+//! with Helm's own validation (values.schema.json) before anything reaches the cluster.
+
+use std::process::Output;
+
+use anyhow::{Context, anyhow};
+use k8s_openapi::api::core::v1::ServiceAccount;
+
+use crate::harness::{kubeconfig_path, with_ns};
+
+/// Set by test/run-tests.sh: the helm binary.
+pub const HELM_ENV: &str = "LWS_E2E_HELM";
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/lws-rollout");
+
+/// Runs helm against the suite's cluster.
+pub fn helm(args: &[&str]) -> anyhow::Result<Output> {
+    let bin = std::env::var(HELM_ENV)
+        .map_err(|_| anyhow!("{HELM_ENV} is not set: run the e2e tests with test/run-tests.sh"))?;
+    std::process::Command::new(&bin)
+        .args(args)
+        .env("KUBECONFIG", kubeconfig_path()?)
+        .output()
+        .with_context(|| format!("running {bin}"))
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The chart rendered for `namespace` with `values` (`--set` items), one document each.
+pub fn render(namespace: &str, values: &[&str]) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut args = vec!["template", "lws-rollout", CHART, "--namespace", namespace];
+    for v in values {
+        args.extend(["--set", v]);
+    }
+    let out = helm(&args)?;
+    anyhow::ensure!(out.status.success(), "helm template failed: {}", text(&out));
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(serde_json::Value::deserialize)
+        .collect::<Result<_, _>>()?;
+    Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+use serde::Deserialize;
+
+#[test]
+fn the_chart_lints_strictly() -> anyhow::Result<()> {
+    let out = helm(&["lint", "--strict", CHART])?;
+    assert!(out.status.success(), "helm lint --strict: {}", text(&out));
+    Ok(())
+}
+
+#[test]
+fn the_chart_renders_a_non_root_manager_with_its_names_passed_by_flag() -> anyhow::Result<()> {
+    let docs = render("lws-system", &["replicas=3", "logFormat=text"])?;
+    let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+    for kind in [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+    ] {
+        assert!(kinds.contains(&kind), "{kind} rendered: {kinds:?}");
+    }
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .context("a Deployment")?;
+    assert_eq!(deployment["metadata"]["namespace"], "lws-system");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+    let container = &pod["containers"][0];
+    assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        container["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container["image"], "ghcr.io/lws-rollout/lws-rollout:0.1.0",
+        "the default image is where a release publishes it, tagged with the appVersion"
+    );
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .context("args")?
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    for want in [
+        "--webhook-service=lws-system/lws-rollout-webhook:443",
+        "--webhook-configuration=lws-rollout",
+        "--webhook-secret=lws-rollout-webhook-cert",
+        "--leader-election-id=lws-rollout",
+    ] {
+        assert!(args.contains(&want), "{want} in {args:?}");
+    }
+    let env = container["env"].as_array().context("env")?;
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "LWS_ROLLOUT_LOG_JSON" && e["value"] == "false"),
+        "logFormat=text turns JSON logs off: {env:?}"
+    );
+    assert_eq!(
+        pod["containers"][0]["ports"][0]["containerPort"], 8081,
+        "the health port also serves /metrics"
+    );
+    assert_eq!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["prometheus.io/path"],
+        "/metrics"
+    );
+    // The names the manager is given are exactly the names its RBAC allows.
+    let role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role")
+        .context("a Role")?;
+    let names: Vec<&str> = role["rules"]
+        .as_array()
+        .context("rules")?
+        .iter()
+        .flat_map(|r| r["resourceNames"].as_array().into_iter().flatten())
+        .filter_map(|n| n.as_str())
+        .collect();
+    assert_eq!(names, ["lws-rollout", "lws-rollout-webhook-cert"]);
+    Ok(())
+}
+
+#[tokio::test]
+async fn bad_values_fail_with_helms_own_validation_and_install_nothing() -> anyhow::Result<()> {
+    with_ns("helm-bad", |ns| async move {
+        for (value, complaint) in [
+            ("replicas=-1", "/replicas"),
+            ("logFormat=xml", "/logFormat"),
+            ("healthPort=70000", "/healthPort"),
+            ("replica=2", "additional properties"),
+        ] {
+            let out = helm(&[
+                "install",
+                "bad",
+                CHART,
+                "--namespace",
+                &ns.name,
+                "--skip-crds",
+                "--set",
+                value,
+            ])?;
+            let said = text(&out);
+            assert!(!out.status.success(), "{value} is refused");
+            assert!(
+                said.contains("values don't meet the specifications of the schema")
+                    && said.contains(complaint),
+                "{value}: Helm's schema validation names {complaint}: {said}"
+            );
+        }
+        let releases = helm(&["list", "--namespace", &ns.name, "--all", "-q"])?;
+        assert!(String::from_utf8_lossy(&releases.stdout).trim().is_empty());
+        assert!(
+            ns.api::<ServiceAccount>().get_opt("bad").await?.is_none(),
+            "nothing was created"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[test]
+fn the_suites_release_is_deployed() -> anyhow::Result<()> {
+    let out = helm(&[
+        "status",
+        "lws-rollout",
+        "--namespace",
+        "default",
+        "-o",
+        "json",
+    ])?;
+    assert!(out.status.success(), "helm status: {}", text(&out));
+    let status: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(status["info"]["status"], "deployed");
+    Ok(())
+}
