@@ -16,6 +16,11 @@ log "building the manager"
 cargo build --locked --bin lws-rollout
 
 [ -d "$STATE/pids" ] && test/cluster/down.sh "$STATE"
+# Room for a canary release of the worked example: each of its groups takes a whole zone
+# (exclusive-topology) and all 32 GPUs of it, so the stable groups fill zones a and b, the
+# canary (up to 2 groups) needs two more and the stable's surge group while it rolls at the
+# end one more. 10 nodes; nodes 4-9 become zones c, d and e below.
+export LWS_CLUSTER_NODES="${LWS_CLUSTER_NODES:-10}"
 KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
 export KUBECONFIG="$KUBECONFIG_FILE"
 on_exit() {
@@ -27,6 +32,11 @@ on_exit() {
 }
 trap on_exit EXIT
 KUBECTL="$BIN/kubectl"
+zones=(c c d d e e)
+for i in 4 5 6 7 8 9; do
+  [ "$i" -lt "$LWS_CLUSTER_NODES" ] || break
+  "$KUBECTL" label node "kwok-node-$i" --overwrite "topology.kubernetes.io/zone=zone-${zones[$((i - 4))]}" >/dev/null
+done
 
 install_crds "$KUBECTL"
 "$KUBECTL" create namespace demo >/dev/null
@@ -36,7 +46,7 @@ until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do
   [ $SECONDS -lt $deadline ] || die "namespace demo got no default ServiceAccount within 60s"
   sleep 0.2
 done
-"$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml
+"$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml -f examples/rollout-canary-gateway.yaml
 
 # The manager runs in the background of this script so it can show the example answering
 # through the proxy; Ctrl-C (or the end of this script) stops it, then the cluster.
@@ -67,6 +77,22 @@ cat >&2 <<MSG
       source $STATE/env
       kubectl -n demo get lws vllm -o yaml     # the worked example, defaulted by the CRD
       kubectl get nodes
+
+  A canary release of it (the Rollout "vllm", examples/rollout-canary-gateway.yaml; the whole
+  walk-through is docs/rollout.md):
+      kubectl -n demo get rollout vllm -w      # STATUS Healthy; keep it open in a third shell
+      # a new image starts the release (the stable groups stay as they are, a canary LWS appears)
+      kubectl -n demo patch lws vllm --type=json -p '[
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.11.1"},
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/workerTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.11.1"}]'
+      kubectl -n demo get lws -l rollouts.kruise.io/canary-deployment=vllm   # the canary LWS
+      kubectl -n demo get httproute vllm -o jsonpath='{.spec.rules[0].backendRefs}'; echo   # 95/5
+      # approve step 1 (what kubectl-kruise rollout approve rollout/vllm sends):
+      kubectl -n demo patch rollout vllm --subresource=status --type=merge \\
+        -p '{"status":{"canaryStatus":{"currentStepState":"StepReady"}}}'
+      # step 2 pauses 5 minutes (the same patch skips it), then the stable LWS rolls and the
+      # Rollout reads Healthy again
+      # (with the proxy up, repeat the curl below: the answers name the canary's pods per its share)
 $TRAFFIC_MSG
   The manager runs in this shell; Ctrl-C stops it and the cluster.
 

@@ -67,6 +67,9 @@ pub fn owner_ref(br: &BatchRelease) -> OwnerReference {
     }
 }
 
+/// Annotations of the LWS API itself (placement); the canary carries the stable's.
+const LWS_ANNOTATION_PREFIX: &str = "leaderworkerset.sigs.k8s.io/";
+
 /// The whole canary LWS: the stable LWS's current spec (the new template), `replicas` groups,
 /// no partition, `patch` on the leader template only, Kruise's label and control-info
 /// annotation, owned by the BatchRelease.
@@ -108,6 +111,16 @@ pub fn desired_canary(
                 .extend(annotations.clone());
         }
     }
+    // Group placement lives in the LWS's own annotations (`exclusive-topology`,
+    // `subgroup-exclusive-topology`): without them a canary group of a multi-host server
+    // would spread over zones the stable groups never do.
+    let mut annotations: BTreeMap<String, String> = stable
+        .annotations()
+        .iter()
+        .filter(|(k, _)| k.starts_with(LWS_ANNOTATION_PREFIX))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    annotations.insert(CONTROL_INFO.to_string(), control_info);
     LeaderWorkerSet {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -116,7 +129,7 @@ pub fn desired_canary(
                 CANARY_LABEL.to_string(),
                 stable.name_any(),
             )])),
-            annotations: Some(BTreeMap::from([(CONTROL_INFO.to_string(), control_info)])),
+            annotations: Some(annotations),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
@@ -128,6 +141,36 @@ pub fn desired_canary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_canary_keeps_the_stable_placement_annotations_only() {
+        let stable: LeaderWorkerSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vllm", "namespace": "ns", "annotations": {
+                "leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone",
+                "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": "kubernetes.io/hostname",
+                "rollouts.kruise.io/stable-revision": "abc",
+                "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": []}}}}
+        }))
+        .unwrap();
+        let br: BatchRelease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1"},
+            "spec": {"workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "vllm"},
+                     "releasePlan": {}}
+        }))
+        .unwrap();
+        let canary = desired_canary(&br, &stable, "vllm-canary-x", 1, None);
+        let keys: Vec<&String> = canary.annotations().keys().collect();
+        assert_eq!(
+            keys,
+            [
+                CONTROL_INFO,
+                "leaderworkerset.sigs.k8s.io/exclusive-topology",
+                "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+            ],
+            "placement is copied; the hold and other tools' annotations are not"
+        );
+    }
 
     #[test]
     fn names_are_deterministic_length_safe_and_distinct() {

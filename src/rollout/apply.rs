@@ -68,12 +68,14 @@ pub async fn apply(
     let ns = rollout.namespace().unwrap_or_default();
     let name = rollout.name_any();
     let mut applied = Applied::default();
+    let mut metadata_written = false;
     if plan.finalizer == FinalizerAction::Add
         && !rollout.finalizers().iter().any(|f| f == FINALIZER)
     {
         applier
             .merge_patch::<Rollout>(&ns, &name, &finalizers_patch(rollout, true))
             .await?;
+        metadata_written = true;
     }
     if let Some(hash) = &plan.hash_annotation {
         applier
@@ -83,6 +85,13 @@ pub async fn apply(
                 &json!({"metadata": {"annotations": {crate::rollout::names::HASH_ANNOTATION: hash}}}),
             )
             .await?;
+        metadata_written = true;
+    }
+    if metadata_written {
+        // The status write below carries the resourceVersion we read, which these writes just
+        // made stale: it would fail with a conflict. The Rollout's watch event for these writes
+        // starts the next reconcile, which plans the rest from the updated object.
+        return Ok(applied);
     }
     match &plan.batch_release {
         BatchReleaseAction::Keep => {}

@@ -18,7 +18,13 @@ fn api_for(ns: &TestNs, obj: &Value) -> anyhow::Result<Api<DynamicObject>> {
     let api_version = obj["apiVersion"].as_str().context("apiVersion")?;
     let kind = obj["kind"].as_str().context("kind")?;
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-    let plural = format!("{}s", kind.to_lowercase());
+    let lower = kind.to_lowercase();
+    // Ingress → ingresses, Rollout → rollouts.
+    let plural = if lower.ends_with("ss") {
+        format!("{lower}es")
+    } else {
+        format!("{lower}s")
+    };
     let gvk = kube::api::GroupVersionKind::gvk(group, version, kind);
     Ok(Api::namespaced_with(
         ns.client.clone(),

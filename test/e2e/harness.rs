@@ -147,6 +147,8 @@ async fn dump_namespace(client: &Client, ns: &str) {
             "leaderworkersets",
         ),
         ("rollouts.kruise.io", "v1beta1", "Rollout", "rollouts"),
+        ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
+        ("networking.k8s.io", "v1", "Ingress", "ingresses"),
         (
             "rollouts.kruise.io",
             "v1beta1",

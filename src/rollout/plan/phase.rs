@@ -344,8 +344,18 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
             ..CanaryStatus::default()
         });
     }
-    if routing::routing(d.obs).is_some() && !d.obs.traffic.missing.is_empty() {
+    if let Some(r) = routing::routing(d.obs)
+        && !d.obs.traffic.missing.is_empty()
+    {
         routing::report_missing(d);
+        // Users' traffic objects are not watched: look again after a grace period, or the
+        // release never notices the object being created.
+        let grace = r
+            .grace_period_seconds
+            .unwrap_or(routing::DEFAULT_GRACE_SECONDS);
+        d.requeue(std::time::Duration::from_secs(
+            u64::try_from(grace.max(1)).unwrap_or(1),
+        ));
         return false;
     }
     let since = status::condition(&d.plan.status, condition::PROGRESSING)

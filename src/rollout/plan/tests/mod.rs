@@ -680,13 +680,20 @@ fn a_missing_service_or_route_gives_a_condition_and_an_event() {
             .iter()
             .any(|e| e.warning && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
     );
+    // Traffic objects are not watched: only a requeue notices the user creating them.
+    assert!(p.requeue_after.is_some(), "polls for the missing object");
     w.advance(10);
-    w.reconcile();
+    let p = w.reconcile();
     assert_eq!(
         status::progressing_reason(&w.status()),
         reason::INITIALIZING,
         "waits for it"
     );
+    assert!(p.requeue_after.is_some(), "still polls");
+    w.obs.traffic.missing.clear();
+    w.advance(10);
+    w.reconcile();
+    assert_eq!(status::progressing_reason(&w.status()), reason::IN_ROLLING);
 }
 
 #[test]

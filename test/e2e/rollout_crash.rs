@@ -1,0 +1,285 @@
+//! Crash safety of a release: the manager is SIGKILLed mid-scale, mid-traffic change, during
+//! finalisation and during a rollback, on a cluster of the test's own (the suite's manager must
+//! not take over meanwhile). Every restart decides from the cluster and the Rollout's status
+//! alone, so the release must end exactly as an uninterrupted one: no stable pod replaced
+//! before finalisation, no canary LWS, BatchRelease or canary Service created twice, nothing
+//! left behind.
+//!
+//! Kills happen as soon as a watch sees the moment they aim at, never after fixed sleeps.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use anyhow::{Context, bail, ensure};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use kube::{
+    Api, Resource, ResourceExt,
+    api::PostParams,
+    runtime::{WatchStreamExt, watcher},
+};
+use lws_rollout::api::{BatchRelease, LeaderWorkerSet};
+use serde::de::DeserializeOwned;
+
+use crate::{
+    harness::{TestNs, wait_for},
+    isolated::{IsolatedCluster, ManagerProcess},
+    lws_support::{NAME, available_with, image, settled_pods, uids},
+    rollout_canary::three_steps,
+    rollout_support::*,
+};
+
+struct CrashCluster {
+    cluster: IsolatedCluster,
+    manager: Option<ManagerProcess>,
+    starts: u32,
+    passed: bool,
+}
+
+impl CrashCluster {
+    fn start_manager(&mut self) -> anyhow::Result<()> {
+        self.starts += 1;
+        self.manager = Some(ManagerProcess::start(
+            &self.cluster,
+            &self.starts.to_string(),
+            &["--leader-elect=false"],
+        )?);
+        Ok(())
+    }
+
+    /// SIGKILL, then a fresh manager.
+    async fn kill_and_restart(&mut self, at: &str) -> anyhow::Result<()> {
+        if let Some(mut old) = self.manager.take() {
+            if !old.running() {
+                bail!(
+                    "the manager exited on its own before {at}:\n{}",
+                    old.log_tail()
+                );
+            }
+            old.signal("KILL")?;
+            old.exited(Duration::from_secs(10)).await?;
+        }
+        eprintln!("rollout_crash: killed the manager {at}");
+        self.start_manager()
+    }
+}
+
+impl Drop for CrashCluster {
+    fn drop(&mut self) {
+        if !self.passed {
+            self.cluster.keep_logs();
+            if let Some(m) = &self.manager {
+                eprintln!("last manager lines:\n{}", m.log_tail());
+            }
+        }
+    }
+}
+
+/// Object name → every uid it had.
+type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+
+/// Every uid each object name of a kind ever had (in the namespace, matching `labels`).
+fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Seen)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let seen: Seen = Arc::default();
+    let out = seen.clone();
+    let config = watcher::Config::default().labels(labels);
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(api, config)
+            .touched_objects()
+            .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(obj)) = stream.next().await {
+            out.lock()
+                .unwrap()
+                .entry(obj.name_any())
+                .or_default()
+                .insert(obj.uid().unwrap_or_default());
+        }
+    });
+    (task, seen)
+}
+
+fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+    seen.iter()
+        .filter(|(_, u)| u.len() > 1)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+#[test]
+fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(crash_release_and_rollback)
+}
+
+async fn crash_release_and_rollback() -> anyhow::Result<()> {
+    let mut cc = CrashCluster {
+        cluster: IsolatedCluster::start("rollout-crash", &[]).await?,
+        manager: None,
+        starts: 0,
+        passed: false,
+    };
+    cc.start_manager()?;
+    let client = cc.cluster.client.clone();
+    let name = "rollout-crash".to_string();
+    let mut nsobj = Namespace::default();
+    nsobj.metadata.name = Some(name.clone());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await?;
+    let ns = TestNs { client, name };
+    wait_for(
+        &ns.api::<ServiceAccount>(),
+        "default",
+        WAIT,
+        |sa: Option<&ServiceAccount>| sa.is_some(),
+    )
+    .await?;
+
+    let v1 = stable_lws(4, "vllm:1");
+    release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
+    let baseline = uids(&ns, STABLE).await?;
+    let (t1, stable_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
+    let (t2, canary_lws) = track(
+        ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+    );
+    let (t3, brs) = track(ns.api::<BatchRelease>(), "");
+    let (t4, services) = track(ns.api::<Service>(), "");
+
+    // Release 1: kill when the canary LWS first exists (mid-scale).
+    apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+    wait_for_all_canary(&ns, |c| !c.is_empty()).await?;
+    cc.kill_and_restart("as the canary LWS appeared").await?;
+    wait_paused_at(&ns, 1).await?;
+    wait_route(&ns, split_route(5)).await?;
+    ensure!(
+        uids(&ns, STABLE).await? == baseline,
+        "a stable pod was replaced"
+    );
+
+    // Kill as step 2 scales the canary, and again as its traffic changes.
+    approve(&ns).await?;
+    wait_for_all_canary(&ns, |c| c.iter().any(|l| l.spec.replicas == Some(2))).await?;
+    cc.kill_and_restart("as the canary scaled to 2 groups")
+        .await?;
+    wait_rollout(&ns, "step 2 routing traffic", |r| {
+        step(r).0 == 2 && step(r).1 == "StepTrafficRouting"
+    })
+    .await?;
+    cc.kill_and_restart("during step 2's traffic change")
+        .await?;
+    // (Step 2's 5 s pause may be over by the time the restarted manager is back.)
+
+    // Kill during finalisation (the stable LWS is rolling).
+    wait_rollout(&ns, "finalising", |r| {
+        !finalising(r).is_empty() && phase(r) == "Progressing"
+    })
+    .await?;
+    cc.kill_and_restart("during finalisation").await?;
+    wait_rollout(&ns, "release 1 finished", finished("True")).await?;
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        available_with(4, 4),
+    )
+    .await?;
+    ensure!(
+        settled_pods(&ns, STABLE, 8)
+            .await?
+            .iter()
+            .all(|p| image(p) == "vllm:2")
+    );
+    nothing_left(&ns).await?;
+    // Each stable pod was replaced at most once (by the stable LWS's own roll).
+    let replaced_twice: Vec<String> = stable_pods
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, u)| u.len() > 2)
+        .map(|(n, _)| n.clone())
+        .collect();
+    ensure!(
+        replaced_twice.is_empty(),
+        "stable pods replaced more than once: {replaced_twice:?}"
+    );
+    for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
+        let twice = more_than_once(&seen.lock().unwrap());
+        ensure!(
+            twice.is_empty(),
+            "{what} created twice in one release: {twice:?}"
+        );
+    }
+
+    // Release 2, rolled back: kill as the rollback starts.
+    let v2 = with_image(&v1, "vllm:2");
+    let before = uids(&ns, STABLE).await?;
+    apply_lws(&ns, &with_image(&v1, "vllm:3")).await?;
+    wait_paused_at(&ns, 1).await?;
+    apply_lws(&ns, &v2).await?;
+    wait_rollout(&ns, "rollback finalising", |r| !finalising(r).is_empty()).await?;
+    cc.kill_and_restart("during the rollback").await?;
+    wait_rollout(&ns, "rolled back", finished("False")).await?;
+    nothing_left(&ns).await?;
+    ensure!(
+        uids(&ns, STABLE).await? == before,
+        "the rollback touched a stable group"
+    );
+
+    for t in [t1, t2, t3, t4] {
+        t.abort();
+    }
+    let twice = more_than_once(&canary_lws.lock().unwrap());
+    ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
+    // The second release makes its own BatchRelease and canary Service: two uids at most.
+    for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
+        let thrice: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, u)| u.len() > 2)
+            .map(|(n, _)| n.clone())
+            .collect();
+        ensure!(
+            thrice.is_empty(),
+            "{what} created twice in one release: {thrice:?}"
+        );
+    }
+    ensure!(
+        canary_lws.lock().unwrap().len() == 2,
+        "one canary per release: {:?}",
+        canary_lws.lock().unwrap()
+    );
+    cc.passed = true;
+    Ok(())
+}
+
+async fn wait_for_all_canary(
+    ns: &TestNs,
+    cond: impl Fn(&[LeaderWorkerSet]) -> bool,
+) -> anyhow::Result<()> {
+    crate::harness::wait_for_all(
+        &ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+        WAIT,
+        |c| {
+            let c: Vec<LeaderWorkerSet> = c.iter().map(|l| l.as_ref().clone()).collect();
+            cond(&c)
+        },
+    )
+    .await
+    .context("canary LWS")?;
+    Ok(())
+}

@@ -1,0 +1,469 @@
+//! Helpers shared by the Rollout e2e tests: a stable LWS with a Service and an HTTPRoute, a
+//! Rollout over it, waits on the Rollout's status, the approval `kubectl-kruise rollout approve`
+//! sends, and read-backs of the canary LWS, the route's weights and the Services' endpoints.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use anyhow::{Context, bail};
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::{
+    core::v1::{Event, Pod, Service},
+    discovery::v1::EndpointSlice,
+};
+use kube::api::{ListParams, Patch, PatchParams, PostParams};
+use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
+use serde_json::{Value, json};
+
+use crate::harness::{TestNs, wait_for, wait_for_all};
+use crate::lws_support::{NAME, WORKER_INDEX, apply, create_available, pod_ready};
+
+/// Name of the stable LWS (and of the Rollout and its BatchRelease) in every Rollout test.
+pub const STABLE: &str = "vllm";
+/// The user's Service in front of the stable leaders.
+pub const SERVICE: &str = "vllm-api";
+/// The user's HTTPRoute.
+pub const ROUTE: &str = "vllm-route";
+/// The label that marks a canary LWS (value: the stable LWS).
+pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+/// Generous bound for anything the controllers do (a whole release takes seconds).
+pub const WAIT: Duration = Duration::from_secs(90);
+
+/// The stable LWS: `replicas` groups of 2 pods, a leader template labelled `role: leader`.
+pub fn stable_lws(replicas: i32, image: &str) -> Value {
+    json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": STABLE},
+        "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 2,
+            "leaderTemplate": {"metadata": {"labels": {"app": "vllm", "role": "leader"}},
+                "spec": {"containers": [{"name": "model", "image": image,
+                    "ports": [{"name": "http", "containerPort": 8000}]}]}},
+            "workerTemplate": {"metadata": {"labels": {"app": "vllm", "role": "worker"}},
+                "spec": {"containers": [{"name": "model", "image": image}]}}}}
+    })
+}
+
+/// The stable LWS with both templates on `image`.
+pub fn with_image(lws: &Value, image: &str) -> Value {
+    let mut lws = lws.clone();
+    for t in ["leaderTemplate", "workerTemplate"] {
+        lws["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"][0]["image"] = json!(image);
+    }
+    lws
+}
+
+/// A canary Rollout of [`STABLE`] with these steps and traffic routing.
+pub fn rollout(steps: Value, routing: Option<Value>) -> Value {
+    let mut canary = json!({
+        "enableExtraWorkloadForCanary": true,
+        "patchPodTemplateMetadata": {"labels": {"release": "canary"}, "annotations": {"rollouts.kruise.io/origin": "canary"}},
+        "steps": steps,
+    });
+    if let Some(routing) = routing {
+        canary["trafficRoutings"] = json!([routing]);
+    }
+    json!({
+        "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+        "metadata": {"name": STABLE},
+        "spec": {"workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": STABLE},
+                 "strategy": {"canary": canary}}
+    })
+}
+
+/// The routing through [`SERVICE`] and [`ROUTE`], with a 1 s grace period.
+pub fn gateway_routing() -> Value {
+    json!({"service": SERVICE, "gracePeriodSeconds": 1, "gateway": {"httpRouteName": ROUTE}})
+}
+
+/// The user's Service selector: the leaders of every LWS of the app (canary leaders copy the
+/// labels, so the release must narrow it).
+pub fn users_selector() -> std::collections::BTreeMap<String, String> {
+    [("app", "vllm"), ("role", "leader")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// The user's Service: [`users_selector`], port 80 to the leaders' 8000.
+pub async fn create_service(ns: &TestNs) -> anyhow::Result<()> {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": SERVICE},
+        "spec": {"selector": users_selector(), "ports": [{"name": "http", "port": 80, "targetPort": 8000}]}
+    }))?;
+    ns.api::<Service>()
+        .create(&PostParams::default(), &svc)
+        .await?;
+    Ok(())
+}
+
+/// The Host the test's route serves: `<namespace>.lws.test`.
+pub fn host(ns: &TestNs) -> String {
+    format!("{}.lws.test", ns.name)
+}
+
+/// The user's HTTPRoute: everything for [`host`] to [`SERVICE`], on the cluster's Gateway when
+/// the traffic layer runs (else on a Gateway that does not exist: the route is only data then).
+pub async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
+    let parent = match crate::traffic_driver::traffic() {
+        Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
+        Err(_) => json!({"name": "gw"}),
+    };
+    let route: HttpRoute = serde_json::from_value(json!({
+        "metadata": {"name": ROUTE},
+        "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
+                 "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
+    }))?;
+    ns.api::<HttpRoute>()
+        .create(&PostParams::default(), &route)
+        .await?;
+    Ok(())
+}
+
+/// Creates a Rollout from JSON.
+pub async fn create_rollout(ns: &TestNs, rollout: &Value) -> anyhow::Result<()> {
+    let r: Rollout = serde_json::from_value(rollout.clone())?;
+    ns.api::<Rollout>()
+        .create(&PostParams::default(), &r)
+        .await?;
+    Ok(())
+}
+
+/// The stable LWS (available), its Service and HTTPRoute, and `rollout` reading Healthy.
+pub async fn release_setup(ns: &TestNs, lws: &Value, rollout: &Value) -> anyhow::Result<()> {
+    create_available(ns, lws).await?;
+    create_service(ns).await?;
+    create_route(ns).await?;
+    create_rollout(ns, rollout).await?;
+    wait_rollout(ns, "Healthy", |r| phase(r) == "Healthy").await?;
+    Ok(())
+}
+
+/// `status.phase`.
+pub fn phase(r: &Rollout) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.phase.clone())
+        .unwrap_or_default()
+}
+
+/// `(currentStepIndex, currentStepState)` of `status.canaryStatus`.
+pub fn step(r: &Rollout) -> (i32, String) {
+    r.status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .map(|c| {
+            (
+                c.common.current_step_index,
+                c.common.current_step_state.clone(),
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// `status.canaryStatus.finalisingStep`.
+pub fn finalising(r: &Rollout) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .map(|c| c.common.finalising_step.clone())
+        .unwrap_or_default()
+}
+
+/// `(status, reason, message)` of a condition.
+pub fn condition(r: &Rollout, type_: &str) -> Option<(String, String, String)> {
+    r.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// Healthy, Completed, Succeeded with `succeeded` (`"True"` / `"False"`).
+pub fn finished(succeeded: &'static str) -> impl Fn(&Rollout) -> bool {
+    move |r: &Rollout| {
+        phase(r) == "Healthy"
+            && step(r).1 == "Completed"
+            && condition(r, "Succeeded").map(|c| c.0).as_deref() == Some(succeeded)
+    }
+}
+
+/// Waits until the Rollout satisfies `cond`; `what` names the wait in the error.
+pub async fn wait_rollout(
+    ns: &TestNs,
+    what: &str,
+    cond: impl Fn(&Rollout) -> bool,
+) -> anyhow::Result<Rollout> {
+    wait_for(
+        &ns.api::<Rollout>(),
+        STABLE,
+        WAIT,
+        move |r: Option<&Rollout>| r.is_some_and(&cond),
+    )
+    .await
+    .with_context(|| format!("Rollout: {what}"))?
+    .context("Rollout gone")
+}
+
+/// Waits for step `index` in state StepPaused.
+pub async fn wait_paused_at(ns: &TestNs, index: i32) -> anyhow::Result<Rollout> {
+    wait_rollout(ns, &format!("paused at step {index}"), move |r| {
+        step(r) == (index, "StepPaused".to_string())
+    })
+    .await
+}
+
+/// The exact status patch `kubectl-kruise rollout approve` sends (merge patch on the status
+/// subresource, no resourceVersion).
+pub async fn approve(ns: &TestNs) -> anyhow::Result<()> {
+    ns.api::<Rollout>()
+        .patch_status(
+            STABLE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"canaryStatus": {"currentStepState": "StepReady"}}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Every canary LWS of [`STABLE`].
+pub async fn canaries(ns: &TestNs) -> anyhow::Result<Vec<LeaderWorkerSet>> {
+    Ok(ns
+        .api::<LeaderWorkerSet>()
+        .list(&ListParams::default().labels(&format!("{CANARY_LABEL}={STABLE}")))
+        .await?
+        .items)
+}
+
+/// The single canary LWS.
+pub async fn the_canary(ns: &TestNs) -> anyhow::Result<LeaderWorkerSet> {
+    let mut all = canaries(ns).await?;
+    anyhow::ensure!(all.len() == 1, "one canary LWS, found {}", all.len());
+    Ok(all.remove(0))
+}
+
+/// The BatchRelease of the Rollout, if any.
+pub async fn batch_release(ns: &TestNs) -> anyhow::Result<Option<BatchRelease>> {
+    Ok(ns.api::<BatchRelease>().get_opt(STABLE).await?)
+}
+
+/// `(backend name, weight)` of every backendRef of every rule of the route.
+pub async fn route_backends(ns: &TestNs) -> anyhow::Result<Vec<Vec<(String, Option<i64>)>>> {
+    let route = serde_json::to_value(ns.api::<HttpRoute>().get(ROUTE).await?)?;
+    Ok(route["spec"]["rules"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|rule| {
+            rule["backendRefs"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|b| {
+                    (
+                        b["name"].as_str().unwrap_or_default().to_string(),
+                        b["weight"].as_i64(),
+                    )
+                })
+                .collect()
+        })
+        .collect())
+}
+
+/// The route as the user wrote it: one rule, one backend (the CRD defaults its weight to 1).
+pub fn users_route() -> Vec<Vec<(String, Option<i64>)>> {
+    vec![vec![(SERVICE.to_string(), Some(1))]]
+}
+
+/// The route with `canary`% to the canary Service.
+pub fn split_route(canary: i64) -> Vec<Vec<(String, Option<i64>)>> {
+    vec![vec![
+        (SERVICE.to_string(), Some(100 - canary)),
+        (format!("{SERVICE}-canary"), Some(canary)),
+    ]]
+}
+
+/// Waits until the route reads `want`.
+pub async fn wait_route(ns: &TestNs, want: Vec<Vec<(String, Option<i64>)>>) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let api = ns.api::<HttpRoute>();
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let stream = watcher::watcher(
+        api,
+        watcher::Config::default().fields(&format!("metadata.name={ROUTE}")),
+    )
+    .applied_objects()
+    .default_backoff();
+    let mut stream = std::pin::pin!(stream);
+    loop {
+        if route_backends(ns).await? == want {
+            return Ok(());
+        }
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(_)) => continue,
+            Ok(None) => bail!("route watch ended"),
+            Err(_) => bail!(
+                "route never read {want:?}; last: {:?}",
+                route_backends(ns).await?
+            ),
+        }
+    }
+}
+
+/// Ready leaders' IPs of an LWS.
+pub async fn ready_leader_ips(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeSet<String>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!("{NAME}={lws},{WORKER_INDEX}=0")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| pod_ready(p))
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect())
+}
+
+/// Waits until the ready endpoint addresses of a Service equal `want`.
+pub async fn wait_endpoints(
+    ns: &TestNs,
+    service: &str,
+    want: &BTreeSet<String>,
+) -> anyhow::Result<()> {
+    wait_for_all(
+        &ns.api::<EndpointSlice>(),
+        &format!("kubernetes.io/service-name={service}"),
+        WAIT,
+        |slices| {
+            let ready: BTreeSet<String> = slices
+                .iter()
+                .flat_map(|s| s.endpoints.iter().flatten())
+                .filter(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                .flat_map(|e| e.addresses.iter().cloned())
+                .collect();
+            &ready == want
+        },
+    )
+    .await
+    .with_context(|| format!("endpoints of {service} = {want:?}"))?;
+    Ok(())
+}
+
+/// Reasons of the Events on the Rollout, in order.
+pub async fn event_reasons(ns: &TestNs) -> anyhow::Result<Vec<(String, String)>> {
+    let mut events = ns
+        .api::<Event>()
+        .list(&ListParams::default().fields(&format!(
+            "involvedObject.kind=Rollout,involvedObject.name={STABLE}"
+        )))
+        .await?
+        .items;
+    events.sort_by_key(|e| e.metadata.creation_timestamp.clone());
+    Ok(events
+        .into_iter()
+        .map(|e| (e.reason.unwrap_or_default(), e.message.unwrap_or_default()))
+        .collect())
+}
+
+/// Waits until an Event on the Rollout has `reason` and a message containing `text`.
+pub async fn wait_event(ns: &TestNs, reason: &str, text: &str) -> anyhow::Result<String> {
+    let found = wait_for_all(&ns.api::<Event>(), "", WAIT, |events| {
+        events.iter().any(|e| {
+            e.involved_object.name.as_deref() == Some(STABLE)
+                && e.reason.as_deref() == Some(reason)
+                && e.message.as_deref().is_some_and(|m| m.contains(text))
+        })
+    })
+    .await
+    .with_context(|| format!("an Event {reason} containing {text:?}"))?;
+    Ok(found
+        .iter()
+        .find(|e| e.reason.as_deref() == Some(reason))
+        .and_then(|e| e.message.clone())
+        .unwrap_or_default())
+}
+
+/// Applies the stable LWS (as the user).
+pub async fn apply_lws(ns: &TestNs, lws: &Value) -> anyhow::Result<()> {
+    apply(ns, lws).await
+}
+
+/// Nothing of a release is left: no BatchRelease, no canary LWS, no canary Service, the
+/// user's route and Service selector as they were, no hold on the stable LWS.
+pub async fn nothing_left(ns: &TestNs) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut left = Vec::new();
+        if batch_release(ns).await?.is_some() {
+            left.push("BatchRelease".to_string());
+        }
+        let c = canaries(ns).await?;
+        if !c.is_empty() {
+            left.push(format!("{} canary LWS", c.len()));
+        }
+        let svc = ns.api::<Service>();
+        if svc.get_opt(&format!("{SERVICE}-canary")).await?.is_some() {
+            left.push("canary Service".into());
+        }
+        let stable = svc.get(SERVICE).await?;
+        let selector = stable.spec.and_then(|s| s.selector).unwrap_or_default();
+        if selector != users_selector() {
+            left.push(format!("stable selector {selector:?}"));
+        }
+        if stable
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .keys()
+            .any(|k| k.starts_with("lws-rollout.x-k8s.io/"))
+        {
+            left.push("annotation on the stable Service".into());
+        }
+        if ns.api::<HttpRoute>().get_opt(ROUTE).await?.is_some()
+            && route_backends(ns).await? != users_route()
+        {
+            left.push(format!("route {:?}", route_backends(ns).await?));
+        }
+        if let Some(lws) = ns.api::<LeaderWorkerSet>().get_opt(STABLE).await?
+            && lws
+                .metadata
+                .annotations
+                .unwrap_or_default()
+                .contains_key("rollouts.kruise.io/stable-revision")
+        {
+            left.push("hold on the stable LWS".into());
+        }
+        if left.is_empty() {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() > deadline {
+            bail!("left behind: {left:?}");
+        }
+        // Several objects with no single watch between them: re-check on a short tick, bounded
+        // by the deadline above.
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// Runs a long test on a thread of its own with a 64 MiB stack and its own runtime: a whole
+/// release in one async body polls deeper than a test thread's 2 MiB allow in debug builds.
+pub fn on_big_stack<F, Fut>(test: F) -> anyhow::Result<()>
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    let thread = std::thread::Builder::new()
+        .stack_size(64 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(test())
+        })?;
+    match thread.join() {
+        Ok(result) => result,
+        Err(panic) => std::panic::resume_unwind(panic),
+    }
+}
