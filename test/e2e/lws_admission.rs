@@ -242,3 +242,42 @@ async fn a_template_the_api_server_refuses_is_reported_then_recovers() -> anyhow
     })
     .await
 }
+
+/// A quantity the API server stores but Go's parser refuses (upstream's CRD pattern admits
+/// it too): the revision cannot be hashed as upstream hashes it, so nothing is built. The LWS
+/// says why once — condition and Warning event — and waits for a change instead of failing
+/// every reconcile; fixing the quantity builds it.
+#[tokio::test]
+async fn a_spec_that_cannot_be_hashed_is_reported_once_then_recovers() -> anyhow::Result<()> {
+    with_ns("lws-unhashable", |ns| async move {
+        let mut obj = lws("unhashable", 1, 2, "vllm:1");
+        obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["resources"] = json!({"limits": {"memory": "1e1.5"}});
+        apply(&ns, &obj).await?;
+        let l = wait_for(
+            &ns.api::<LeaderWorkerSet>(),
+            "unhashable",
+            Duration::from_secs(30),
+            failure("InvalidSpec"),
+        )
+        .await?
+        .expect("the LWS");
+        let message = failure_message(l);
+        assert!(
+            message.contains("template revision"),
+            "the condition says what cannot be computed: {message}"
+        );
+        assert!(warning_with(&ns, "InvalidSpec").await?.is_some(), "a Warning event");
+        assert!(
+            ns.api::<StatefulSet>().get_opt("unhashable").await?.is_none(),
+            "nothing half-built"
+        );
+
+        obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["resources"] = json!({"limits": {"memory": "64Mi"}});
+        apply(&ns, &obj).await?;
+        recovered(&ns, "unhashable", 1, Duration::from_secs(60)).await?;
+        Ok(())
+    })
+    .await
+}
