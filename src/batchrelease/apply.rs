@@ -25,7 +25,9 @@ pub async fn apply(
     plan: &BatchReleasePlan,
 ) -> Result<(), ApiError> {
     let ns = br.namespace().unwrap_or_default();
-    if let Some(canary) = &plan.apply_canary {
+    if let Some(canary) = &plan.apply_canary
+        && !plan.canary_in_place
+    {
         applier.apply(canary).await?;
     }
     for name in &plan.delete_canaries {

@@ -395,3 +395,22 @@ fn preparing_records_revisions_and_percentages_round_up() {
     // 50% of 3 groups rounds up to 2.
     assert_eq!(p.apply_canary.unwrap().spec.replicas, Some(2));
 }
+
+#[test]
+fn a_canary_that_already_is_as_wanted_is_not_written_again() {
+    let obs = observed(br(Some(0), None), vec![]);
+    let first = plan(&obs, now());
+    assert!(!first.canary_in_place, "no canary yet: create it");
+    // The canary as the API server stores what we applied (plus what it adds).
+    let mut stored = first.apply_canary.clone().expect("canary wanted");
+    stored.metadata.uid = Some("canary-uid".into());
+    stored.metadata.resource_version = Some("7".into());
+    stored.metadata.generation = Some(1);
+    let mut c = canary(1, 1, 0, &[(0, 3)]);
+    c.lws = stored.clone();
+    let second = plan(&observed(br(Some(0), None), vec![c.clone()]), now());
+    assert!(second.canary_in_place, "nothing would change: no write");
+    // The next batch wants another group: written again.
+    let third = plan(&observed(br(Some(1), None), vec![c]), now());
+    assert!(!third.canary_in_place);
+}
