@@ -85,11 +85,7 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
         .then(|| stores.lws.get(&ObjectRef::new(&w.name).within(&ns)))
         .flatten()
         .map(|lws| StableLws {
-            update_revision: serde_json::to_value(&lws.spec)
-                .ok()
-                .and_then(|spec| revision::revision_data(&spec).ok())
-                .map(|data| revision::revision_key(&data))
-                .unwrap_or_default(),
+            update_revision: revision::spec_key(&lws.spec).unwrap_or_default(),
             hold: lws
                 .annotations()
                 .get(labels::HELD_REVISION)

@@ -253,14 +253,7 @@ impl Applier {
         status: &impl Serialize,
     ) -> Result<(), ApiError> {
         let body = serde_json::json!({ "status": status });
-        self.api::<K>(namespace)
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map(|_| ())
-            .map_err(|source| ApiError {
-                action: describe::<K>("patching the status of", namespace, name),
-                source,
-            })
+        self.merge_patch_status::<K>(namespace, name, &body).await
     }
 
     /// Merge-patches the status subresource with a whole body (e.g. carrying

@@ -46,6 +46,13 @@ pub fn revision_key(data: &str) -> String {
         .collect()
 }
 
+/// The revision key of an LWS spec as it is now, or `None` when the spec cannot be hashed as
+/// upstream hashes it (the LWS controller reports that; readers just see no key).
+pub fn spec_key(spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec) -> Option<String> {
+    let spec = serde_json::to_value(spec).ok()?;
+    revision_data(&spec).ok().map(|data| revision_key(&data))
+}
+
 /// ControllerRevision name: `<lws name, at most 220 bytes>-<key>-<revision number>`.
 pub fn revision_name(lws_name: &str, key: &str, number: i64) -> String {
     let mut end = lws_name.len().min(220);

@@ -162,11 +162,7 @@ fn stable_workload(
 ) -> StableWorkload {
     use crate::lws::{labels, revision};
     use kube::ResourceExt;
-    let update_revision = serde_json::to_value(&lws.spec)
-        .ok()
-        .and_then(|spec| revision::revision_data(&spec).ok())
-        .map(|data| revision::revision_key(&data))
-        .unwrap_or_default();
+    let update_revision = revision::spec_key(&lws.spec).unwrap_or_default();
     let hold = lws
         .annotations()
         .get(labels::HELD_REVISION)

@@ -110,14 +110,7 @@ async fn release_hold(
         &new,
         controlled,
         field_manager.as_deref(),
-        || {
-            running.unwrap_or_else(|| {
-                let spec = serde_json::to_value(&old.spec).unwrap_or_default();
-                revision::revision_data(&spec)
-                    .map(|d| revision::revision_key(&d))
-                    .unwrap_or_default()
-            })
-        },
+        || running.unwrap_or_else(|| revision::spec_key(&old.spec).unwrap_or_default()),
     ))
 }
 
