@@ -1,5 +1,6 @@
 //! Crash safety of a release: the manager is SIGKILLed mid-scale, mid-traffic change, during
-//! finalisation and during a rollback, on a cluster of the test's own (the suite's manager must
+//! finalisation, during a rollback, while the Rollout is being disabled and while it is being
+//! deleted, on a cluster of the test's own (the suite's manager must
 //! not take over meanwhile). Every restart decides from the cluster and the Rollout's status
 //! alone, so the release must end exactly as an uninterrupted one: no stable pod replaced
 //! before finalisation, no canary LWS, BatchRelease or canary Service created twice, nothing
@@ -18,11 +19,12 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use kube::{
     Api, Resource, ResourceExt,
-    api::PostParams,
+    api::{DeleteParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{BatchRelease, LeaderWorkerSet};
+use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
 use serde::de::DeserializeOwned;
+use serde_json::json;
 
 use crate::{
     harness::{TestNs, wait_for},
@@ -262,7 +264,145 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
         "one canary per release: {:?}",
         canary_lws.lock().unwrap()
     );
+
+    // Release 3: disable the Rollout mid-release and kill the manager as it starts disabling.
+    let (t1, canary_lws) = track(
+        ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+    );
+    let (t2, brs) = track(ns.api::<BatchRelease>(), "");
+    let (t3, services) = track(ns.api::<Service>(), "");
+    let v4 = with_image(&v1, "vllm:4");
+    let before = uids(&ns, STABLE).await?;
+    apply_lws(&ns, &v4).await?;
+    wait_paused_at(&ns, 1).await?;
+    let known = snapshot(&[&brs, &services]);
+    ensure!(
+        uids(&ns, STABLE).await? == before,
+        "a stable pod was replaced before the Rollout was disabled"
+    );
+    set_disabled(&ns, true).await?;
+    wait_rollout(&ns, "disabling", |r| {
+        r.spec.disabled && phase(r) != "Healthy" && phase(r) != "Progressing"
+    })
+    .await?;
+    cc.kill_and_restart("while the Rollout was being disabled")
+        .await?;
+    wait_rollout(&ns, "Disabled", |r| phase(r) == "Disabled").await?;
+    nothing_left(&ns).await?;
+    released_to(&ns, "vllm:4").await?;
+    created_once(&[("BatchRelease", &brs), ("Service", &services)], &known)?;
+    set_disabled(&ns, false).await?;
+    wait_rollout(&ns, "Healthy again", |r| phase(r) == "Healthy").await?;
+
+    // Release 4: delete the Rollout mid-release and kill the manager as it starts terminating.
+    let before = uids(&ns, STABLE).await?;
+    // Release 3's status (step 1 paused) stays until the Rollout takes the new template up:
+    // wait for a pause of this release's own canary revision.
+    let old_revision = canary_revision(&ns.api::<Rollout>().get(STABLE).await?);
+    apply_lws(&ns, &with_image(&v1, "vllm:5")).await?;
+    wait_rollout(&ns, "paused at step 1 of release 4", |r| {
+        step(r) == (1, "StepPaused".to_string()) && canary_revision(r) != old_revision
+    })
+    .await?;
+    let known = snapshot(&[&brs, &services]);
+    ensure!(
+        uids(&ns, STABLE).await? == before,
+        "a stable pod was replaced before the Rollout was deleted"
+    );
+    ns.api::<Rollout>()
+        .delete(STABLE, &DeleteParams::default())
+        .await?;
+    cc.kill_and_restart("while the Rollout was being deleted")
+        .await?;
+    wait_for(&ns.api::<Rollout>(), STABLE, WAIT, |r: Option<&Rollout>| {
+        r.is_none()
+    })
+    .await
+    .context("the Rollout's finalizer is removed after the restart")?;
+    nothing_left(&ns).await?;
+    released_to(&ns, "vllm:5").await?;
+    created_once(&[("BatchRelease", &brs), ("Service", &services)], &known)?;
+    for t in [t1, t2, t3] {
+        t.abort();
+    }
+    let twice = more_than_once(&canary_lws.lock().unwrap());
+    ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
+    ensure!(
+        canary_lws.lock().unwrap().len() == 2,
+        "one canary per release: {:?}",
+        canary_lws.lock().unwrap()
+    );
     cc.passed = true;
+    Ok(())
+}
+
+fn canary_revision(r: &Rollout) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .map(|c| c.canary_revision.clone())
+        .unwrap_or_default()
+}
+
+async fn set_disabled(ns: &TestNs, disabled: bool) -> anyhow::Result<()> {
+    ns.api::<Rollout>()
+        .patch(
+            STABLE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disabled": disabled}})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The stable LWS, released, rolled every group to `image` by its own strategy.
+async fn released_to(ns: &TestNs, want: &str) -> anyhow::Result<()> {
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        available_with(4, 4),
+    )
+    .await?;
+    let pods = settled_pods(ns, STABLE, 8).await?;
+    ensure!(
+        pods.iter().all(|p| image(p) == want),
+        "the released stable LWS runs {:?}, not {want}",
+        pods.iter().map(image).collect::<Vec<_>>()
+    );
+    Ok(())
+}
+
+/// Every uid seen so far, per kind, to tell one release's creations from earlier ones.
+fn snapshot(seen: &[&Seen]) -> Vec<BTreeMap<String, BTreeSet<String>>> {
+    seen.iter().map(|s| s.lock().unwrap().clone()).collect()
+}
+
+/// Since `known`, no object name got more than one new uid (nothing created twice).
+fn created_once(
+    seen: &[(&str, &Seen)],
+    known: &[BTreeMap<String, BTreeSet<String>>],
+) -> anyhow::Result<()> {
+    for ((what, seen), known) in seen.iter().zip(known) {
+        let twice: Vec<String> = seen
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(name, uids)| {
+                let old = known.get(*name);
+                uids.iter()
+                    .filter(|u| old.is_none_or(|o| !o.contains(*u)))
+                    .count()
+                    > 1
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        ensure!(
+            twice.is_empty(),
+            "{what} created twice in one release: {twice:?}"
+        );
+    }
     Ok(())
 }
 

@@ -40,6 +40,28 @@ fn set_phase(d: &mut Draft<'_>, p: &str, msg: &str) {
     s.message = Some(msg.into());
 }
 
+/// Enters a finalising phase (Disabling) from another phase: its finalising order starts from
+/// the top (see [`restart_finalising_order`]).
+fn start_finalising(d: &mut Draft<'_>, to: &str, msg: &str) {
+    if !phase_is(&d.plan.status, to) {
+        restart_finalising_order(d);
+    }
+    set_phase(d, to, msg);
+}
+
+/// A disable or delete finalises in an order of its own. A `finalisingStep` left by an earlier
+/// finalise (the last release's `END`, or a success finalise cut short) names a place in a
+/// different order: resuming there would skip steps — a delete arriving before the Rollout saw
+/// a new template found `END` and dropped its finalizer with the new template's hold still on
+/// the LWS. Every step checks the cluster, so starting again from the top is always safe.
+fn restart_finalising_order(d: &mut Draft<'_>) {
+    if let Some(c) = d.status().canary_status.as_mut()
+        && !c.common.finalising_step.is_empty()
+    {
+        c.common.finalising_step.clear();
+    }
+}
+
 /// Runs the phase machine.
 pub fn run(d: &mut Draft<'_>) {
     let obs = d.obs;
@@ -64,7 +86,7 @@ pub fn run(d: &mut Draft<'_>) {
     if let Some((why, msg)) = accept::not_accepted(obs) {
         // Never leave a release half done: finish it as a disable would, then refuse.
         if releasing {
-            set_phase(d, phase::DISABLING, message::DISABLING);
+            start_finalising(d, phase::DISABLING, message::DISABLING);
             if !finalise::run(d, Reason::Disabled) {
                 return;
             }
@@ -78,7 +100,7 @@ pub fn run(d: &mut Draft<'_>) {
         && !phase_is(&d.plan.status, phase::DISABLING)
     {
         if phase_is(&d.plan.status, phase::PROGRESSING) {
-            set_phase(d, phase::DISABLING, message::DISABLING);
+            start_finalising(d, phase::DISABLING, message::DISABLING);
         } else {
             set_phase(d, phase::DISABLED, message::DISABLED);
         }
@@ -469,6 +491,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
 fn terminating(d: &mut Draft<'_>) {
     let now = d.now;
     if !phase_is(&d.plan.status, phase::TERMINATING) {
+        restart_finalising_order(d);
         d.status().phase = Some(phase::TERMINATING.into());
         status::set_condition(
             d.status(),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use self::world::{World, pct, step, three_steps};
+use crate::api::rollout::finalising_step as fs;
 use crate::rollout::names::{condition, event, reason};
 use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, status};
 use crate::traffic::intent::{CanaryRoute, TrafficIntent};
@@ -469,6 +470,93 @@ fn deleting_mid_release_finalises_then_drops_the_finalizer() {
     assert_eq!(w.traffic, Some(TrafficIntent::Restored));
     assert!(w.obs.batch_release.is_none());
     assert_eq!(w.obs.workload.as_ref().unwrap().hold, None);
+}
+
+/// A disable or delete finalises in its own order from the top, whatever `finalisingStep` an
+/// earlier finalise left: resuming another order's step skips steps. Found by the crash test: a
+/// Rollout deleted right after a template change (before it reconciled it) met the last
+/// release's `END` and dropped its finalizer with the new template's hold still on the LWS,
+/// which then never rolled.
+#[test]
+fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
+    fn delete(w: &mut World) {
+        w.obs.rollout.metadata.deletion_timestamp = Some(Time(w.now));
+    }
+    fn disable(w: &mut World) {
+        w.obs.rollout.spec.disabled = true;
+    }
+    /// A release disabled mid-way, then re-enabled, leaves END; the next template is changed
+    /// but not yet reconciled.
+    fn after_a_disabled_release(w: &mut World) {
+        disable(w);
+        w.until("disabled", |w| {
+            w.status().phase.as_deref() == Some("Disabled")
+        });
+        w.obs.rollout.spec.disabled = false;
+        w.reconcile();
+        assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+        assert_eq!(w.canary().common.finalising_step, fs::END);
+        w.change_template("rev3");
+    }
+    /// A success finalise stopped at RestoreStableService (the success order deletes the
+    /// BatchRelease last; the disable/delete order, earlier).
+    fn mid_success_finalise(w: &mut World) {
+        w.stable_rolls = false;
+        w.approve();
+        w.until("step 2 paused", at_state("StepPaused", 2));
+        w.approve();
+        w.until("resume", |w| w.at().2 == fs::RESUME_WORKLOAD);
+        let mut status = w.status();
+        status
+            .canary_status
+            .as_mut()
+            .unwrap()
+            .common
+            .finalising_step = fs::RESTORE_STABLE_SERVICE.into();
+        w.obs.rollout.status = Some(status);
+    }
+    type Case = (&'static str, fn(&mut World), fn(&mut World));
+    let cases: [Case; 3] = [
+        (
+            "deleted after a disabled release",
+            after_a_disabled_release,
+            delete,
+        ),
+        ("deleted mid success finalise", mid_success_finalise, delete),
+        (
+            "disabled mid success finalise",
+            mid_success_finalise,
+            disable,
+        ),
+    ];
+    for (name, setup, act) in cases {
+        let mut w = started(three_steps());
+        setup(&mut w);
+        assert!(
+            w.obs.workload.as_ref().unwrap().hold.is_some() || w.obs.batch_release.is_some(),
+            "{name}: nothing to release in the setup"
+        );
+        act(&mut w);
+        let mut finished = false;
+        for _ in 0..20 {
+            let p = w.reconcile();
+            if p.finalizer == FinalizerAction::Remove
+                || w.status().phase.as_deref() == Some("Disabled")
+            {
+                finished = true;
+                break;
+            }
+            w.advance(3);
+        }
+        assert!(finished, "{name}: never finished");
+        assert_eq!(
+            w.obs.workload.as_ref().unwrap().hold,
+            None,
+            "{name}: the hold outlived the Rollout"
+        );
+        assert!(w.obs.batch_release.is_none(), "{name}: BatchRelease left");
+        assert_eq!(w.traffic, Some(TrafficIntent::Restored), "{name}");
+    }
 }
 
 #[test]
