@@ -40,10 +40,14 @@ impl Caches {
         let owned = Config::default().labels(labels::NAME);
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
-            pods: SharedCache::new(Api::all(client.clone()), owned.clone()),
-            statefulsets: SharedCache::new(Api::all(client.clone()), owned.clone()),
-            services: SharedCache::new(Api::all(client.clone()), owned.clone()),
-            revisions: SharedCache::new(Api::all(client.clone()), owned),
+            pods: SharedCache::new(Api::all(client.clone()), owned.clone())
+                .with_trim(trim_pod)
+                .with_index(labels::NAME),
+            statefulsets: SharedCache::new(Api::all(client.clone()), owned.clone())
+                .with_index(labels::NAME),
+            services: SharedCache::new(Api::all(client.clone()), owned.clone())
+                .with_index(labels::NAME),
+            revisions: SharedCache::new(Api::all(client.clone()), owned).with_index(labels::NAME),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
             batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
         }
@@ -60,5 +64,67 @@ impl Caches {
             self.rollouts.driver(),
             self.batch_releases.driver(),
         ]
+    }
+}
+
+/// What a cached pod keeps of its spec: the node (exclusive topology places a group's workers
+/// next to its leader) and each container's name and resources (a leader asking for TPUs gets
+/// TPU variables in its workers). No controller reads anything else of a pod's spec — they
+/// read its metadata and status — and the rest (images, commands, env, volumes, probes and
+/// the defaults the API server fills in) was most of each cached pod (heaptrack: `PodSpec`
+/// clones in the reflector were the largest allocation site at S1's peak).
+pub fn trim_pod(pod: &mut Pod) {
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    fn keep(c: Container) -> Container {
+        Container {
+            name: c.name,
+            resources: c.resources,
+            ..Default::default()
+        }
+    }
+    if let Some(spec) = pod.spec.take() {
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            containers: spec.containers.into_iter().map(keep).collect(),
+            init_containers: spec
+                .init_containers
+                .map(|cs| cs.into_iter().map(keep).collect()),
+            ..Default::default()
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{Container, PodSpec, ResourceRequirements};
+
+    #[test]
+    fn a_trimmed_pod_keeps_its_node_and_container_resources_only() {
+        let mut pod = Pod {
+            spec: Some(PodSpec {
+                node_name: Some("n1".into()),
+                containers: vec![Container {
+                    name: "c".into(),
+                    image: Some("x".into()),
+                    resources: Some(ResourceRequirements {
+                        limits: Some(Default::default()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }],
+                hostname: Some("h".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        trim_pod(&mut pod);
+        let spec = pod.spec.unwrap();
+        assert_eq!(spec.node_name.as_deref(), Some("n1"));
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(spec.containers[0].name, "c");
+        assert_eq!(spec.containers[0].image, None);
+        assert!(spec.containers[0].resources.is_some());
+        assert_eq!(spec.hostname, None);
     }
 }
