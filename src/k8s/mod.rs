@@ -7,7 +7,8 @@
 //!   deletes with uid preconditions, status patches — and the mapping of API errors to outcomes;
 //!   [`apply_body`] escapes what the API server's YAML reader of apply bodies refuses.
 //! - [`events`]: Events for any object, with reasons as named constants.
-//! - [`watch`]: label-filtered watches whose caches are shared between controllers.
+//! - [`watch`]: label-filtered watches whose caches are shared between controllers;
+//!   [`label_index`] groups a cache by (namespace, label value) so a reader skips the scan.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
 //! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
@@ -20,5 +21,6 @@ pub mod client;
 pub mod conditions;
 pub mod error;
 pub mod events;
+pub mod label_index;
 pub mod pod;
 pub mod watch;

@@ -20,12 +20,14 @@ use kube::{
     Api, Resource,
     runtime::{
         WatchStreamExt,
-        reflector::{self, Store, store::Writer},
+        reflector::{self, ObjectRef, Store, store::Writer},
         watcher::{self, Config, Event},
     },
 };
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
+
+use super::label_index::LabelIndex;
 
 /// One watched kind: a store to read and changes to subscribe to.
 pub struct SharedCache<K>
@@ -37,6 +39,8 @@ where
     subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
     api: Api<K>,
     config: Config,
+    trim: fn(&mut K),
+    index: Option<LabelIndex<K>>,
 }
 
 impl<K> SharedCache<K>
@@ -52,7 +56,28 @@ where
             subscribers: Vec::new(),
             api,
             config,
+            trim: |_| {},
+            index: None,
         }
+    }
+
+    /// Drops from every object, before the store keeps it, the fields no reader needs (on
+    /// top of managedFields, which are always dropped). The stores hold every cached object
+    /// for the life of the process, so this is most of the manager's memory.
+    pub fn with_trim(mut self, trim: fn(&mut K)) -> Self {
+        self.trim = trim;
+        self
+    }
+
+    /// Also keeps the objects grouped by (namespace, value of `label`); see [`LabelIndex`].
+    pub fn with_index(mut self, label: &'static str) -> Self {
+        self.index = Some(LabelIndex::new(label));
+        self
+    }
+
+    /// The index made by [`Self::with_index`].
+    pub fn index(&self) -> Option<LabelIndex<K>> {
+        self.index.clone()
     }
 
     /// A read handle on the store (cheap to clone).
@@ -73,17 +98,48 @@ where
     pub fn driver(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         let writer = self.writer.take().expect("driver() called once");
         let subscribers = std::mem::take(&mut self.subscribers);
+        let store = self.store.clone();
+        let index = self.index.clone();
+        let trim = self.trim;
         // managedFields are never read by our controllers and are often the largest part of
         // a pod or StatefulSet: dropped before the store keeps the object.
         let events = watcher::watcher(self.api.clone(), self.config.clone())
-            .modify(|obj| {
+            .modify(move |obj| {
                 obj.meta_mut().managed_fields = None;
+                trim(obj);
             })
             .default_backoff()
             .reflect(writer);
         Box::pin(events.for_each(move |event| {
-            if let Ok(Event::Apply(obj) | Event::Delete(obj) | Event::InitApply(obj)) = event {
-                let obj = Arc::new(obj);
+            let changed = match event {
+                // Subscribers get the store's own Arc: no second copy of the object while
+                // the change waits in their queues.
+                Ok(Event::Apply(obj)) => {
+                    let stored = store
+                        .get(&ObjectRef::from_obj(&obj))
+                        .unwrap_or_else(|| Arc::new(obj));
+                    if let Some(index) = &index {
+                        index.upsert(stored.clone());
+                    }
+                    Some(stored)
+                }
+                Ok(Event::Delete(obj)) => {
+                    if let Some(index) = &index {
+                        index.remove(&obj);
+                    }
+                    Some(Arc::new(obj))
+                }
+                // The store swaps in a full list only at InitDone; the index follows then.
+                Ok(Event::InitApply(obj)) => Some(Arc::new(obj)),
+                Ok(Event::InitDone) => {
+                    if let Some(index) = &index {
+                        index.rebuild(&store);
+                    }
+                    None
+                }
+                Ok(Event::Init) | Err(_) => None,
+            };
+            if let Some(obj) = changed {
                 for subscriber in &subscribers {
                     // A controller that stopped has dropped its receiver: nothing to do.
                     let _ = subscriber.send(obj.clone());

@@ -36,7 +36,8 @@ use crate::{
         backoff::Backoff,
         error::Categorized,
         events::Events,
-        watch::{self, SharedCache, store_ready},
+        label_index::LabelIndex,
+        watch::{self, SharedCache},
     },
     manager::metrics::ControllerMetrics,
 };
@@ -67,6 +68,15 @@ pub struct Caches<'a> {
 
 /// Quiet time after the last event of an LWS before it is reconciled.
 const RECONCILE_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// The debounce, or `LWS_ROLLOUT_RECONCILE_DEBOUNCE_MS` (a tuning knob measured by the
+/// benchmark: docs/performance.md).
+fn reconcile_debounce() -> Duration {
+    std::env::var("LWS_ROLLOUT_RECONCILE_DEBOUNCE_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or(RECONCILE_DEBOUNCE, Duration::from_millis)
+}
 /// How long a reconcile waits for the caches' first lists.
 const CACHE_WAIT: Duration = Duration::from_secs(2);
 
@@ -82,10 +92,10 @@ pub fn run(
         applier: Applier::new(client.clone(), labels::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: Stores {
-            pods: caches.pods.store(),
-            statefulsets: caches.statefulsets.store(),
-            services: caches.services.store(),
-            revisions: caches.revisions.store(),
+            pods: index_of(caches.pods),
+            statefulsets: index_of(caches.statefulsets),
+            services: index_of(caches.services),
+            revisions: index_of(caches.revisions),
         },
         backoff: Backoff::new("lws"),
         metrics: metrics.clone(),
@@ -112,7 +122,7 @@ pub fn run(
         // A group coming up is a burst of pod and StatefulSet events; one reconcile after the
         // burst settles does the work of dozens (the benchmark's CPU figure), and 100 ms stays
         // far below what a user or a rollout step would notice.
-        .with_config(ControllerConfig::default().debounce(RECONCILE_DEBOUNCE))
+        .with_config(ControllerConfig::default().debounce(reconcile_debounce()))
         .watches_shared_stream(caches.pods.subscribe(), move |o| q1(to_lws(o)))
         .watches_shared_stream(caches.statefulsets.subscribe(), move |o| q2(to_lws(o)))
         .watches_shared_stream(caches.services.subscribe(), move |o| q3(to_lws(o)))
@@ -121,6 +131,23 @@ pub fn run(
         .run(reconcile, error_policy, ctx)
         // Failures are logged once, by the error policy.
         .for_each(|_| async {})
+}
+
+/// The LWS-name index of a cache; the manager makes every cache the LWS controller reads with
+/// one, so its absence is a wiring bug caught by the first e2e test.
+fn index_of<K>(cache: &SharedCache<K>) -> LabelIndex<K>
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    cache
+        .index()
+        .expect("the LWS controller's caches are indexed by the LWS name label")
 }
 
 /// Every owned object names its LWS in the `name` label.
@@ -187,18 +214,22 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
     }
     let stores = &ctx.stores;
     let caches = [
-        store_ready(&stores.pods),
-        store_ready(&stores.statefulsets),
-        store_ready(&stores.services),
-        store_ready(&stores.revisions),
+        index_ready(&stores.pods),
+        index_ready(&stores.statefulsets),
+        index_ready(&stores.services),
+        index_ready(&stores.revisions),
     ];
     if !watch::ready(caches, CACHE_WAIT).await {
         return Some(Action::requeue(Duration::from_secs(1)));
     }
+    let name = lws.name_any();
     let leader_sts_deleting = stores
         .statefulsets
-        .get(&ObjectRef::new(&lws.name_any()).within(&lws.namespace().unwrap_or_default()))
-        .is_some_and(|s| s.metadata.deletion_timestamp.is_some());
+        .get(&lws.namespace().unwrap_or_default(), &name)
+        .iter()
+        .any(|s| {
+            s.metadata.name.as_deref() == Some(&name) && s.metadata.deletion_timestamp.is_some()
+        });
     leader_sts_deleting.then(|| Action::requeue(Duration::from_secs(5)))
 }
 
@@ -206,4 +237,14 @@ fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Ac
     let category = err.category();
     ctx.metrics.failed(category.metric_label());
     ctx.backoff.failed(&lws, err, category)
+}
+
+/// One index's readiness (its first full list), for [`watch::ready`].
+fn index_ready<K>(
+    index: &LabelIndex<K>,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    Box::pin(index.wait_ready())
 }

@@ -7,21 +7,23 @@ use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
     core::v1::{Pod, Service},
 };
-use kube::{Resource, ResourceExt, runtime::reflector::Store};
+use kube::ResourceExt;
 
 use super::labels;
+use crate::k8s::label_index::LabelIndex;
 
-/// The reflector stores the LWS controller reads (shared with the release controllers).
+/// The caches the LWS controller reads (shared with the release controllers), each indexed by
+/// (namespace, LWS name label): a reconcile touches only its own LWS's objects.
 #[derive(Clone)]
 pub struct Stores {
     /// Pods labelled with an LWS name.
-    pub pods: Store<Pod>,
+    pub pods: LabelIndex<Pod>,
     /// StatefulSets labelled with an LWS name.
-    pub statefulsets: Store<StatefulSet>,
+    pub statefulsets: LabelIndex<StatefulSet>,
     /// Services labelled with an LWS name.
-    pub services: Store<Service>,
+    pub services: LabelIndex<Service>,
     /// ControllerRevisions labelled with an LWS name.
-    pub revisions: Store<ControllerRevision>,
+    pub revisions: LabelIndex<ControllerRevision>,
 }
 
 /// Everything the caches hold about one LWS.
@@ -41,32 +43,17 @@ pub struct Observed {
     pub services: Vec<Arc<Service>>,
 }
 
-fn same_lws<K: Resource>(obj: &K, namespace: &str, name: &str) -> bool {
-    obj.namespace().as_deref() == Some(namespace)
-        && obj.labels().get(labels::NAME).map(String::as_str) == Some(name)
-}
-
 /// Reads the caches for LWS `namespace/name`.
 pub fn observe(stores: &Stores, namespace: &str, name: &str) -> Observed {
     let mut observed = Observed::default();
-    for sts in stores
-        .statefulsets
-        .state()
-        .into_iter()
-        .filter(|s| same_lws(s.as_ref(), namespace, name))
-    {
-        if sts.name_any() == name {
+    for sts in stores.statefulsets.get(namespace, name) {
+        if sts.metadata.name.as_deref() == Some(name) {
             observed.leader_sts = Some(sts);
         } else {
             observed.worker_sts.insert(sts.name_any(), sts);
         }
     }
-    observed.pods = stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| same_lws(p.as_ref(), namespace, name))
-        .collect();
+    observed.pods = stores.pods.get(namespace, name);
     observed.leaders = observed
         .pods
         .iter()
@@ -77,21 +64,15 @@ pub fn observe(stores: &Stores, namespace: &str, name: &str) -> Observed {
     // those an LWS controls are ours.
     observed.revisions = stores
         .revisions
-        .state()
+        .get(namespace, name)
         .into_iter()
-        .filter(|r| same_lws(r.as_ref(), namespace, name))
         .filter(|r| {
             r.owner_references()
                 .iter()
                 .any(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
         })
         .collect();
-    observed.services = stores
-        .services
-        .state()
-        .into_iter()
-        .filter(|s| same_lws(s.as_ref(), namespace, name))
-        .collect();
+    observed.services = stores.services.get(namespace, name);
     observed
 }
 
