@@ -301,7 +301,7 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
     let msg = p.status.message.clone().unwrap();
     assert_eq!(
         msg,
-        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1 (2/4 pods ready)"
+        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1"
     );
     assert!(
         p.events
@@ -316,6 +316,15 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
         !p2.events
             .iter()
             .any(|e| e.reason == event::CANARY_NOT_READY)
+    );
+    // Another pod of the group starting is no news: same status, so no status write.
+    let p3 = plan(
+        &observed(br(Some(1), None), vec![canary(2, 2, 1, &[(1, 3)])]),
+        now(),
+    );
+    assert_eq!(
+        p3.status, p.status,
+        "pod progress inside a group is not written"
     );
 }
 

@@ -1,9 +1,10 @@
 //! The Rollout controller: one reconcile per Rollout, read as its steps —
 //! preflight → observe → deref (traffic read-back) → plan → apply (incl. status).
 //!
-//! Woken by its Rollout, the BatchRelease it owns (whose status follows the canary LWS), and
-//! the LWS its `workloadRef` names (a template change, the stable groups' progress). Requeue
-//! timers come only from the plan: pause durations and traffic grace periods.
+//! Woken by its Rollout, the BatchRelease it owns, the canary LWS that BatchRelease controls
+//! (batch readiness is read off it), and the LWS its `workloadRef` names (a template change,
+//! the stable groups' progress). Requeue timers come only from the plan: pause durations,
+//! traffic grace periods and the stall deadline of a canary batch.
 
 use std::{sync::Arc, time::Duration};
 
@@ -100,14 +101,22 @@ pub fn run(
         .for_each(|_| async {})
 }
 
-/// Rollouts whose workloadRef names `lws`.
+/// Rollouts whose workloadRef names `lws`, or whose BatchRelease (named after the Rollout)
+/// controls it: a canary's status change wakes its Rollout directly, which decides "batch
+/// ready" from it without waiting for the BatchRelease's status.
 fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<Rollout>> {
+    let release = lws
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "BatchRelease")
+        .map(|o| o.name.as_str());
     rollouts
         .state()
         .iter()
         .filter(|r| {
             r.namespace() == lws.namespace()
-                && Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
+                && (Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
+                    || release == r.metadata.name.as_deref())
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect()
