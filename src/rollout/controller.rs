@@ -19,7 +19,7 @@ use kube::{
 };
 use tracing::{Instrument, info_span};
 
-use super::{apply, deref, observe, plan};
+use super::{apply, deref, observe, plan, written};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
@@ -39,6 +39,7 @@ pub struct Context {
     stores: observe::Stores,
     backoff: Backoff<Rollout>,
     metrics: ControllerMetrics,
+    written: written::Written,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -74,6 +75,7 @@ pub fn run(
         stores: stores.clone(),
         backoff: Backoff::new("rollout"),
         metrics: metrics.clone(),
+        written: written::Written::default(),
     });
     let rollouts = stores.rollouts.clone();
     // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
@@ -142,10 +144,23 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         let mut observed = observe::observe(&ctx.stores, &rollout);
+        if let Some(wait) = cache_behind(&ctx, &observed) {
+            // The watch event of our own last write is on its way and starts the next
+            // reconcile; planning from the version it replaced would only repeat that write.
+            return Ok(Action::requeue(wait));
+        }
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
         let now = k8s_openapi::jiff::Timestamp::now();
         let plan = plan::plan(&observed, now);
-        apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
+        apply::apply(
+            &ctx.applier,
+            &ctx.events,
+            &ctx.written,
+            &observed,
+            &read,
+            &plan,
+        )
+        .await?;
         ctx.backoff.succeeded(&rollout);
         Ok(plan
             .requeue_after
@@ -153,6 +168,26 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
     }
     .instrument(span)
     .await
+}
+
+/// Whether the cache still holds a version of the Rollout or its BatchRelease that our last
+/// write to it replaced (`rollout::written`), and for how long to wait at most.
+fn cache_behind(ctx: &Context, obs: &observe::RolloutObserved) -> Option<Duration> {
+    let r = &obs.rollout;
+    let (ns, name) = (r.namespace().unwrap_or_default(), r.name_any());
+    let br = obs
+        .batch_release
+        .as_ref()
+        .map_or("", |b| b.resource_version.as_str());
+    ctx.written
+        .stale(
+            &apply::key::<Rollout>(&ns, &name),
+            &r.resource_version().unwrap_or_default(),
+        )
+        .or_else(|| {
+            ctx.written
+                .stale(&apply::key::<BatchRelease>(&ns, &name), br)
+        })
 }
 
 async fn caches_ready(ctx: &Context) -> bool {

@@ -72,6 +72,8 @@ impl StableWorkload {
 pub struct BatchReleaseSummary {
     /// `metadata.generation`.
     pub generation: i64,
+    /// `metadata.resourceVersion` as cached (see `rollout::written`).
+    pub resource_version: String,
     /// Its spec (compared with the desired one: a difference means "being updated").
     pub spec: BatchReleaseSpec,
     /// Its status.
@@ -127,6 +129,7 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
         })
         .map(|br| BatchReleaseSummary {
             generation: br.metadata.generation.unwrap_or_default(),
+            resource_version: br.resource_version().unwrap_or_default(),
             spec: br.spec.clone(),
             status: br.status.clone().unwrap_or_default(),
             canary: canary_of(stores, &br, &target.name),

@@ -245,6 +245,7 @@ impl World {
                 let canary = self.obs.batch_release.as_ref().and_then(|b| b.canary);
                 self.obs.batch_release = Some(BatchReleaseSummary {
                     generation,
+                    resource_version: generation.to_string(),
                     spec: br.spec.clone(),
                     status,
                     canary,
