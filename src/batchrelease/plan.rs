@@ -214,7 +214,27 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
         Some(m) => note(&mut out, &stored, true, event::CANARY_NOT_READY, m),
         None => out.status.message = None,
     }
+    hold_progress(&stored, &mut out.status);
     out
+}
+
+/// Keeps the stored `updatedReplicas` when it is all that changed: a canary group being
+/// created is no news to a reader (the state, the ready count and the message are, and the
+/// count is written along with them), and written on its own it cost a status patch a group.
+fn hold_progress(stored: &BatchReleaseStatus, new: &mut BatchReleaseStatus) {
+    let (Some(was), Some(now)) = (stored.canary_status.as_ref(), new.canary_status.as_ref()) else {
+        return;
+    };
+    if was.updated_replicas == now.updated_replicas {
+        return;
+    }
+    let mut held = new.clone();
+    if let Some(c) = held.canary_status.as_mut() {
+        c.updated_replicas = was.updated_replicas;
+    }
+    if held == *stored {
+        *new = held;
+    }
 }
 
 /// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it

@@ -423,3 +423,31 @@ fn a_canary_that_already_is_as_wanted_is_not_written_again() {
     let third = plan(&observed(br(Some(1), None), vec![c]), now());
     assert!(!third.canary_in_place);
 }
+
+#[test]
+fn a_canary_group_created_but_not_ready_is_not_written_on_its_own() {
+    // Batch 2 verifying: one of two groups exists.
+    let p = plan(
+        &observed(br(Some(1), None), vec![canary(2, 1, 1, &[(1, 0)])]),
+        now(),
+    );
+    let mut stored = br(Some(1), None);
+    stored.status = Some(p.status.clone());
+    // The second group is created, not ready yet: nothing a reader acts on changed.
+    let p2 = plan(
+        &observed(stored.clone(), vec![canary(2, 2, 1, &[(1, 0)])]),
+        now(),
+    );
+    assert_eq!(p2.status, p.status);
+    // It becomes ready: written, with the count.
+    let p3 = plan(&observed(stored, vec![canary(2, 2, 2, &[])]), now());
+    let c = p3.status.canary_status.unwrap();
+    assert_eq!(
+        (
+            c.current_batch_state.as_deref(),
+            c.updated_replicas,
+            c.updated_ready_replicas
+        ),
+        (Some(batch_state::READY), 2, 2)
+    );
+}

@@ -88,9 +88,11 @@ pub fn run(
         }
     });
     Controller::for_shared_stream(changes, caches.rollouts.store())
-        // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
-        // into one reconcile and is far below what a person or a pipeline notices.
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        // A release step is a burst of LWS and BatchRelease status updates; 20 ms folds those
+        // that arrive together into one reconcile. Longer only delays the step: the canary's
+        // status change that makes a batch ready is itself the last of its burst, and a
+        // reconcile that changes nothing writes nothing.
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_shared_stream(
             caches.batch_releases.subscribe(),
             |br: Arc<BatchRelease>| Some(ObjectRef::new(&br.name_any()).within(&br.namespace()?)),
