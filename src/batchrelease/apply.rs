@@ -58,31 +58,41 @@ pub async fn apply(
             .delete::<LeaderWorkerSet>(&ns, name, None, Propagation::Background)
             .await?;
     }
-    for event in &plan.events {
-        events.publish(br, &event_spec(event)).await;
-    }
-    if br.status.as_ref() != Some(&plan.status) {
-        let old = serde_json::to_value(br.status.clone().unwrap_or_default()).unwrap_or_default();
-        let new = serde_json::to_value(&plan.status).unwrap_or_default();
-        let name = br.name_any();
-        // Straight through the API (not the applier) for the resourceVersion it answers with.
-        let patched = kube::Api::<BatchRelease>::namespaced(applier.client().clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": merge_patch_between(&old, &new)})),
-            )
-            .await
-            .map_err(|source| ApiError {
-                action: format!("patching the status of BatchRelease {ns}/{name}"),
-                source,
-            })?;
-        written.record(
-            &key::<BatchRelease>(&ns, &name),
-            &br.resource_version().unwrap_or_default(),
-            patched.resource_version().as_deref(),
-        );
-    }
+    // Events and the status write go out together: an Event is no reason to hold back the
+    // write the Rollout and watchers wait for.
+    let publish = async {
+        for event in &plan.events {
+            events.publish(br, &event_spec(event)).await;
+        }
+    };
+    let write = async {
+        if br.status.as_ref() != Some(&plan.status) {
+            let old =
+                serde_json::to_value(br.status.clone().unwrap_or_default()).unwrap_or_default();
+            let new = serde_json::to_value(&plan.status).unwrap_or_default();
+            let name = br.name_any();
+            // Straight through the API (not the applier) for the resourceVersion it answers with.
+            let patched = kube::Api::<BatchRelease>::namespaced(applier.client().clone(), &ns)
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": merge_patch_between(&old, &new)})),
+                )
+                .await
+                .map_err(|source| ApiError {
+                    action: format!("patching the status of BatchRelease {ns}/{name}"),
+                    source,
+                })?;
+            written.record(
+                &key::<BatchRelease>(&ns, &name),
+                &br.resource_version().unwrap_or_default(),
+                patched.resource_version().as_deref(),
+            );
+        }
+        Ok::<(), ApiError>(())
+    };
+    let ((), status) = futures::join!(publish, write);
+    status?;
     if plan.remove_finalizer {
         let rest: Vec<String> = br
             .finalizers()

@@ -146,29 +146,39 @@ pub async fn apply(
             )
             .await?;
     }
-    for event in &plan.events {
-        events.publish(rollout, &event_spec(event)).await;
-    }
-    if rollout.status.as_ref() != Some(&plan.status) {
-        let old =
-            serde_json::to_value(rollout.status.clone().unwrap_or_default()).unwrap_or_default();
-        let new = serde_json::to_value(&plan.status).unwrap_or_default();
-        let mut body = json!({"status": crate::k8s::apply::merge_patch_between(&old, &new)});
-        body["metadata"] = json!({"resourceVersion": rollout.resource_version()});
-        // Straight through the API (not the applier) for the resourceVersion it answers with.
-        let patched = kube::Api::<Rollout>::namespaced(applier.client().clone(), &ns)
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-            .await
-            .map_err(|source| ApiError {
-                action: format!("patching the status of Rollout {ns}/{name}"),
-                source,
-            })?;
-        written.record(
-            &key::<Rollout>(&ns, &name),
-            &rollout.resource_version().unwrap_or_default(),
-            patched.resource_version().as_deref(),
-        );
-    }
+    // Events and the status write go out together: the Events (one per state passed, several
+    // when a reconcile runs a whole step) are no reason to hold back the write a watcher waits
+    // for.
+    let publish = async {
+        for event in &plan.events {
+            events.publish(rollout, &event_spec(event)).await;
+        }
+    };
+    let write = async {
+        if rollout.status.as_ref() != Some(&plan.status) {
+            let old = serde_json::to_value(rollout.status.clone().unwrap_or_default())
+                .unwrap_or_default();
+            let new = serde_json::to_value(&plan.status).unwrap_or_default();
+            let mut body = json!({"status": crate::k8s::apply::merge_patch_between(&old, &new)});
+            body["metadata"] = json!({"resourceVersion": rollout.resource_version()});
+            // Straight through the API (not the applier) for the resourceVersion it answers with.
+            let patched = kube::Api::<Rollout>::namespaced(applier.client().clone(), &ns)
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(|source| ApiError {
+                    action: format!("patching the status of Rollout {ns}/{name}"),
+                    source,
+                })?;
+            written.record(
+                &key::<Rollout>(&ns, &name),
+                &rollout.resource_version().unwrap_or_default(),
+                patched.resource_version().as_deref(),
+            );
+        }
+        Ok::<(), ApiError>(())
+    };
+    let ((), status) = futures::join!(publish, write);
+    status?;
     if plan.finalizer == FinalizerAction::Remove
         && rollout.finalizers().iter().any(|f| f == FINALIZER)
     {
