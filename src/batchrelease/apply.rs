@@ -1,18 +1,33 @@
 //! Carries a [`BatchReleasePlan`] out: the canary LWS (server-side apply), canaries to delete,
 //! Kruise's finalizer when it is there, events, and the status.
 
-use kube::ResourceExt;
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+};
 use serde_json::json;
 
-use super::{names::FINALIZER, plan::BatchReleasePlan};
+use super::{names::FINALIZER, observe::BatchReleaseObserved, plan::BatchReleasePlan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet},
     k8s::{
         apply::{ApiError, Applier, Propagation, merge_patch_between},
         events::Events,
     },
-    rollout::apply::event_spec,
+    rollout::{
+        apply::{event_spec, key},
+        written::Written,
+    },
 };
+
+/// The cached resourceVersion of the canary `name` ("" when the cache has none).
+pub fn cached_canary_version(obs: &BatchReleaseObserved, name: &str) -> String {
+    obs.canaries
+        .iter()
+        .find(|c| c.lws.name_any() == name)
+        .and_then(|c| c.lws.resource_version())
+        .unwrap_or_default()
+}
 
 /// Field manager of the BatchRelease controller's writes.
 pub const FIELD_MANAGER: &str = "lws-rollout-batchrelease";
@@ -21,34 +36,63 @@ pub const FIELD_MANAGER: &str = "lws-rollout-batchrelease";
 pub async fn apply(
     applier: &Applier,
     events: &Events,
-    br: &BatchRelease,
+    written: &Written,
+    obs: &BatchReleaseObserved,
     plan: &BatchReleasePlan,
 ) -> Result<(), ApiError> {
+    let br = &obs.br;
     let ns = br.namespace().unwrap_or_default();
     if let Some(canary) = &plan.apply_canary
         && !plan.canary_in_place
     {
-        applier.apply(canary).await?;
+        let name = canary.name_any();
+        let applied = applier.apply(canary).await?;
+        written.record(
+            &key::<LeaderWorkerSet>(&ns, &name),
+            &cached_canary_version(obs, &name),
+            applied.resource_version().as_deref(),
+        );
     }
     for name in &plan.delete_canaries {
         applier
             .delete::<LeaderWorkerSet>(&ns, name, None, Propagation::Background)
             .await?;
     }
-    for event in &plan.events {
-        events.publish(br, &event_spec(event)).await;
-    }
-    if br.status.as_ref() != Some(&plan.status) {
-        let old = serde_json::to_value(br.status.clone().unwrap_or_default()).unwrap_or_default();
-        let new = serde_json::to_value(&plan.status).unwrap_or_default();
-        applier
-            .merge_patch_status::<BatchRelease>(
-                &ns,
-                &br.name_any(),
-                &json!({"status": merge_patch_between(&old, &new)}),
-            )
-            .await?;
-    }
+    // Events and the status write go out together: an Event is no reason to hold back the
+    // write the Rollout and watchers wait for.
+    let publish = async {
+        for event in &plan.events {
+            events.publish(br, &event_spec(event)).await;
+        }
+    };
+    let write = async {
+        if br.status.as_ref() != Some(&plan.status) {
+            let old =
+                serde_json::to_value(br.status.clone().unwrap_or_default()).unwrap_or_default();
+            let new = serde_json::to_value(&plan.status).unwrap_or_default();
+            let name = br.name_any();
+            // Straight through the API (not the applier) for the resourceVersion it answers with.
+            let patched = kube::Api::<BatchRelease>::namespaced(applier.client().clone(), &ns)
+                .patch_status(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(&json!({"status": merge_patch_between(&old, &new)})),
+                )
+                .await
+                .map_err(|source| ApiError {
+                    action: format!("patching the status of BatchRelease {ns}/{name}"),
+                    source,
+                })?;
+            written.record(
+                &key::<BatchRelease>(&ns, &name),
+                &br.resource_version().unwrap_or_default(),
+                patched.resource_version().as_deref(),
+            );
+        }
+        Ok::<(), ApiError>(())
+    };
+    let ((), status) = futures::join!(publish, write);
+    status?;
     if plan.remove_finalizer {
         let rest: Vec<String> = br
             .finalizers()

@@ -34,6 +34,7 @@ pub struct Context {
     stores: observe::Stores,
     backoff: Backoff<BatchRelease>,
     metrics: crate::manager::metrics::ControllerMetrics,
+    written: crate::rollout::written::Written,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -64,6 +65,7 @@ pub fn run(
         stores: stores.clone(),
         backoff: Backoff::new("batchrelease"),
         metrics: metrics.clone(),
+        written: crate::rollout::written::Written::default(),
     });
     let brs = stores.batch_releases.clone();
     // Queue depth: the BatchRelease's own changes pass through here.
@@ -138,12 +140,39 @@ async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Acti
         }
         let observed = observe::observe(&ctx.stores, &br);
         let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
-        apply::apply(&ctx.applier, &ctx.events, &br, &plan).await?;
+        if let Some(wait) = cache_behind(&ctx, &observed, &plan) {
+            // The watch event of our own last write is on its way and starts the next
+            // reconcile; acting on the version it replaced would only repeat that write.
+            return Ok(Action::requeue(wait));
+        }
+        apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;
         ctx.backoff.succeeded(&br);
         Ok(Action::await_change())
     }
     .instrument(span)
     .await
+}
+
+/// Whether the cache still holds a version of the BatchRelease, or of the canary the plan would
+/// write, that our last write to it replaced (`rollout::written`), and for how long to wait.
+fn cache_behind(
+    ctx: &Context,
+    obs: &observe::BatchReleaseObserved,
+    plan: &plan::BatchReleasePlan,
+) -> Option<Duration> {
+    use crate::rollout::apply::key;
+    let ns = obs.br.namespace().unwrap_or_default();
+    let own = ctx.written.stale(
+        &key::<BatchRelease>(&ns, &obs.br.name_any()),
+        &obs.br.resource_version().unwrap_or_default(),
+    );
+    own.or_else(|| {
+        let canary = plan.apply_canary.as_ref()?.name_any();
+        ctx.written.stale(
+            &key::<LeaderWorkerSet>(&ns, &canary),
+            &apply::cached_canary_version(obs, &canary),
+        )
+    })
 }
 
 fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {

@@ -8,4 +8,5 @@ pub mod controller;
 pub mod names;
 pub mod observe;
 pub mod plan;
+pub mod progress;
 pub mod replicas;

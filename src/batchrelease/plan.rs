@@ -15,7 +15,8 @@ use kube::ResourceExt;
 use super::canary::{canary_name, desired_canary};
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, CanaryLws};
-use super::replicas::{batch_ready, desired_groups};
+use super::progress::{BatchProgress, progress};
+use super::replicas::desired_groups;
 use crate::api::batchrelease::{
     BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy, RollingStyle,
 };
@@ -168,21 +169,12 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
         }
     });
     out.apply_canary = Some(wanted);
-    let cstatus = canary
-        .and_then(|c| c.lws.status.clone())
-        .unwrap_or_default();
-    let updated = cstatus.replicas.unwrap_or(0);
-    let ready = cstatus.ready_replicas.unwrap_or(0);
-    let caught_up = canary.is_some_and(|c| {
-        c.lws.status.as_ref().and_then(|s| s.observed_generation) == c.lws.metadata.generation
-    });
-    let state = if !caught_up || have_spec < target {
-        batch_state::UPGRADING
-    } else if batch_ready(desired, updated, ready, rp.failure_threshold.as_ref()) {
-        batch_state::READY
-    } else {
-        batch_state::VERIFYING
-    };
+    let counts = canary.map(|c| super::progress::CanaryCounts::of(&c.lws));
+    let BatchProgress {
+        state,
+        updated,
+        ready,
+    } = progress(desired, counts.as_ref(), rp.failure_threshold.as_ref());
     let old = stored.canary_status.clone().unwrap_or_default();
     let batch_i32 = i32::try_from(batch).unwrap_or(0);
     let was_ready = old.current_batch == batch_i32
@@ -222,7 +214,27 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
         Some(m) => note(&mut out, &stored, true, event::CANARY_NOT_READY, m),
         None => out.status.message = None,
     }
+    hold_progress(&stored, &mut out.status);
     out
+}
+
+/// Keeps the stored `updatedReplicas` when it is all that changed: a canary group being
+/// created is no news to a reader (the state, the ready count and the message are, and the
+/// count is written along with them), and written on its own it cost a status patch a group.
+fn hold_progress(stored: &BatchReleaseStatus, new: &mut BatchReleaseStatus) {
+    let (Some(was), Some(now)) = (stored.canary_status.as_ref(), new.canary_status.as_ref()) else {
+        return;
+    };
+    if was.updated_replicas == now.updated_replicas {
+        return;
+    }
+    let mut held = new.clone();
+    if let Some(c) = held.canary_status.as_mut() {
+        c.updated_replicas = was.updated_replicas;
+    }
+    if held == *stored {
+        *new = held;
+    }
 }
 
 /// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it
@@ -271,13 +283,14 @@ fn finalizing(
     });
 }
 
-/// "batch 2 waits for LeaderWorkerSet vllm-canary-x: 1/2 groups ready; not ready: group 1
-/// (2/4 pods ready)".
+/// "batch 2 waits for LeaderWorkerSet vllm-canary-x: 1/2 groups ready; not ready: group 1".
+/// Groups, not pods: the message (and so the status) changes when a group's readiness does,
+/// not with every pod that starts.
 fn not_ready_message(batch: usize, name: &str, c: &CanaryLws, desired: i32, ready: i32) -> String {
     let groups: Vec<String> = c
         .not_ready_groups
         .iter()
-        .map(|g| format!("group {} ({}/{} pods ready)", g.index, g.ready_pods, g.pods))
+        .map(|g| format!("group {}", g.index))
         .collect();
     let mut m =
         format!("batch {batch} waits for LeaderWorkerSet {name}: {ready}/{desired} groups ready");

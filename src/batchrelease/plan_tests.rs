@@ -301,7 +301,7 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
     let msg = p.status.message.clone().unwrap();
     assert_eq!(
         msg,
-        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1 (2/4 pods ready)"
+        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1"
     );
     assert!(
         p.events
@@ -316,6 +316,15 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
         !p2.events
             .iter()
             .any(|e| e.reason == event::CANARY_NOT_READY)
+    );
+    // Another pod of the group starting is no news: same status, so no status write.
+    let p3 = plan(
+        &observed(br(Some(1), None), vec![canary(2, 2, 1, &[(1, 3)])]),
+        now(),
+    );
+    assert_eq!(
+        p3.status, p.status,
+        "pod progress inside a group is not written"
     );
 }
 
@@ -413,4 +422,32 @@ fn a_canary_that_already_is_as_wanted_is_not_written_again() {
     // The next batch wants another group: written again.
     let third = plan(&observed(br(Some(1), None), vec![c]), now());
     assert!(!third.canary_in_place);
+}
+
+#[test]
+fn a_canary_group_created_but_not_ready_is_not_written_on_its_own() {
+    // Batch 2 verifying: one of two groups exists.
+    let p = plan(
+        &observed(br(Some(1), None), vec![canary(2, 1, 1, &[(1, 0)])]),
+        now(),
+    );
+    let mut stored = br(Some(1), None);
+    stored.status = Some(p.status.clone());
+    // The second group is created, not ready yet: nothing a reader acts on changed.
+    let p2 = plan(
+        &observed(stored.clone(), vec![canary(2, 2, 1, &[(1, 0)])]),
+        now(),
+    );
+    assert_eq!(p2.status, p.status);
+    // It becomes ready: written, with the count.
+    let p3 = plan(&observed(stored, vec![canary(2, 2, 2, &[])]), now());
+    let c = p3.status.canary_status.unwrap();
+    assert_eq!(
+        (
+            c.current_batch_state.as_deref(),
+            c.updated_replicas,
+            c.updated_ready_replicas
+        ),
+        (Some(batch_state::READY), 2, 2)
+    );
 }

@@ -4,13 +4,17 @@
 //! written by `kubectl-kruise rollout approve` a moment ago is never overwritten), and last the
 //! finalizer's removal.
 
-use kube::ResourceExt;
+use kube::{
+    ResourceExt,
+    api::{Patch, PatchParams},
+};
 use serde_json::json;
 
 use super::{
     deref::{self, TrafficRead},
     observe::RolloutObserved,
     plan::{BatchReleaseAction, FinalizerAction, HoldAction, PlannedEvent, RolloutPlan},
+    written::Written,
 };
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
@@ -22,6 +26,11 @@ use crate::{
     rollout::{names::FINALIZER, plan::routing},
     traffic,
 };
+
+/// The key `Written` records an object under.
+pub fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", K::kind(&()))
+}
 
 /// Field manager of the Rollout controller's writes.
 pub const FIELD_MANAGER: &str = "lws-rollout-rollout";
@@ -60,6 +69,7 @@ fn finalizers_patch(rollout: &Rollout, add: bool) -> serde_json::Value {
 pub async fn apply(
     applier: &Applier,
     events: &Events,
+    written: &Written,
     obs: &RolloutObserved,
     read: &TrafficRead,
     plan: &RolloutPlan,
@@ -96,7 +106,16 @@ pub async fn apply(
     match &plan.batch_release {
         BatchReleaseAction::Keep => {}
         BatchReleaseAction::Apply(br) => {
-            applier.apply(br.as_ref()).await?;
+            let cached = obs
+                .batch_release
+                .as_ref()
+                .map_or("", |b| b.resource_version.as_str());
+            let applied = applier.apply(br.as_ref()).await?;
+            written.record(
+                &key::<BatchRelease>(&ns, &name),
+                cached,
+                applied.resource_version().as_deref(),
+            );
         }
         BatchReleaseAction::Delete => {
             applier
@@ -127,19 +146,39 @@ pub async fn apply(
             )
             .await?;
     }
-    for event in &plan.events {
-        events.publish(rollout, &event_spec(event)).await;
-    }
-    if rollout.status.as_ref() != Some(&plan.status) {
-        let old =
-            serde_json::to_value(rollout.status.clone().unwrap_or_default()).unwrap_or_default();
-        let new = serde_json::to_value(&plan.status).unwrap_or_default();
-        let mut body = json!({"status": crate::k8s::apply::merge_patch_between(&old, &new)});
-        body["metadata"] = json!({"resourceVersion": rollout.resource_version()});
-        applier
-            .merge_patch_status::<Rollout>(&ns, &name, &body)
-            .await?;
-    }
+    // Events and the status write go out together: the Events (one per state passed, several
+    // when a reconcile runs a whole step) are no reason to hold back the write a watcher waits
+    // for.
+    let publish = async {
+        for event in &plan.events {
+            events.publish(rollout, &event_spec(event)).await;
+        }
+    };
+    let write = async {
+        if rollout.status.as_ref() != Some(&plan.status) {
+            let old = serde_json::to_value(rollout.status.clone().unwrap_or_default())
+                .unwrap_or_default();
+            let new = serde_json::to_value(&plan.status).unwrap_or_default();
+            let mut body = json!({"status": crate::k8s::apply::merge_patch_between(&old, &new)});
+            body["metadata"] = json!({"resourceVersion": rollout.resource_version()});
+            // Straight through the API (not the applier) for the resourceVersion it answers with.
+            let patched = kube::Api::<Rollout>::namespaced(applier.client().clone(), &ns)
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
+                .await
+                .map_err(|source| ApiError {
+                    action: format!("patching the status of Rollout {ns}/{name}"),
+                    source,
+                })?;
+            written.record(
+                &key::<Rollout>(&ns, &name),
+                &rollout.resource_version().unwrap_or_default(),
+                patched.resource_version().as_deref(),
+            );
+        }
+        Ok::<(), ApiError>(())
+    };
+    let ((), status) = futures::join!(publish, write);
+    status?;
     if plan.finalizer == FinalizerAction::Remove
         && rollout.finalizers().iter().any(|f| f == FINALIZER)
     {

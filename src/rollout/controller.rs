@@ -1,9 +1,10 @@
 //! The Rollout controller: one reconcile per Rollout, read as its steps —
 //! preflight → observe → deref (traffic read-back) → plan → apply (incl. status).
 //!
-//! Woken by its Rollout, the BatchRelease it owns (whose status follows the canary LWS), and
-//! the LWS its `workloadRef` names (a template change, the stable groups' progress). Requeue
-//! timers come only from the plan: pause durations and traffic grace periods.
+//! Woken by its Rollout, the BatchRelease it owns, the canary LWS that BatchRelease controls
+//! (batch readiness is read off it), and the LWS its `workloadRef` names (a template change,
+//! the stable groups' progress). Requeue timers come only from the plan: pause durations,
+//! traffic grace periods and the stall deadline of a canary batch.
 
 use std::{sync::Arc, time::Duration};
 
@@ -18,7 +19,7 @@ use kube::{
 };
 use tracing::{Instrument, info_span};
 
-use super::{apply, deref, observe, plan};
+use super::{apply, deref, observe, plan, written};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
@@ -38,6 +39,7 @@ pub struct Context {
     stores: observe::Stores,
     backoff: Backoff<Rollout>,
     metrics: ControllerMetrics,
+    written: written::Written,
 }
 
 /// The caches the Rollout controller reads and is woken by.
@@ -73,6 +75,7 @@ pub fn run(
         stores: stores.clone(),
         backoff: Backoff::new("rollout"),
         metrics: metrics.clone(),
+        written: written::Written::default(),
     });
     let rollouts = stores.rollouts.clone();
     // Queue depth: the Rollout's own changes (the most frequent trigger) pass through here.
@@ -85,9 +88,11 @@ pub fn run(
         }
     });
     Controller::for_shared_stream(changes, caches.rollouts.store())
-        // A release step is a burst of LWS and BatchRelease status updates; 50 ms folds them
-        // into one reconcile and is far below what a person or a pipeline notices.
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        // A release step is a burst of LWS and BatchRelease status updates; 20 ms folds those
+        // that arrive together into one reconcile. Longer only delays the step: the canary's
+        // status change that makes a batch ready is itself the last of its burst, and a
+        // reconcile that changes nothing writes nothing.
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(20)))
         .watches_shared_stream(
             caches.batch_releases.subscribe(),
             |br: Arc<BatchRelease>| Some(ObjectRef::new(&br.name_any()).within(&br.namespace()?)),
@@ -100,14 +105,22 @@ pub fn run(
         .for_each(|_| async {})
 }
 
-/// Rollouts whose workloadRef names `lws`.
+/// Rollouts whose workloadRef names `lws`, or whose BatchRelease (named after the Rollout)
+/// controls it: a canary's status change wakes its Rollout directly, which decides "batch
+/// ready" from it without waiting for the BatchRelease's status.
 fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<Rollout>> {
+    let release = lws
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "BatchRelease")
+        .map(|o| o.name.as_str());
     rollouts
         .state()
         .iter()
         .filter(|r| {
             r.namespace() == lws.namespace()
-                && Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
+                && (Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
+                    || release == r.metadata.name.as_deref())
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect()
@@ -133,10 +146,23 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
             return Ok(Action::requeue(Duration::from_secs(1)));
         }
         let mut observed = observe::observe(&ctx.stores, &rollout);
+        if let Some(wait) = cache_behind(&ctx, &observed) {
+            // The watch event of our own last write is on its way and starts the next
+            // reconcile; planning from the version it replaced would only repeat that write.
+            return Ok(Action::requeue(wait));
+        }
         let read = deref::traffic(&ctx.applier, &mut observed).await?;
         let now = k8s_openapi::jiff::Timestamp::now();
         let plan = plan::plan(&observed, now);
-        apply::apply(&ctx.applier, &ctx.events, &observed, &read, &plan).await?;
+        apply::apply(
+            &ctx.applier,
+            &ctx.events,
+            &ctx.written,
+            &observed,
+            &read,
+            &plan,
+        )
+        .await?;
         ctx.backoff.succeeded(&rollout);
         Ok(plan
             .requeue_after
@@ -144,6 +170,26 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
     }
     .instrument(span)
     .await
+}
+
+/// Whether the cache still holds a version of the Rollout or its BatchRelease that our last
+/// write to it replaced (`rollout::written`), and for how long to wait at most.
+fn cache_behind(ctx: &Context, obs: &observe::RolloutObserved) -> Option<Duration> {
+    let r = &obs.rollout;
+    let (ns, name) = (r.namespace().unwrap_or_default(), r.name_any());
+    let br = obs
+        .batch_release
+        .as_ref()
+        .map_or("", |b| b.resource_version.as_str());
+    ctx.written
+        .stale(
+            &apply::key::<Rollout>(&ns, &name),
+            &r.resource_version().unwrap_or_default(),
+        )
+        .or_else(|| {
+            ctx.written
+                .stale(&apply::key::<BatchRelease>(&ns, &name), br)
+        })
 }
 
 async fn caches_ready(ctx: &Context) -> bool {

@@ -8,3 +8,4 @@ pub mod deref;
 pub mod names;
 pub mod observe;
 pub mod plan;
+pub mod written;

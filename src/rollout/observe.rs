@@ -5,6 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::batchrelease::{BatchReleaseSpec, BatchReleaseStatus};
 use crate::api::rollout::Rollout;
+use crate::batchrelease::progress::CanaryCounts;
 
 /// Everything one Rollout reconcile decides from.
 #[derive(Clone, Debug, Default)]
@@ -71,10 +72,16 @@ impl StableWorkload {
 pub struct BatchReleaseSummary {
     /// `metadata.generation`.
     pub generation: i64,
+    /// `metadata.resourceVersion` as cached (see `rollout::written`).
+    pub resource_version: String,
     /// Its spec (compared with the desired one: a difference means "being updated").
     pub spec: BatchReleaseSpec,
     /// Its status.
     pub status: BatchReleaseStatus,
+    /// Its canary LWS, when it exists: the LWS it controls named for the revision its status
+    /// says it releases. The plan reads batch readiness off it directly,
+    /// one watch hop before the BatchRelease's status says the same (`batchrelease::progress`).
+    pub canary: Option<CanaryCounts>,
 }
 
 /// The traffic layer's read-back for this Rollout's `trafficRoutings[0]`.
@@ -122,8 +129,10 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
         })
         .map(|br| BatchReleaseSummary {
             generation: br.metadata.generation.unwrap_or_default(),
+            resource_version: br.resource_version().unwrap_or_default(),
             spec: br.spec.clone(),
             status: br.status.clone().unwrap_or_default(),
+            canary: canary_of(stores, &br, &target.name),
         });
     RolloutObserved {
         rollout: rollout.clone(),
@@ -135,6 +144,24 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
             ..Default::default()
         },
     }
+}
+
+/// The canary LWS `br` controls for the revision its status says it releases, as counts.
+fn canary_of(
+    stores: &Stores,
+    br: &crate::api::batchrelease::BatchRelease,
+    stable: &str,
+) -> Option<CanaryCounts> {
+    use kube::{ResourceExt, runtime::reflector::ObjectRef};
+    let revision = br.status.as_ref()?.update_revision.as_deref()?;
+    let name = crate::batchrelease::canary::canary_name(stable, revision);
+    let lws = stores
+        .lws
+        .get(&ObjectRef::new(&name).within(&br.namespace()?))?;
+    lws.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == br.metadata.uid.as_ref())
+        .then(|| CanaryCounts::of(&lws))
 }
 
 /// The oldest Rollout (creationTimestamp, then name) naming the same workload, when it is

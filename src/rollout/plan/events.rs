@@ -6,10 +6,13 @@ use crate::rollout::names::event;
 
 use super::PlannedEvent;
 
-/// Events for what changed between the stored and the new status: phase, step and state,
-/// finalising step.
+/// Events for what changed between the stored and the new status: phase, finalising step, and
+/// one per step-state move, through the states `visited` in between (a reconcile that runs
+/// StepUpgrade → StepTrafficRouting → StepMetricsAnalysis → StepPaused writes the status once
+/// and publishes three Events).
 pub fn transition_events(
     stored: Option<&RolloutStatus>,
+    visited: &[(i32, String)],
     new: &RolloutStatus,
     steps: usize,
 ) -> Vec<PlannedEvent> {
@@ -38,10 +41,17 @@ pub fn transition_events(
     let (oi, os, of) = sub(old);
     let (ni, ns, nf) = sub(new);
     if (oi, &os) != (ni, &ns) && !ns.is_empty() {
-        events.push(PlannedEvent::normal(
-            event::PROGRESSING,
-            format!("step({oi}/{steps}) {os} -> step({ni}/{steps}) {ns}"),
-        ));
+        let mut path: Vec<(i32, &str)> = vec![(oi, os.as_str())];
+        path.extend(visited.iter().map(|(i, s)| (*i, s.as_str())));
+        path.push((ni, ns.as_str()));
+        path.dedup();
+        for hop in path.windows(2) {
+            let ((fi, fs), (ti, ts)) = (hop[0], hop[1]);
+            events.push(PlannedEvent::normal(
+                event::PROGRESSING,
+                format!("step({fi}/{steps}) {fs} -> step({ti}/{steps}) {ts}"),
+            ));
+        }
     }
     if of != nf && !nf.is_empty() {
         events.push(PlannedEvent::normal(

@@ -131,6 +131,9 @@ pub struct Draft<'a> {
     pub hash: String,
     /// The plan so far.
     pub plan: RolloutPlan,
+    /// Step states this reconcile passed through on its way to the new status (index, state):
+    /// one reconcile may run several states, and each still gets its Event.
+    pub visited: Vec<(i32, String)>,
 }
 
 impl Draft<'_> {
@@ -178,14 +181,17 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             requeue_after: None,
         },
         hash,
+        visited: Vec::new(),
     };
     phase::run(&mut draft);
     // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out.
     status::canary(draft.status());
     status::mirror_step(draft.status());
+    status::hold_progress(obs.rollout.status.as_ref(), draft.status());
     draft.plan.traffic = routing::intent_for(obs, &draft.plan.status);
     draft.plan.events.extend(events::transition_events(
         obs.rollout.status.as_ref(),
+        &draft.visited,
         &draft.plan.status,
         routing::steps(obs).len(),
     ));

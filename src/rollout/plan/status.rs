@@ -138,6 +138,32 @@ pub fn mirror_step(status: &mut RolloutStatus) {
     }
 }
 
+/// Keeps the stored `canaryReplicas` and `canaryStatus.message` when they are all that changed:
+/// they follow the canary LWS group by group (`steps::sync_batch_release`), and written on their
+/// own they were a status patch for every group created. They are written with the next change
+/// a reader acts on — a step or state, the phase, a condition or message, a group becoming
+/// ready (`canaryReadyReplicas` is never held back) — so `kubectl get` shows them fresh at
+/// every step state, and a stalled batch shows them with the message naming its groups.
+pub fn hold_progress(stored: Option<&RolloutStatus>, new: &mut RolloutStatus) {
+    let Some(stored) = stored else {
+        return;
+    };
+    let (Some(was), Some(now)) = (stored.canary_status.as_ref(), new.canary_status.as_ref()) else {
+        return;
+    };
+    if was.canary_ready_replicas != now.canary_ready_replicas {
+        return;
+    }
+    let mut held = new.clone();
+    if let Some(c) = held.canary_status.as_mut() {
+        c.canary_replicas = was.canary_replicas;
+        c.common.message = was.common.message.clone();
+    }
+    if held == *stored {
+        *new = held;
+    }
+}
+
 /// The canary sub-status, created empty when absent (Argo CD's health Lua indexes
 /// `status.canaryStatus` without a nil check, so a canary Rollout always has one).
 pub fn canary(status: &mut RolloutStatus) -> &mut CanaryStatus {

@@ -16,8 +16,13 @@ use crate::api::batchrelease::{
     BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
 };
 use crate::api::rollout::{CanaryStep, Rollout, step_state as st};
-use crate::batchrelease::{names::batch_state, replicas::desired_groups};
+use crate::batchrelease::{
+    names::batch_state,
+    progress::{BatchProgress, progress},
+    replicas::desired_groups,
+};
 use crate::rollout::names::event;
+use crate::rollout::observe::BatchReleaseSummary;
 
 use super::{BatchReleaseAction, Draft, PlannedEvent, routing, status};
 
@@ -176,25 +181,54 @@ pub fn plan_changed(d: &mut Draft<'_>) {
     jump(d);
 }
 
-/// Copies the BatchRelease's progress into the canary status (Kruise's `syncBatchRelease`).
+/// The BatchRelease's current batch as its canary LWS shows it (`batchrelease::progress`, the
+/// rule the BatchRelease controller publishes), with the batch's 0-based index; `None` while
+/// there is no batch to run or no canary for the revision this Rollout releases.
+pub fn batch_progress(d: &Draft<'_>, br: &BatchReleaseSummary) -> Option<(i32, BatchProgress)> {
+    let plan = &br.spec.release_plan;
+    let batches = plan.batches.as_deref().unwrap_or_default();
+    let last = batches.len().checked_sub(1)?;
+    let batch = usize::try_from(plan.batch_partition?)
+        .unwrap_or(0)
+        .min(last);
+    let releasing = d
+        .plan
+        .status
+        .canary_status
+        .as_ref()
+        .map(|c| c.canary_revision.as_str());
+    if br.status.update_revision.as_deref() != releasing {
+        return None;
+    }
+    let desired = desired_groups(&batches[batch].canary_replicas, stable_replicas(d));
+    let p = progress(desired, br.canary.as_ref(), plan.failure_threshold.as_ref());
+    Some((i32::try_from(batch).unwrap_or(0), p))
+}
+
+/// Copies the batch's progress into the canary status (Kruise's `syncBatchRelease`): read off
+/// the canary LWS when it exists, else the BatchRelease's own status.
 fn sync_batch_release(d: &mut Draft<'_>) {
     let Some(br) = d.obs.batch_release.as_ref() else {
         return;
     };
     let brs = br.status.canary_status.clone().unwrap_or_default();
-    let mut message = format!(
-        "BatchRelease is at state {}, rollout-id {}, step {}",
-        brs.current_batch_state.unwrap_or_default(),
-        br.status.observed_rollout_id.clone().unwrap_or_default(),
-        brs.current_batch + 1
+    let (state, batch, updated, ready) = match batch_progress(d, br) {
+        Some((batch, p)) => (p.state.to_string(), batch, p.updated, p.ready),
+        None => (
+            brs.current_batch_state.unwrap_or_default(),
+            brs.current_batch,
+            brs.updated_replicas,
+            brs.updated_ready_replicas,
+        ),
+    };
+    let message = format!(
+        "BatchRelease is at state {state}, rollout-id {}, step {}",
+        br.spec.release_plan.rollout_id.clone().unwrap_or_default(),
+        batch + 1
     );
-    if let Some(m) = br.status.message.as_deref().filter(|m| !m.is_empty()) {
-        message.push_str(", ");
-        message.push_str(m);
-    }
     let c = status::canary(d.status());
-    c.canary_replicas = brs.updated_replicas;
-    c.canary_ready_replicas = brs.updated_ready_replicas;
+    c.canary_replicas = updated;
+    c.canary_ready_replicas = ready;
     c.common.message = Some(message);
 }
 
@@ -228,6 +262,7 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
         c.common.current_step_index = index;
         let step = &steps[usize::try_from(index - 1).unwrap_or(0)];
         let state = c.common.current_step_state.clone();
+        d.visited.push((index, state.clone()));
         // A step without traffic first takes the split down (Kruise: FinalisingTrafficRouting).
         if !routing::has_traffic(step) && !routing::settled(d) {
             return false;
@@ -287,33 +322,44 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
     false
 }
 
-/// StepUpgrade: the BatchRelease runs up to this step's batch; done when it reports the batch
-/// ready for the spec we want.
+/// How long a batch may take before the Rollout's message names what it waits for (the
+/// BatchRelease's message: the canary LWS and each group not ready) and a Warning Event
+/// `CanaryNotReady` is published. Until then the message is Kruise's plain "upgrade workload
+/// to new version", so a release whose groups come up in time writes no status for them.
+pub const STALL_SECONDS: i64 = 10;
+
+/// StepUpgrade: the BatchRelease runs up to this step's batch; done when the batch is ready
+/// for the spec we want — read off the canary LWS (`batch_progress`), so the reconcile the
+/// canary's status change starts moves on without waiting for the BatchRelease's status.
 fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
     let now = d.now;
     let mut message = status::upgrading(index, steps);
     let desired = desired_batch_release(d, Some(index - 1), None);
     let ready = match d.obs.batch_release.as_ref() {
         Some(br) if br.spec == desired.spec => {
-            let brs = br.status.canary_status.clone().unwrap_or_default();
+            let ready = batch_progress(d, br)
+                .is_some_and(|(batch, p)| batch + 1 >= index && p.state == batch_state::READY);
+            let since = status::canary(d.status()).common.last_update_time.clone();
             let current = br.status.observed_generation == Some(br.generation);
-            let ready = current
-                && brs.current_batch_state.as_deref() == Some(batch_state::READY)
-                && brs.current_batch + 1 >= index;
-            if !ready
-                && current
-                && let Some(why) = br.status.message.as_deref().filter(|m| !m.is_empty())
-            {
-                {
-                    message = format!("{message}; {why}");
-                    let stored = d
-                        .obs
-                        .rollout
-                        .status
-                        .as_ref()
-                        .and_then(|s| s.message.as_deref());
-                    if stored != Some(message.as_str()) {
-                        d.event(PlannedEvent::warning(event::CANARY_NOT_READY, why));
+            if !ready {
+                match status::remaining(since.as_ref(), STALL_SECONDS, now) {
+                    Some(left) => d.requeue(left),
+                    None => {
+                        if current
+                            && let Some(why) =
+                                br.status.message.as_deref().filter(|m| !m.is_empty())
+                        {
+                            message = format!("{message}; {why}");
+                            let stored = d
+                                .obs
+                                .rollout
+                                .status
+                                .as_ref()
+                                .and_then(|s| s.message.as_deref());
+                            if stored != Some(message.as_str()) {
+                                d.event(PlannedEvent::warning(event::CANARY_NOT_READY, why));
+                            }
+                        }
                     }
                 }
             }

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use self::world::{World, pct, step, three_steps};
 use crate::api::rollout::finalising_step as fs;
 use crate::rollout::names::{condition, event, reason};
-use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, status};
+use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, plan, status};
 use crate::traffic::intent::{CanaryRoute, TrafficIntent};
 
 fn weight(w: &World) -> Option<i32> {
@@ -662,7 +662,20 @@ fn a_canary_that_never_gets_ready_stalls_visibly_without_weight() {
     w.canary_healthy = false;
     w.reconcile();
     w.change_template("rev2");
-    for _ in 0..8 {
+    w.until("step 1 upgrade", at_state("StepUpgrade", 1));
+    w.reconcile();
+    assert_eq!(
+        w.status().message.as_deref(),
+        Some("Rollout is in step(1/3), and upgrade workload to new version"),
+        "a batch in its first seconds is not reported group by group"
+    );
+    let p = w.reconcile();
+    assert_eq!(
+        p.requeue_after,
+        Some(Duration::from_secs(10)),
+        "the stall deadline is a timer, not a poll"
+    );
+    for _ in 0..4 {
         let p = w.reconcile();
         if let Some(d) = p.requeue_after {
             w.advance(i64::try_from(d.as_secs()).unwrap());
@@ -681,7 +694,7 @@ fn a_canary_that_never_gets_ready_stalls_visibly_without_weight() {
         ),
         "{msg}"
     );
-    assert!(msg.contains("group 0 (3/4 pods ready)"), "{msg}");
+    assert!(msg.ends_with("not ready: group 0"), "{msg}");
     let warnings: Vec<_> = w
         .plans
         .iter()
@@ -803,4 +816,60 @@ fn a_changed_plan_recomputes_the_step() {
             .get(crate::rollout::names::HASH_ANNOTATION)
             .map(String::as_str)
     );
+}
+
+#[test]
+fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_alone_is_not_written()
+ {
+    let mut steps = three_steps();
+    for s in &mut steps {
+        s.traffic = None;
+    }
+    let mut w = started(steps);
+    w.approve();
+    w.until("step 2 upgrade", at_state("StepUpgrade", 2));
+    let stored = w.status();
+    let br = w.obs.batch_release.as_mut().unwrap();
+    // The BatchRelease's status still describes batch 1; its canary LWS has the second group,
+    // not ready yet.
+    br.status.observed_generation = Some(br.generation - 1);
+    let c = br.status.canary_status.as_mut().unwrap();
+    c.current_batch = 0;
+    c.updated_replicas = 1;
+    c.updated_ready_replicas = 1;
+    let mut canary = br.canary.unwrap();
+    canary.spec_replicas = 2;
+    canary.replicas = 2;
+    canary.ready = 1;
+    br.canary = Some(canary);
+    let p = plan(&w.obs, w.now);
+    assert_eq!(
+        p.status, stored,
+        "a group created but not ready changes nothing a reader acts on: no status write"
+    );
+    // The group becomes ready: the same reconcile moves on, whatever the BatchRelease says.
+    canary.ready = 2;
+    w.obs.batch_release.as_mut().unwrap().canary = Some(canary);
+    let p = plan(&w.obs, w.now);
+    let c = p.status.canary_status.clone().unwrap();
+    assert_eq!(
+        (
+            c.common.current_step_index,
+            c.common.current_step_state.as_str()
+        ),
+        (2, "StepPaused")
+    );
+    assert_eq!((c.canary_replicas, c.canary_ready_replicas), (2, 2));
+    assert_eq!(
+        c.common.message.as_deref(),
+        Some("BatchRelease is at state Ready, rollout-id rev2, step 2")
+    );
+    // Every state passed on the way is still published as an Event.
+    let moves: Vec<&str> = p
+        .events
+        .iter()
+        .filter(|e| e.message.contains(" -> step("))
+        .map(|e| e.message.as_str())
+        .collect();
+    assert!(moves.len() >= 3, "{moves:?}");
 }

@@ -14,7 +14,7 @@ use crate::api::rollout::{
     CanaryStep, CanaryStrategy, GatewayTrafficRouting, ObjectRef, Rollout, RolloutPause,
     RolloutSpec, RolloutStrategy, TrafficRoutingRef,
 };
-use crate::batchrelease::replicas::desired_groups;
+use crate::batchrelease::{progress::CanaryCounts, replicas::desired_groups};
 use crate::rollout::names;
 use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, StableWorkload};
 use crate::rollout::plan::{
@@ -242,10 +242,13 @@ impl World {
                     .as_ref()
                     .map(|b| b.status.clone())
                     .unwrap_or_default();
+                let canary = self.obs.batch_release.as_ref().and_then(|b| b.canary);
                 self.obs.batch_release = Some(BatchReleaseSummary {
                     generation,
+                    resource_version: generation.to_string(),
                     spec: br.spec.clone(),
                     status,
+                    canary,
                 });
             }
             BatchReleaseAction::Delete => self.obs.batch_release = None,
@@ -256,9 +259,11 @@ impl World {
         p
     }
 
-    /// What the BatchRelease controller reports for the current spec.
+    /// What the BatchRelease controller and the LWS controller make of the current spec: the
+    /// canary LWS scaled to the batch (its status caught up) and the BatchRelease's status.
     fn run_batch_release(&mut self) {
         let replicas = self.obs.workload.as_ref().map_or(0, |w| w.replicas);
+        let releasing = self.canary().canary_revision;
         let healthy = self.canary_healthy;
         let Some(br) = self.obs.batch_release.as_mut() else {
             return;
@@ -278,12 +283,21 @@ impl World {
             .map_or(0, |c| c.updated_replicas)
             .max(want);
         let ready = if healthy { have } else { have - 1 };
+        let generation = br.canary.map_or(1, |c| c.generation + 1);
+        br.canary = Some(CanaryCounts {
+            spec_replicas: have,
+            generation,
+            observed_generation: Some(generation),
+            replicas: have,
+            ready,
+        });
         br.status = BatchReleaseStatus {
+            update_revision: Some(releasing),
             observed_generation: Some(br.generation),
             observed_rollout_id: br.spec.release_plan.rollout_id.clone(),
             phase: Some("Progressing".into()),
             message: (!healthy).then(|| {
-                format!("batch {} waits for LeaderWorkerSet vllm-canary-rev2: {ready}/{want} groups ready; not ready: group {} (3/4 pods ready)", partition + 1, have - 1)
+                format!("batch {} waits for LeaderWorkerSet vllm-canary-rev2: {ready}/{want} groups ready; not ready: group {}", partition + 1, have - 1)
             }),
             canary_status: Some(BatchReleaseCanaryStatus {
                 current_batch_state: Some(if healthy { "Ready" } else { "Verifying" }.into()),
