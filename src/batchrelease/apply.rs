@@ -13,11 +13,9 @@ use crate::{
     k8s::{
         apply::{ApiError, Applier, Propagation, merge_patch_between},
         events::Events,
-    },
-    rollout::{
-        apply::{event_spec, key},
         written::Written,
     },
+    rollout::apply::{event_spec, key},
 };
 
 /// The cached resourceVersion of the canary `name` ("" when the cache has none).

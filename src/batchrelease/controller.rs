@@ -34,7 +34,7 @@ pub struct Context {
     stores: observe::Stores,
     backoff: Backoff<BatchRelease>,
     metrics: crate::manager::metrics::ControllerMetrics,
-    written: crate::rollout::written::Written,
+    written: crate::k8s::written::Written,
 }
 
 /// The caches the BatchRelease controller reads and is woken by.
@@ -65,7 +65,7 @@ pub fn run(
         stores: stores.clone(),
         backoff: Backoff::new("batchrelease"),
         metrics: metrics.clone(),
-        written: crate::rollout::written::Written::default(),
+        written: crate::k8s::written::Written::default(),
     });
     let brs = stores.batch_releases.clone();
     // Queue depth: the BatchRelease's own changes pass through here.
@@ -154,7 +154,7 @@ async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Acti
 }
 
 /// Whether the cache still holds a version of the BatchRelease, or of the canary the plan would
-/// write, that our last write to it replaced (`rollout::written`), and for how long to wait.
+/// write, that our last write to it replaced (`k8s::written`), and for how long to wait.
 fn cache_behind(
     ctx: &Context,
     obs: &observe::BatchReleaseObserved,

@@ -24,3 +24,4 @@ pub mod events;
 pub mod label_index;
 pub mod pod;
 pub mod watch;
+pub mod written;

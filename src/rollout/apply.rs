@@ -14,8 +14,8 @@ use super::{
     deref::{self, TrafficRead},
     observe::RolloutObserved,
     plan::{BatchReleaseAction, FinalizerAction, HoldAction, PlannedEvent, RolloutPlan},
-    written::Written,
 };
+use crate::k8s::written::Written;
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{

@@ -19,7 +19,8 @@ use kube::{
 };
 use tracing::{Instrument, info_span};
 
-use super::{apply, deref, observe, plan, written};
+use super::{apply, deref, observe, plan};
+use crate::k8s::written;
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
@@ -173,7 +174,7 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
 }
 
 /// Whether the cache still holds a version of the Rollout or its BatchRelease that our last
-/// write to it replaced (`rollout::written`), and for how long to wait at most.
+/// write to it replaced (`k8s::written`), and for how long to wait at most.
 fn cache_behind(ctx: &Context, obs: &observe::RolloutObserved) -> Option<Duration> {
     let r = &obs.rollout;
     let (ns, name) = (r.namespace().unwrap_or_default(), r.name_any());

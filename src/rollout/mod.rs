@@ -8,4 +8,3 @@ pub mod deref;
 pub mod names;
 pub mod observe;
 pub mod plan;
-pub mod written;

@@ -72,7 +72,7 @@ impl StableWorkload {
 pub struct BatchReleaseSummary {
     /// `metadata.generation`.
     pub generation: i64,
-    /// `metadata.resourceVersion` as cached (see `rollout::written`).
+    /// `metadata.resourceVersion` as cached (see `k8s::written`).
     pub resource_version: String,
     /// Its spec (compared with the desired one: a difference means "being updated").
     pub spec: BatchReleaseSpec,
