@@ -5,8 +5,9 @@
 //! filtered by the `leaderworkerset.sigs.k8s.io/name` label, so unrelated pods never enter
 //! memory — pods, StatefulSets, Services and ControllerRevisions. Every event maps to its LWS,
 //! and one reconcile per LWS handles what upstream splits over an LWS reconciler and a per-pod
-//! reconciler. Nothing is kept between reconciles but a failure count for backoff; a restart
-//! recomputes everything from the cluster.
+//! reconciler. Nothing is kept between reconciles but a failure count for backoff and the last
+//! status written until the cache shows it (so it is not written twice); a restart recomputes
+//! everything from the cluster.
 
 use std::{sync::Arc, time::Duration};
 
@@ -50,6 +51,8 @@ pub struct Context {
     metrics: ControllerMetrics,
     /// Consecutive failures per LWS, for backoff only (never for a decision).
     backoff: Backoff<LeaderWorkerSet>,
+    /// Status writes the LWS cache has not shown yet, so they are not repeated.
+    written: apply::WrittenStatuses,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -98,6 +101,7 @@ pub fn run(
             revisions: index_of(caches.revisions),
         },
         backoff: Backoff::new("lws"),
+        written: apply::WrittenStatuses::default(),
         metrics: metrics.clone(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
@@ -184,7 +188,16 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = plan::plan(&lws, &observed, &deref, &now);
         let applied = apply::apply(&ctx.applier, &ctx.events, &lws, &plan).await?;
-        apply::write_status(&ctx.applier, &ctx.events, &lws, &plan, &applied, &now).await?;
+        apply::write_status(
+            &ctx.applier,
+            &ctx.events,
+            &ctx.written,
+            &lws,
+            &plan,
+            &applied,
+            &now,
+        )
+        .await?;
         if let Some(err) = applied.deferred {
             return Err(err.into());
         }

@@ -188,7 +188,9 @@ start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
   --kube-api-qps=200 --kube-api-burst=400 --v=1
 
 # kwok reads ~/.kwok/kwok.yaml unless told otherwise: point it at our state only.
+# A project stage replaces KWOK's stage of the same file name (stages/pod-delete.yaml says why).
 for f in "$CP_CACHE"/kwok-stages/*.yaml "$CLUSTER_DIR"/stages/*.yaml; do
+  [ "${f#"$CLUSTER_DIR"/stages/}" = "$f" ] && [ -f "$CLUSTER_DIR/stages/$(basename "$f")" ] && continue
   [ -f "$f" ] && { echo "---"; cat "$f"; echo; }
 done >"$STATE/kwok/stages.yaml"
 log "starting kwok"

@@ -122,6 +122,11 @@ struct Args {
     /// Keep each side's cluster logs (they are kept anyway when a side fails).
     #[arg(long)]
     keep_logs: bool,
+    /// Audit the controller's write requests with their bodies (level Request) and every
+    /// user's creates and deletes of StatefulSets and pods (garbage collector, StatefulSet
+    /// controller), to explain churn. Costs the apiserver more; figures stay the controller's.
+    #[arg(long)]
+    audit_detail: bool,
 }
 
 impl Args {
@@ -170,6 +175,8 @@ struct WebhookLatency {
 struct Requests {
     total: u64,
     by_verb: BTreeMap<String, u64>,
+    /// `resource[/subresource] verb` → count, e.g. `statefulsets create`.
+    by_resource: BTreeMap<String, u64>,
     user_agents: Vec<String>,
 }
 
@@ -292,11 +299,22 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&args.state_root)?;
     let policy = args.state_root.join(format!("audit-policy-{side}.yaml"));
+    let detail = if args.audit_detail {
+        format!(
+            "- level: Request\n  users: [\"{CONTROLLER_USER}\"]\n  \
+             verbs: [create, update, patch, delete]\n\
+             - level: Metadata\n  users: [\"{CONTROLLER_USER}\"]\n\
+             - level: Metadata\n  verbs: [create, delete]\n  \
+             resources: [{{group: apps, resources: [statefulsets]}}, {{group: \"\", resources: [pods]}}]\n"
+        )
+    } else {
+        format!("- level: Metadata\n  users: [\"{CONTROLLER_USER}\"]\n")
+    };
     std::fs::write(
         &policy,
         format!(
             "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n\
-             - level: Metadata\n  users: [\"{CONTROLLER_USER}\"]\n- level: None\n"
+             {detail}- level: None\n"
         ),
     )?;
     // S5's LWSs hold at most twice their pods (stable and canary) plus the stable's surge.
@@ -856,7 +874,10 @@ impl Audit {
         file.take(to - from).read_to_string(&mut text)?;
         let mut offset = from;
         for line in text.split_inclusive('\n') {
-            if let Ok(ev) = serde_json::from_str::<serde_json::Value>(line) {
+            // With --audit-detail the log also holds other users' requests.
+            if let Ok(ev) = serde_json::from_str::<serde_json::Value>(line)
+                && ev["user"]["username"].as_str() == Some(CONTROLLER_USER)
+            {
                 f(offset, &ev);
             }
             offset += line.len() as u64;
@@ -882,6 +903,14 @@ impl Audit {
             }
             r.total += 1;
             *r.by_verb.entry(verb.to_string()).or_default() += 1;
+            let obj = &ev["objectRef"];
+            let resource = match obj["subresource"].as_str() {
+                Some(sub) => format!("{}/{sub}", obj["resource"].as_str().unwrap_or_default()),
+                None => obj["resource"].as_str().unwrap_or_default().to_string(),
+            };
+            *r.by_resource
+                .entry(format!("{resource} {verb}"))
+                .or_default() += 1;
             agents.insert(ev["userAgent"].as_str().unwrap_or("(none)").to_string());
         })?;
         r.user_agents = agents.into_iter().collect();
@@ -1308,6 +1337,36 @@ fn table(args: &Args, results: &[SideResult]) -> String {
         &|r| r.s2_requests.total as f64,
         &n,
     );
+    // Each S2 update replaces every group once; the writes a correct roll needs per group are
+    // one worker StatefulSet create, a leader StatefulSet partition patch and a status patch.
+    let replaced = (args.lws * args.groups).max(1) as f64;
+    let per_group = |key: &'static str| {
+        move |r: &SideResult| {
+            r.s2_requests
+                .by_resource
+                .iter()
+                .filter(|(k, _)| k.ends_with(key))
+                .map(|(_, v)| *v)
+                .sum::<u64>() as f64
+                / replaced
+        }
+    };
+    let two = |v: f64| format!("{v:.2}");
+    row(
+        "S2 StatefulSet creates per group replaced",
+        &|r| {
+            r.s2_requests
+                .by_resource
+                .get("statefulsets create")
+                .copied()
+                .unwrap_or(0) as f64
+                / replaced
+        },
+        &two,
+    );
+    row("S2 deletes per group replaced", &per_group(" delete"), &two);
+    row("S2 patches per group replaced", &per_group(" patch"), &two);
+    row("S2 updates per group replaced", &per_group(" update"), &two);
     if args.noise_pods > 0 {
         row(
             "S3 idle RSS before the unrelated pods (MiB)",
@@ -1405,6 +1464,10 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             r.s2_requests.by_verb,
             r.s3_requests.by_verb,
             r.s1_requests.user_agents
+        ));
+        out.push_str(&format!(
+            "{} S2 requests by resource: {:?}\n",
+            r.side, r.s2_requests.by_resource
         ));
         if let Some(rel) = &r.s5 {
             for w in &rel.writes {
