@@ -187,7 +187,9 @@ mod tests {
     }
 
     /// Everything that came out by now.
-    fn drain(rx: &mut mpsc::UnboundedReceiver<(&'static str, Duration)>) -> Vec<(&'static str, u64)> {
+    fn drain(
+        rx: &mut mpsc::UnboundedReceiver<(&'static str, Duration)>,
+    ) -> Vec<(&'static str, u64)> {
         let mut out = Vec::new();
         while let Ok((key, at)) = rx.try_recv() {
             out.push((key, at.as_millis() as u64));
