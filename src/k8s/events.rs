@@ -1,14 +1,34 @@
 //! Events about any object. Controllers describe events as plain data ([`EventSpec`], part of
 //! their plans) and publish them here; reasons are named constants in each controller.
 
-use kube::{
-    Client, Resource,
-    runtime::events::{Event, EventType, Recorder, Reporter},
+use std::{
+    collections::HashMap,
+    hash::{DefaultHasher, Hash, Hasher},
+    sync::{Arc, Mutex},
+    time::Duration,
 };
+
+use k8s_openapi::{
+    api::{
+        core::v1::ObjectReference,
+        events::v1::{Event, EventSeries},
+    },
+    apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta},
+    jiff::Timestamp,
+};
+use kube::{
+    Api, Client, Resource,
+    api::{Patch, PatchParams, PostParams},
+};
+use tokio::time::Instant;
 use tracing::warn;
 
+/// How long a published event can still grow a series: kube-runtime's recorder's value, and
+/// about the time client-go's event broadcaster folds repeats in.
+const SERIES_TTL: Duration = Duration::from_secs(6 * 60);
+
 /// Normal or Warning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Severity {
     /// Something happened as planned.
     Normal,
@@ -47,40 +67,44 @@ impl EventSpec {
     }
 }
 
-/// Publishes events as one reporting controller.
+/// Publishes events as one reporting controller, folding repeats into event series.
+///
+/// Our own recorder rather than kube-runtime's: that one keeps every event it published in
+/// full (object, key with the reference and the note twice) for six minutes — 2.2 MB at the
+/// peak of the benchmark's S1 (docs/performance.md). Here a published event leaves only what
+/// a repeat needs: a hash of its key, its name and namespace, and its count.
 #[derive(Clone)]
 pub struct Events {
-    recorder: Recorder,
+    client: Client,
+    controller: String,
+    instance: String,
+    series: Arc<Mutex<HashMap<u64, Series>>>,
+}
+
+/// What a repeat of a published event needs.
+struct Series {
+    namespace: String,
+    name: String,
+    count: i32,
+    last: Instant,
 }
 
 impl Events {
     /// Events reported by `controller` (the pod name, when known, is the instance).
     pub fn new(client: Client, controller: &str) -> Self {
         Self {
-            recorder: Recorder::new(
-                client,
-                Reporter {
-                    controller: controller.into(),
-                    instance: std::env::var("POD_NAME").ok(),
-                },
-            ),
+            client,
+            controller: controller.into(),
+            instance: std::env::var("POD_NAME").unwrap_or_else(|_| controller.into()),
+            series: Arc::default(),
         }
     }
 
     /// Publishes `event` about `obj`. A failure to publish is logged, never fatal: an event is
     /// a courtesy to users, and the state it describes is in the object's status anyway.
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, obj: &K, event: &EventSpec) {
-        let ev = Event {
-            type_: match event.severity {
-                Severity::Normal => EventType::Normal,
-                Severity::Warning => EventType::Warning,
-            },
-            reason: event.reason.clone(),
-            note: Some(event.note.clone()),
-            action: action_for(&event.note),
-            secondary: None,
-        };
-        if let Err(err) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+        let regarding = obj.object_ref(&());
+        if let Err(err) = self.publish_about(&regarding, event).await {
             warn!(error = %err, reason = %event.reason, "cannot publish event");
         }
     }
@@ -91,6 +115,118 @@ impl Events {
             self.publish(obj, event).await;
         }
     }
+
+    async fn publish_about(
+        &self,
+        regarding: &ObjectReference,
+        event: &EventSpec,
+    ) -> Result<(), kube::Error> {
+        let key = series_key(regarding, event);
+        let now = Instant::now();
+        let repeat = {
+            let mut series = self.series.lock().expect("event series lock");
+            series.retain(|_, s| now.duration_since(s.last) < SERIES_TTL);
+            series
+                .get(&key)
+                .map(|s| (s.namespace.clone(), s.name.clone(), s.count + 1))
+        };
+        if let Some((namespace, name, count)) = repeat {
+            let patch = serde_json::json!({
+                "series": EventSeries {
+                    count,
+                    last_observed_time: MicroTime(Timestamp::now()),
+                }
+            });
+            match Api::<Event>::namespaced(self.client.clone(), &namespace)
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                Ok(_) => {
+                    self.remember(key, namespace, name, count, now);
+                    return Ok(());
+                }
+                // The API server's event TTL removed it: a new event starts a new series.
+                Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                Err(err) => return Err(err),
+            }
+        }
+        let created = self.new_event(regarding, event);
+        let namespace = created.metadata.namespace.clone().unwrap_or_default();
+        let name = created.metadata.name.clone().unwrap_or_default();
+        Api::<Event>::namespaced(self.client.clone(), &namespace)
+            .create(&PostParams::default(), &created)
+            .await?;
+        self.remember(key, namespace, name, 1, now);
+        Ok(())
+    }
+
+    fn remember(&self, key: u64, namespace: String, name: String, count: i32, last: Instant) {
+        self.series.lock().expect("event series lock").insert(
+            key,
+            Series {
+                namespace,
+                name,
+                count,
+                last,
+            },
+        );
+    }
+
+    /// The event as kube-runtime's recorder writes it (events.k8s.io/v1; cluster-scoped objects
+    /// get theirs in `default`).
+    fn new_event(&self, regarding: &ObjectReference, event: &EventSpec) -> Event {
+        let now = Timestamp::now();
+        Event {
+            action: Some(action_for(&event.note)),
+            reason: Some(event.reason.clone()),
+            event_time: Some(MicroTime(now)),
+            regarding: Some(regarding.clone()),
+            note: Some(event.note.clone()),
+            metadata: ObjectMeta {
+                namespace: Some(
+                    regarding
+                        .namespace
+                        .clone()
+                        .unwrap_or_else(|| "default".into()),
+                ),
+                name: Some(format!(
+                    "{}.{:x}",
+                    regarding.name.as_ref().unwrap_or(&self.controller),
+                    now.as_nanosecond()
+                )),
+                ..Default::default()
+            },
+            reporting_controller: Some(self.controller.clone()),
+            reporting_instance: Some(self.instance.clone()),
+            type_: Some(
+                match event.severity {
+                    Severity::Normal => "Normal",
+                    Severity::Warning => "Warning",
+                }
+                .into(),
+            ),
+            ..Default::default()
+        }
+    }
+}
+
+/// What makes two events one series: the object they regard, type, reason and action (the
+/// reporter is the same for all of one recorder). Kept as a 64-bit hash; two different events
+/// with the same hash (odds ~n²/2⁶⁴) would only count one in the other's series.
+fn series_key(regarding: &ObjectReference, event: &EventSpec) -> u64 {
+    let mut h = DefaultHasher::new();
+    (
+        &regarding.api_version,
+        &regarding.kind,
+        &regarding.namespace,
+        &regarding.name,
+        &regarding.uid,
+    )
+        .hash(&mut h);
+    event.severity.hash(&mut h);
+    event.reason.hash(&mut h);
+    action_for(&event.note).hash(&mut h);
+    h.finish()
 }
 
 /// The recorder folds events with the same (reason, action) into one series that keeps the
@@ -107,6 +243,43 @@ fn action_for(note: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn reference(name: &str, uid: &str) -> ObjectReference {
+        ObjectReference {
+            api_version: Some("leaderworkerset.x-k8s.io/v1".into()),
+            kind: Some("LeaderWorkerSet".into()),
+            namespace: Some("ns".into()),
+            name: Some(name.into()),
+            uid: Some(uid.into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_series_is_one_object_reason_and_message() {
+        let lws = reference("a", "u1");
+        let created = EventSpec::normal("Created", "made group 0");
+        assert_eq!(
+            series_key(&lws, &created),
+            series_key(&lws, &created.clone())
+        );
+        for other in [
+            EventSpec::normal("Created", "made group 1"),
+            EventSpec::normal("Deleted", "made group 0"),
+            EventSpec::warning("Created", "made group 0"),
+        ] {
+            assert_ne!(series_key(&lws, &created), series_key(&lws, &other));
+        }
+        // A recreated object of the same name is a different object.
+        assert_ne!(
+            series_key(&lws, &created),
+            series_key(&reference("a", "u2"), &created)
+        );
+        assert_ne!(
+            series_key(&lws, &created),
+            series_key(&reference("b", "u1"), &created)
+        );
+    }
 
     #[test]
     fn action_is_the_note_cut_at_a_char_boundary() {

@@ -13,6 +13,7 @@
 //! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`pod`]: facts about pods every controller reads the same way (readiness).
+//! - [`throttle`]: per-key reconcile triggers, at most two per window, the first at once.
 
 pub mod apply;
 pub mod apply_body;
@@ -23,5 +24,6 @@ pub mod error;
 pub mod events;
 pub mod label_index;
 pub mod pod;
+pub mod throttle;
 pub mod watch;
 pub mod written;

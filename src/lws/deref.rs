@@ -9,9 +9,12 @@ use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{Node, Pod, Service},
 };
-use kube::{Api, ResourceExt};
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, PartialObjectMeta},
+};
 
-use super::{objects, observe::Observed, plan::groups};
+use super::{labels, objects, observe::Observed, plan::groups};
 use crate::{
     api::leaderworkerset::{LeaderWorkerSet, SubdomainPolicy},
     k8s::apply::{ApiError, Applier},
@@ -57,23 +60,14 @@ pub async fn dereference(
     {
         deref.shared_service = applier.get_opt(&ns, &name).await?;
     }
-    let exclusive = lws
-        .annotations()
-        .contains_key(crate::lws::labels::EXCLUSIVE_TOPOLOGY);
-    for candidate in groups::wanting_workers(lws, observed) {
-        if candidate.revision.is_none() {
-            continue;
-        }
-        let leader_name = candidate.leader.name_any();
-        if let Some(live) = applier.get_opt::<Pod>(&ns, &leader_name).await? {
-            deref.live_leaders.insert(
-                leader_name,
-                LiveLeader {
-                    uid: live.metadata.uid.clone().unwrap_or_default(),
-                    deleting: live.metadata.deletion_timestamp.is_some(),
-                },
-            );
-        }
+    let exclusive = lws.annotations().contains_key(labels::EXCLUSIVE_TOPOLOGY);
+    let candidates: Vec<_> = groups::wanting_workers(lws, observed)
+        .into_iter()
+        .filter(|c| c.revision.is_some())
+        .collect();
+    let leader_names: Vec<String> = candidates.iter().map(|c| c.leader.name_any()).collect();
+    deref.live_leaders = live_leaders(applier, &ns, &name, &leader_names).await?;
+    for candidate in candidates {
         let node = candidate
             .leader
             .spec
@@ -96,4 +90,59 @@ pub async fn dereference(
         }
     }
     Ok(deref)
+}
+
+/// Reads the leaders `names` of LWS `ns/name` fresh: a GET for one, one LIST of the LWS's leader
+/// pods for more (each reconcile of a group coming up often has several). Both are consistent
+/// reads from the API server, newer than any cache, and metadata (uid, deletion) is all the
+/// plan compares, so only metadata is fetched.
+///
+/// The reads are not skipped when the caches look current: telling that the pod cache is at
+/// least as new as the StatefulSet cache would mean comparing resourceVersions across kinds,
+/// which the API treats as opaque (and which an API server storing pods in an etcd of their
+/// own, `--etcd-servers-overrides`, does not order). That comparison is exactly what the
+/// stale-leader bug needs (docs/lws.md), so a GET stays the proof.
+async fn live_leaders(
+    applier: &Applier,
+    ns: &str,
+    name: &str,
+    names: &[String],
+) -> Result<BTreeMap<String, LiveLeader>, ApiError> {
+    let api = Api::<Pod>::namespaced(applier.client().clone(), ns);
+    let found: Vec<PartialObjectMeta<Pod>> = match names {
+        [] => Vec::new(),
+        [one] => api
+            .get_metadata_opt(one)
+            .await
+            .map_err(|source| ApiError {
+                action: format!("reading Pod {ns}/{one}"),
+                source,
+            })?
+            .into_iter()
+            .collect(),
+        _ => {
+            // A pod without our labels is not the leader we cached: missing counts as gone.
+            let selector = format!("{}={name},{}=0", labels::NAME, labels::WORKER_INDEX);
+            api.list_metadata(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|source| ApiError {
+                    action: format!("listing leader pods of LeaderWorkerSet {ns}/{name}"),
+                    source,
+                })?
+                .items
+        }
+    };
+    Ok(found
+        .into_iter()
+        .filter(|p| names.iter().any(|n| Some(n) == p.metadata.name.as_ref()))
+        .map(|p| {
+            (
+                p.name_any(),
+                LiveLeader {
+                    uid: p.metadata.uid.clone().unwrap_or_default(),
+                    deleting: p.metadata.deletion_timestamp.is_some(),
+                },
+            )
+        })
+        .collect())
 }
