@@ -57,7 +57,7 @@ pub fn run(
     let stores = observe::Stores {
         batch_releases: caches.batch_releases.store(),
         lws: caches.lws.store(),
-        pods: caches.pods.store(),
+        pods: crate::lws::controller::index_of(caches.pods),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
@@ -130,7 +130,7 @@ async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Acti
             [
                 store_ready(&s.batch_releases),
                 store_ready(&s.lws),
-                store_ready(&s.pods),
+                watch::index_ready(&s.pods),
             ],
             Duration::from_secs(2),
         )

@@ -71,8 +71,8 @@ pub struct Stores {
     pub batch_releases: kube::runtime::reflector::Store<BatchRelease>,
     /// LeaderWorkerSets (stable and canary).
     pub lws: kube::runtime::reflector::Store<LeaderWorkerSet>,
-    /// Pods of LWSes (group readiness of the canary).
-    pub pods: kube::runtime::reflector::Store<k8s_openapi::api::core::v1::Pod>,
+    /// Pods of LWSes by LWS name (group readiness of the canary).
+    pub pods: crate::k8s::label_index::LabelIndex<k8s_openapi::api::core::v1::Pod>,
 }
 
 /// Fills the observed state of `br` from the stores.
@@ -122,11 +122,12 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
     let size = lws.spec.leader_worker_template.size.unwrap_or(1);
     let replicas = lws.spec.replicas.unwrap_or(1);
     let mut ready = vec![0; usize::try_from(replicas.max(0)).unwrap_or(0)];
-    for pod in stores.pods.state() {
-        if pod.namespace() != lws.namespace()
-            || pod.labels().get(labels::NAME) != lws.metadata.name.as_ref()
-            || !crate::k8s::pod::ready(&pod)
-        {
+    let pods = stores.pods.get(
+        lws.metadata.namespace.as_deref().unwrap_or_default(),
+        lws.metadata.name.as_deref().unwrap_or_default(),
+    );
+    for pod in pods {
+        if !crate::k8s::pod::ready(&pod) {
             continue;
         }
         let Some(index) = pod

@@ -169,3 +169,13 @@ where
 {
     Box::pin(async move { store.wait_until_ready().await.is_ok() })
 }
+
+/// One label index's readiness (its first full list), for [`ready`].
+pub fn index_ready<'a, K>(
+    index: &'a super::label_index::LabelIndex<K>,
+) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>
+where
+    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    Box::pin(index.wait_ready())
+}

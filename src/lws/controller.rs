@@ -143,9 +143,9 @@ pub fn run(
         .for_each(|_| async {})
 }
 
-/// The LWS-name index of a cache; the manager makes every cache the LWS controller reads with
-/// one, so its absence is a wiring bug caught by the first e2e test.
-fn index_of<K>(cache: &SharedCache<K>) -> LabelIndex<K>
+/// The LWS-name index of a cache; the manager makes every cache of LWS-owned objects with one,
+/// so its absence is a wiring bug caught by the first e2e test.
+pub(crate) fn index_of<K>(cache: &SharedCache<K>) -> LabelIndex<K>
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -233,10 +233,10 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
     }
     let stores = &ctx.stores;
     let caches = [
-        index_ready(&stores.pods),
-        index_ready(&stores.statefulsets),
-        index_ready(&stores.services),
-        index_ready(&stores.revisions),
+        watch::index_ready(&stores.pods),
+        watch::index_ready(&stores.statefulsets),
+        watch::index_ready(&stores.services),
+        watch::index_ready(&stores.revisions),
     ];
     if !watch::ready(caches, CACHE_WAIT).await {
         return Some(Action::requeue(Duration::from_secs(1)));
@@ -256,14 +256,4 @@ fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Ac
     let category = err.category();
     ctx.metrics.failed(category.metric_label());
     ctx.backoff.failed(&lws, err, category)
-}
-
-/// One index's readiness (its first full list), for [`watch::ready`].
-fn index_ready<K>(
-    index: &LabelIndex<K>,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send + '_>>
-where
-    K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
-{
-    Box::pin(index.wait_ready())
 }
