@@ -1,17 +1,14 @@
 //! Carries a [`BatchReleasePlan`] out: the canary LWS (server-side apply), canaries to delete,
 //! Kruise's finalizer when it is there, events, and the status.
 
-use kube::{
-    ResourceExt,
-    api::{Patch, PatchParams},
-};
+use kube::ResourceExt;
 use serde_json::json;
 
 use super::{names::FINALIZER, observe::BatchReleaseObserved, plan::BatchReleasePlan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet},
     k8s::{
-        apply::{ApiError, Applier, Propagation, merge_patch_between},
+        apply::{ApiError, Applier, Propagation, status_patch},
         events::Events,
         written::Written,
     },
@@ -65,22 +62,14 @@ pub async fn apply(
     };
     let write = async {
         if br.status.as_ref() != Some(&plan.status) {
-            let old =
-                serde_json::to_value(br.status.clone().unwrap_or_default()).unwrap_or_default();
-            let new = serde_json::to_value(&plan.status).unwrap_or_default();
             let name = br.name_any();
-            // Straight through the API (not the applier) for the resourceVersion it answers with.
-            let patched = kube::Api::<BatchRelease>::namespaced(applier.client().clone(), &ns)
-                .patch_status(
+            let patched = applier
+                .merge_patch_status::<BatchRelease>(
+                    &ns,
                     &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&json!({"status": merge_patch_between(&old, &new)})),
+                    &status_patch(br.status.as_ref(), &plan.status),
                 )
-                .await
-                .map_err(|source| ApiError {
-                    action: format!("patching the status of BatchRelease {ns}/{name}"),
-                    source,
-                })?;
+                .await?;
             written.record(
                 &key::<BatchRelease>(&ns, &name),
                 &br.resource_version().unwrap_or_default(),

@@ -253,22 +253,24 @@ impl Applier {
         status: &impl Serialize,
     ) -> Result<(), ApiError> {
         let body = serde_json::json!({ "status": status });
-        self.merge_patch_status::<K>(namespace, name, &body).await
+        self.merge_patch_status::<K>(namespace, name, &body)
+            .await
+            .map(|_| ())
     }
 
     /// Merge-patches the status subresource with a whole body (e.g. carrying
     /// `metadata.resourceVersion`, which makes the write fail with a conflict when the object
-    /// changed since it was read).
+    /// changed since it was read). Returns the object as written (its resourceVersion tells a
+    /// controller when its cache has caught up, see `k8s::written`).
     pub async fn merge_patch_status<K: Object>(
         &self,
         namespace: &str,
         name: &str,
         body: &Value,
-    ) -> Result<(), ApiError> {
+    ) -> Result<K, ApiError> {
         self.api::<K>(namespace)
             .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
             .await
-            .map(|_| ())
             .map_err(|source| ApiError {
                 action: describe::<K>("patching the status of", namespace, name),
                 source,
@@ -363,6 +365,18 @@ fn is_empty(v: &Value) -> bool {
         Value::Null => true,
         _ => false,
     }
+}
+
+/// `{"status": …}`: the merge patch that turns the stored status `old` (none: the default)
+/// into `new`.
+pub fn status_patch<S: Serialize + Default>(old: Option<&S>, new: &S) -> Value {
+    let old = match old {
+        Some(o) => serde_json::to_value(o),
+        None => serde_json::to_value(S::default()),
+    }
+    .unwrap_or_default();
+    let new = serde_json::to_value(new).unwrap_or_default();
+    serde_json::json!({ "status": merge_patch_between(&old, &new) })
 }
 
 /// The JSON merge patch (RFC 7386) that turns `old` into `new`: changed keys with their new

@@ -4,10 +4,7 @@
 //! written by `kubectl-kruise rollout approve` a moment ago is never overwritten), and last the
 //! finalizer's removal.
 
-use kube::{
-    ResourceExt,
-    api::{Patch, PatchParams},
-};
+use kube::ResourceExt;
 use serde_json::json;
 
 use super::{
@@ -19,7 +16,7 @@ use crate::k8s::written::Written;
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
-        apply::{ApiError, Applier, Propagation},
+        apply::{ApiError, Applier, Propagation, status_patch},
         events::{EventSpec, Events},
     },
     lws::{hold::RELEASE_FIELD_MANAGER, labels},
@@ -156,19 +153,11 @@ pub async fn apply(
     };
     let write = async {
         if rollout.status.as_ref() != Some(&plan.status) {
-            let old = serde_json::to_value(rollout.status.clone().unwrap_or_default())
-                .unwrap_or_default();
-            let new = serde_json::to_value(&plan.status).unwrap_or_default();
-            let mut body = json!({"status": crate::k8s::apply::merge_patch_between(&old, &new)});
+            let mut body = status_patch(rollout.status.as_ref(), &plan.status);
             body["metadata"] = json!({"resourceVersion": rollout.resource_version()});
-            // Straight through the API (not the applier) for the resourceVersion it answers with.
-            let patched = kube::Api::<Rollout>::namespaced(applier.client().clone(), &ns)
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&body))
-                .await
-                .map_err(|source| ApiError {
-                    action: format!("patching the status of Rollout {ns}/{name}"),
-                    source,
-                })?;
+            let patched = applier
+                .merge_patch_status::<Rollout>(&ns, &name, &body)
+                .await?;
             written.record(
                 &key::<Rollout>(&ns, &name),
                 &rollout.resource_version().unwrap_or_default(),
