@@ -4,7 +4,6 @@
 use std::{
     collections::HashMap,
     hash::{DefaultHasher, Hash, Hasher},
-    sync::{Arc, Mutex},
     time::Duration,
 };
 
@@ -20,7 +19,7 @@ use kube::{
     Api, Client, Resource,
     api::{Patch, PatchParams, PostParams},
 };
-use tokio::time::Instant;
+use tokio::{sync::mpsc, time::Instant};
 use tracing::warn;
 
 /// How long a published event can still grow a series: kube-runtime's recorder's value, and
@@ -73,13 +72,27 @@ impl EventSpec {
 /// full (object, key with the reference and the note twice) for six minutes — 2.2 MB at the
 /// peak of the benchmark's S1 (docs/performance.md). Here a published event leaves only what
 /// a repeat needs: a hash of its key, its name and namespace, and its count.
+///
+/// Publishing only queues: one task per recorder sends the queue in order, so a reconcile
+/// never waits for an event's round trip (a group's worker StatefulSet used to wait for the
+/// event of the group before it) and events use one stream, not one connection per
+/// reconcile in flight. A full queue drops the event with a warning; a crash loses what was
+/// queued — events are a courtesy, the state they describe is in the objects' status.
 #[derive(Clone)]
 pub struct Events {
+    queue: mpsc::Sender<(ObjectReference, EventSpec)>,
+}
+
+/// The sending side: the client and what a repeat of a published event needs.
+struct Sender {
     client: Client,
     controller: String,
     instance: String,
-    series: Arc<Mutex<HashMap<u64, Series>>>,
+    series: HashMap<u64, Series>,
 }
+
+/// Events waiting to be sent, per recorder, before new ones are dropped.
+const QUEUE: usize = 4096;
 
 /// What a repeat of a published event needs.
 struct Series {
@@ -90,22 +103,34 @@ struct Series {
 }
 
 impl Events {
-    /// Events reported by `controller` (the pod name, when known, is the instance).
+    /// Events reported by `controller` (the pod name, when known, is the instance). Starts the
+    /// sending task, which ends when the last clone of this recorder is dropped; so it must be
+    /// called inside a Tokio runtime.
     pub fn new(client: Client, controller: &str) -> Self {
-        Self {
+        let (queue, mut queued) = mpsc::channel::<(ObjectReference, EventSpec)>(QUEUE);
+        let mut sender = Sender {
             client,
             controller: controller.into(),
             instance: std::env::var("POD_NAME").unwrap_or_else(|_| controller.into()),
-            series: Arc::default(),
-        }
+            series: HashMap::new(),
+        };
+        tokio::spawn(async move {
+            while let Some((regarding, event)) = queued.recv().await {
+                if let Err(err) = sender.publish_about(&regarding, &event).await {
+                    warn!(error = %err, reason = %event.reason, "cannot publish event");
+                }
+            }
+        });
+        Self { queue }
     }
 
-    /// Publishes `event` about `obj`. A failure to publish is logged, never fatal: an event is
-    /// a courtesy to users, and the state it describes is in the object's status anyway.
+    /// Publishes `event` about `obj`: queues it for the sending task. A failure to publish is
+    /// logged, never fatal: an event is a courtesy to users, and the state it describes is in
+    /// the object's status anyway.
     pub async fn publish<K: Resource<DynamicType = ()>>(&self, obj: &K, event: &EventSpec) {
         let regarding = obj.object_ref(&());
-        if let Err(err) = self.publish_about(&regarding, event).await {
-            warn!(error = %err, reason = %event.reason, "cannot publish event");
+        if let Err(err) = self.queue.try_send((regarding, event.clone())) {
+            warn!(reason = %event.reason, "cannot publish event: {err}");
         }
     }
 
@@ -115,21 +140,22 @@ impl Events {
             self.publish(obj, event).await;
         }
     }
+}
 
+impl Sender {
     async fn publish_about(
-        &self,
+        &mut self,
         regarding: &ObjectReference,
         event: &EventSpec,
     ) -> Result<(), kube::Error> {
         let key = series_key(regarding, event);
         let now = Instant::now();
-        let repeat = {
-            let mut series = self.series.lock().expect("event series lock");
-            series.retain(|_, s| now.duration_since(s.last) < SERIES_TTL);
-            series
-                .get(&key)
-                .map(|s| (s.namespace.clone(), s.name.clone(), s.count + 1))
-        };
+        self.series
+            .retain(|_, s| now.duration_since(s.last) < SERIES_TTL);
+        let repeat = self
+            .series
+            .get(&key)
+            .map(|s| (s.namespace.clone(), s.name.clone(), s.count + 1));
         if let Some((namespace, name, count)) = repeat {
             let patch = serde_json::json!({
                 "series": EventSeries {
@@ -160,8 +186,8 @@ impl Events {
         Ok(())
     }
 
-    fn remember(&self, key: u64, namespace: String, name: String, count: i32, last: Instant) {
-        self.series.lock().expect("event series lock").insert(
+    fn remember(&mut self, key: u64, namespace: String, name: String, count: i32, last: Instant) {
+        self.series.insert(
             key,
             Series {
                 namespace,

@@ -10,6 +10,10 @@
 //! and requests (docs/performance.md). The throttle bounds both: the latency of a trigger to at
 //! most one window, and the reconciles to two per window per key.
 //!
+//! An *urgent* trigger (one a user waits on, such as a new leader pod without its workers)
+//! passes at once even inside an open window, once per window: the window's end stays where
+//! it was, so a key still passes at most three times per window.
+//!
 //! The adapter keeps no state beyond open windows: nothing a restart would miss, since a
 //! controller lists everything again after one.
 
@@ -24,12 +28,30 @@ use std::{
 use futures::{Stream, stream::FusedStream};
 use tokio::time::{Instant, Sleep};
 
+/// One trigger of a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Trigger<K> {
+    /// What to pass.
+    pub key: K,
+    /// May cut an open window short (once per window).
+    pub urgent: bool,
+}
+
+impl<K> Trigger<K> {
+    /// A trigger that waits for its window.
+    pub fn normal(key: K) -> Self {
+        Self { key, urgent: false }
+    }
+}
+
 /// One key's open window.
 struct Window {
     /// When the window closes.
     ends: Instant,
     /// A trigger arrived after the window opened: pass the key once more when it closes.
     pending: bool,
+    /// An urgent trigger already passed in this window.
+    urgent_passed: bool,
 }
 
 /// The stream made by [`throttle`].
@@ -50,7 +72,7 @@ pub struct Throttle<S, K> {
 /// Throttles `triggers` per key with windows of `window` (see the module docs).
 pub fn throttle<S, K>(triggers: S, window: Duration) -> Throttle<S, K>
 where
-    S: Stream<Item = K> + Unpin,
+    S: Stream<Item = Trigger<K>> + Unpin,
     K: Clone + Eq + Hash + Unpin,
 {
     Throttle {
@@ -68,9 +90,16 @@ impl<S, K> Throttle<S, K>
 where
     K: Clone + Eq + Hash,
 {
-    /// A trigger of `key` at `now`.
-    fn trigger(&mut self, key: K, now: Instant) {
+    /// A trigger at `now`.
+    fn trigger(&mut self, Trigger { key, urgent }: Trigger<K>, now: Instant) {
         match self.open.get_mut(&key) {
+            Some(w) if w.ends > now && urgent && !w.urgent_passed => {
+                // Passes now; what was pending is covered by this pass, and the window's end
+                // stays, so later triggers still wait for it.
+                w.urgent_passed = true;
+                w.pending = false;
+                self.ready.push_back(key);
+            }
             Some(w) if w.ends > now => w.pending = true,
             // No window, or one whose end has not been processed yet: a leading pass.
             _ => self.pass(key, now),
@@ -85,6 +114,7 @@ where
             Window {
                 ends,
                 pending: false,
+                urgent_passed: false,
             },
         );
         self.closing.push_back((ends, key.clone()));
@@ -112,7 +142,7 @@ where
 
 impl<S, K> Stream for Throttle<S, K>
 where
-    S: Stream<Item = K> + Unpin,
+    S: Stream<Item = Trigger<K>> + Unpin,
     K: Clone + Eq + Hash + Unpin,
 {
     type Item = K;
@@ -122,7 +152,7 @@ where
         loop {
             while !this.inner_done {
                 match Pin::new(&mut this.inner).poll_next(cx) {
-                    Poll::Ready(Some(key)) => this.trigger(key, Instant::now()),
+                    Poll::Ready(Some(trigger)) => this.trigger(trigger, Instant::now()),
                     Poll::Ready(None) => this.inner_done = true,
                     Poll::Pending => break,
                 }
@@ -149,7 +179,7 @@ where
 
 impl<S, K> FusedStream for Throttle<S, K>
 where
-    S: Stream<Item = K> + Unpin,
+    S: Stream<Item = Trigger<K>> + Unpin,
     K: Clone + Eq + Hash + Unpin,
 {
     fn is_terminated(&self) -> bool {
@@ -164,13 +194,13 @@ mod tests {
     use futures::StreamExt;
     use tokio::{sync::mpsc, time::Instant};
 
-    use super::throttle;
+    use super::{Trigger, throttle};
 
     const WINDOW: Duration = Duration::from_millis(100);
 
     /// A throttle over a channel, and the times (since `start`) at which keys come out.
     fn harness() -> (
-        mpsc::UnboundedSender<&'static str>,
+        mpsc::UnboundedSender<Trigger<&'static str>>,
         mpsc::UnboundedReceiver<(&'static str, Duration)>,
     ) {
         let (tx, mut rx) = mpsc::unbounded_channel();
@@ -204,7 +234,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn first_trigger_passes_at_once() {
         let (tx, mut out) = harness();
-        tx.send("a").unwrap();
+        tx.send(Trigger::normal("a")).unwrap();
         advance(1).await;
         assert_eq!(drain(&mut out), vec![("a", 0)]);
         // Nothing more without further triggers.
@@ -215,17 +245,17 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_burst_collapses_into_one_trailing_pass_at_the_window_end() {
         let (tx, mut out) = harness();
-        tx.send("a").unwrap();
+        tx.send(Trigger::normal("a")).unwrap();
         for _ in 0..5 {
             advance(15).await;
-            tx.send("a").unwrap();
+            tx.send(Trigger::normal("a")).unwrap();
         }
         advance(150).await;
         assert_eq!(drain(&mut out), vec![("a", 0), ("a", 100)]);
         // The trailing pass opened a window of its own, which closed quietly: the next
         // trigger is a leading pass again.
         advance(100).await;
-        tx.send("a").unwrap();
+        tx.send(Trigger::normal("a")).unwrap();
         advance(1).await;
         assert_eq!(drain(&mut out), vec![("a", 325)]);
     }
@@ -234,7 +264,7 @@ mod tests {
     async fn a_continuous_burst_passes_once_per_window() {
         let (tx, mut out) = harness();
         for _ in 0..30 {
-            tx.send("a").unwrap();
+            tx.send(Trigger::normal("a")).unwrap();
             advance(10).await;
         }
         advance(300).await;
@@ -249,12 +279,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn keys_are_throttled_independently() {
         let (tx, mut out) = harness();
-        tx.send("a").unwrap();
+        tx.send(Trigger::normal("a")).unwrap();
         advance(30).await;
-        tx.send("a").unwrap();
-        tx.send("b").unwrap();
+        tx.send(Trigger::normal("a")).unwrap();
+        tx.send(Trigger::normal("b")).unwrap();
         advance(30).await;
-        tx.send("b").unwrap();
+        tx.send(Trigger::normal("b")).unwrap();
         advance(200).await;
         assert_eq!(
             drain(&mut out),
@@ -264,9 +294,46 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn ends_when_the_triggers_end() {
-        let triggers = futures::stream::iter(["a", "a", "b"]);
+        let triggers = futures::stream::iter(["a", "a", "b"].map(Trigger::normal));
         let passed: Vec<_> = throttle(triggers, WINDOW).collect().await;
         // The pending trailing pass of "a" is dropped with the ended input.
         assert_eq!(passed, vec!["a", "b"]);
+    }
+
+    fn urgent(key: &'static str) -> Trigger<&'static str> {
+        Trigger { key, urgent: true }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_urgent_trigger_passes_at_once_once_per_window() {
+        let (tx, mut out) = harness();
+        tx.send(Trigger::normal("a")).unwrap();
+        advance(20).await;
+        tx.send(Trigger::normal("a")).unwrap();
+        advance(20).await;
+        // Cuts the window short, and covers the pending trigger of 20 ms.
+        tx.send(urgent("a")).unwrap();
+        advance(20).await;
+        // A second urgent trigger in the same window waits for its end, like any other.
+        tx.send(urgent("a")).unwrap();
+        advance(200).await;
+        assert_eq!(drain(&mut out), vec![("a", 0), ("a", 40), ("a", 100)]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_urgent_trigger_leaves_nothing_pending_by_itself() {
+        let (tx, mut out) = harness();
+        tx.send(Trigger::normal("a")).unwrap();
+        advance(30).await;
+        tx.send(urgent("a")).unwrap();
+        advance(300).await;
+        // No trailing pass: the urgent one covered every trigger of the window.
+        assert_eq!(drain(&mut out), vec![("a", 0), ("a", 30)]);
+        // The next window is a fresh one: its urgent trigger leads it, and another may cut it.
+        tx.send(urgent("a")).unwrap();
+        advance(10).await;
+        tx.send(urgent("a")).unwrap();
+        advance(1).await;
+        assert_eq!(drain(&mut out), vec![("a", 330), ("a", 340)]);
     }
 }

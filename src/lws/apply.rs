@@ -28,6 +28,10 @@ use crate::{
     },
 };
 
+/// Worker StatefulSets written at once by one reconcile (over one HTTP/2 connection, they
+/// cost streams, not connections: src/k8s/client.rs).
+const PARALLEL_WRITES: usize = 8;
+
 /// What carrying the plan out found.
 #[derive(Debug, Default)]
 pub struct Applied {
@@ -136,8 +140,16 @@ pub async fn apply(
             .delete::<Service>(&ns, &svc.name, svc.uid.as_deref(), Propagation::Default)
             .await?;
     }
-    for sts in &plan.worker_sts {
-        match write(applier, events, lws, sts).await? {
+    // Groups are independent: their worker StatefulSets are written side by side, so a group
+    // coming up never waits for another group's round trip; the answers are read in plan
+    // order, and a refusal that blocks still stops everything after the worker StatefulSets.
+    let mut written = Vec::with_capacity(plan.worker_sts.len());
+    for chunk in plan.worker_sts.chunks(PARALLEL_WRITES) {
+        let writes = chunk.iter().map(|sts| write(applier, events, lws, sts));
+        written.extend(futures::future::join_all(writes).await);
+    }
+    for result in written {
+        match result? {
             Written::Created => applied.groups_changed = true,
             Written::Done => {}
             Written::Refused(f, blocks) => {

@@ -28,7 +28,7 @@ use super::{
     error::Error,
     labels,
     observe::{self, Stores},
-    plan,
+    plan, triggers,
 };
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
@@ -38,7 +38,7 @@ use crate::{
         error::Categorized,
         events::Events,
         label_index::LabelIndex,
-        throttle::throttle,
+        throttle::{Trigger, throttle},
         watch::{self, SharedCache},
     },
     manager::metrics::ControllerMetrics,
@@ -113,22 +113,31 @@ pub fn run(
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
     let lws_store = caches.lws.store();
-    let queued = move |lws: Option<ObjectRef<LeaderWorkerSet>>| {
-        if let Some(lws) = lws.as_ref().filter(|r| lws_store.get(r).is_some()) {
-            metrics.queued(lws.to_string());
+    let queued = move |trigger: Option<Trigger<ObjectRef<LeaderWorkerSet>>>| {
+        if let Some(t) = trigger.as_ref().filter(|t| lws_store.get(&t.key).is_some()) {
+            metrics.queued(t.key.to_string());
         }
-        futures::future::ready(lws)
+        futures::future::ready(trigger)
     };
+    let mut leaders = triggers::Leaders::new(ctx.stores.statefulsets.clone());
     let triggers = futures::stream::select_all([
         caches
             .lws
             .subscribe()
-            .map(|lws| Some(ObjectRef::from_obj(lws.as_ref())))
+            .map(|lws| Some(Trigger::normal(ObjectRef::from_obj(lws.as_ref()))))
             .boxed(),
-        caches.pods.subscribe().map(to_lws).boxed(),
-        caches.statefulsets.subscribe().map(to_lws).boxed(),
-        caches.services.subscribe().map(to_lws).boxed(),
-        caches.revisions.subscribe().map(to_lws).boxed(),
+        caches
+            .pods
+            .subscribe()
+            .map(move |pod| leaders.trigger(pod, std::time::Instant::now()))
+            .boxed(),
+        caches
+            .statefulsets
+            .subscribe()
+            .map(triggers::normal)
+            .boxed(),
+        caches.services.subscribe().map(triggers::normal).boxed(),
+        caches.revisions.subscribe().map(triggers::normal).boxed(),
     ])
     .filter_map(queued);
     // The window replaces kube-runtime's debounce, which restarts on every event and so slid
@@ -158,12 +167,6 @@ where
     cache
         .index()
         .expect("the LWS controller's caches are indexed by the LWS name label")
-}
-
-/// Every owned object names its LWS in the `name` label.
-fn to_lws<K: Resource>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
-    let name = obj.labels().get(labels::NAME)?;
-    Some(ObjectRef::new(name).within(&obj.namespace()?))
 }
 
 async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {

@@ -5,7 +5,8 @@
 //! `apply` (the only writes) → status. The plan builds on pure helpers: `revision` (the
 //! template hash, byte-identical to upstream, on `gojson` and `quantity`), `rolling` (partition
 //! and surge), `objects` (what to create) and `status` (counters and conditions).
-//! `admission` and `pod_defaults` are what the webhooks apply.
+//! `admission` and `pod_defaults` are what the webhooks apply; `triggers` maps watch events to
+//! reconciles.
 
 pub mod admission;
 pub mod apply;
@@ -23,3 +24,4 @@ pub mod quantity;
 pub mod revision;
 pub mod rolling;
 pub mod status;
+pub mod triggers;
