@@ -207,6 +207,17 @@ pub fn yaml_documents(path: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     Ok(docs)
 }
 
+/// The namespace's Events (events.k8s.io) once `cond` holds for them, or an error after
+/// `timeout`. The manager sends events from a queue, a moment after the change they describe,
+/// so a test that saw the change waits for its event rather than reading the list once.
+pub async fn events_when(
+    ns: &TestNs,
+    timeout: Duration,
+    cond: impl Fn(&[std::sync::Arc<k8s_openapi::api::events::v1::Event>]) -> bool,
+) -> anyhow::Result<Vec<std::sync::Arc<k8s_openapi::api::events::v1::Event>>> {
+    wait_for_all(&ns.api(), "", timeout, cond).await
+}
+
 /// Waits until the objects matching `labels` satisfy `cond` (checked after every watch event),
 /// and returns them.
 pub async fn wait_for_all<K>(

@@ -4,6 +4,8 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
+
 use k8s_openapi::api::{
     apps::v1::StatefulSet,
     core::v1::{Pod, Service},
@@ -13,7 +15,7 @@ use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::{
-    harness::{wait_for, wait_for_all, with_ns},
+    harness::{events_when, wait_for, wait_for_all, with_ns},
     lws_support::{
         NAME, REVISION, apply, available_with, create_available, lws, lws_revisions, pods_of,
         settled_pods, uids, wait_for_lws_revisions,
@@ -145,12 +147,16 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
             );
         }
         // The default strategy moves the partition down one group at a time: 3 → 2 → 1 → 0.
-        let events = ns
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await?;
+        let is_step = |e: &k8s_openapi::api::events::v1::Event| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("Updating replicas"))
+        };
+        let events = events_when(&ns, Duration::from_secs(30), |events| {
+            events.iter().filter(|e| is_step(e)).count() >= 3
+        })
+        .await?;
         let mut steps: Vec<_> = events
-            .items
             .iter()
             .filter_map(|e| e.note.clone())
             .filter(|n| n.starts_with("Updating replicas"))
@@ -290,12 +296,13 @@ async fn deleting_a_worker_recreates_its_whole_group_and_only_that_group() -> an
         for pod in ["rs-1", "rs-1-1", "rs-1-2"] {
             assert_eq!(before[pod], after[pod], "{pod} kept running");
         }
-        let events = ns
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await?;
+        let events = events_when(&ns, Duration::from_secs(30), |events| {
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+        })
+        .await?;
         let recreations: Vec<_> = events
-            .items
             .iter()
             .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
             .collect();
@@ -358,21 +365,17 @@ async fn a_users_service_with_the_lws_name_is_reported_and_does_not_block_the_gr
             Some("None"),
             "the user's Service is left alone"
         );
-        let events = ns
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await?;
-        assert!(
-            events
-                .items
-                .iter()
-                .any(|e| e.reason.as_deref() == Some("FailedCreate")
+        events_when(&ns, Duration::from_secs(30), |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("FailedCreate")
                     && e.type_.as_deref() == Some("Warning")
                     && e.note
                         .as_deref()
-                        .is_some_and(|n| n.starts_with("Failed to create headless service"))),
-            "a Warning event tells the user why DNS for the group is missing"
-        );
+                        .is_some_and(|n| n.starts_with("Failed to create headless service"))
+            })
+        })
+        .await
+        .context("a Warning event tells the user why DNS for the group is missing")?;
         let conditions = ns
             .api::<LeaderWorkerSet>()
             .get("clash")
@@ -503,12 +506,15 @@ async fn a_container_restart_in_a_worker_recreates_its_group() -> anyhow::Result
         let after = uids(&ns, "cr").await?;
         assert_eq!(before["cr-0"], after["cr-0"]);
         assert_eq!(before["cr-0-1"], after["cr-0-1"]);
-        let events = ns
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await?;
-        assert!(events.items.iter().any(|e| e.note.as_deref()
-            == Some("Worker pod cr-1-1 failed, deleted leader pod cr-1 to recreate group cr")));
+        events_when(&ns, Duration::from_secs(30), |events| {
+            events.iter().any(|e| {
+                e.note.as_deref()
+                    == Some(
+                        "Worker pod cr-1-1 failed, deleted leader pod cr-1 to recreate group cr",
+                    )
+            })
+        })
+        .await?;
         Ok(())
     })
     .await

@@ -5,12 +5,12 @@
 use std::time::Duration;
 
 use k8s_openapi::api::{apps::v1::StatefulSet, events::v1::Event};
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use lws_rollout::api::{LeaderWorkerSet, leaderworkerset::RestartPolicy};
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, wait_for, with_ns},
+    harness::{TestNs, events_when, wait_for, with_ns},
     lws_support::{apply, create_available, lws},
 };
 
@@ -58,13 +58,21 @@ fn failure_message(l: LeaderWorkerSet) -> String {
         .unwrap_or_default()
 }
 
+/// The note of the Warning event with `reason`, once it is there (30 s at most).
 async fn warning_with(ns: &TestNs, reason: &str) -> anyhow::Result<Option<String>> {
-    let events = ns.api::<Event>().list(&ListParams::default()).await?;
+    let is_it =
+        |e: &Event| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning");
+    let Ok(events) = events_when(ns, Duration::from_secs(30), |events| {
+        events.iter().any(|e| is_it(e))
+    })
+    .await
+    else {
+        return Ok(None);
+    };
     Ok(events
-        .items
-        .into_iter()
-        .find(|e| e.reason.as_deref() == Some(reason) && e.type_.as_deref() == Some("Warning"))
-        .and_then(|e| e.note))
+        .iter()
+        .find(|e| is_it(e))
+        .and_then(|e| e.note.clone()))
 }
 
 async fn create_err(ns: &TestNs, obj: serde_json::Value) -> String {

@@ -22,7 +22,7 @@ use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, wait_for, with_ns},
+    harness::{TestNs, events_when, wait_for, with_ns},
     lws_support::{NAME, available_with, create_available, lws, pod_ready, pods_of, uids},
 };
 
@@ -542,12 +542,13 @@ async fn deleting_a_worker_recreates_its_group(
         for pod in [format!("{name}-1"), format!("{name}-1-1"), format!("{name}-1-2")] {
             assert_eq!(before[&pod], after[&pod], "{pod} kept running");
         }
-        let events = ns
-            .api::<k8s_openapi::api::events::v1::Event>()
-            .list(&ListParams::default())
-            .await?;
+        let events = events_when(&ns, Duration::from_secs(30), |events| {
+            events
+                .iter()
+                .any(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+        })
+        .await?;
         let notes: Vec<_> = events
-            .items
             .iter()
             .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
             .map(|e| (e.note.clone(), e.series.as_ref().map_or(1, |s| s.count)))
