@@ -2,11 +2,7 @@
 //! nothing: what each answer means (an event to publish, a refusal that becomes the
 //! `ReplicaFailure` condition, whether the rest may go on) is written in the plan.
 
-use std::{
-    collections::HashMap,
-    sync::Mutex,
-    time::{Duration, Instant},
-};
+use std::{collections::HashMap, sync::Mutex};
 
 use k8s_openapi::{
     api::{
@@ -210,14 +206,8 @@ pub async fn apply(
 /// 60 LWS). An entry lives until a reconcile finds the cache at a newer LWS or already showing
 /// that status (normally the very next one, woken by the write); after a restart it is gone
 /// and the status is simply written once more.
-///
-/// It also keeps when each LWS's status was last written, for the counter hold
-/// ([`counters_held`]).
 #[derive(Debug, Default)]
-pub struct WrittenStatuses {
-    pending: Mutex<HashMap<String, (String, LeaderWorkerSetStatus)>>,
-    last_write: Mutex<HashMap<String, Instant>>,
-}
+pub struct WrittenStatuses(Mutex<HashMap<String, (String, LeaderWorkerSetStatus)>>);
 
 impl WrittenStatuses {
     /// Whether `next` was already written from this very version of `lws`.
@@ -225,7 +215,7 @@ impl WrittenStatuses {
         let (Some(uid), Some(version)) = (&lws.metadata.uid, &lws.metadata.resource_version) else {
             return false;
         };
-        let mut written = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+        let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
         let repeats = written
             .get(uid)
             .is_some_and(|(from, status)| same_write(from, status, version, next));
@@ -239,60 +229,17 @@ impl WrittenStatuses {
     /// The cache shows what we want: nothing to remember.
     fn forget(&self, lws: &LeaderWorkerSet) {
         if let Some(uid) = &lws.metadata.uid {
-            let mut written = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
             written.remove(uid);
         }
     }
 
-    fn record(&self, lws: &LeaderWorkerSet, next: &LeaderWorkerSetStatus, now: Instant) {
+    fn record(&self, lws: &LeaderWorkerSet, next: &LeaderWorkerSetStatus) {
         if let (Some(uid), Some(version)) = (&lws.metadata.uid, &lws.metadata.resource_version) {
-            let mut written = self.pending.lock().unwrap_or_else(|e| e.into_inner());
+            let mut written = self.0.lock().unwrap_or_else(|e| e.into_inner());
             written.insert(uid.clone(), (version.clone(), next.clone()));
-            let mut last = self.last_write.lock().unwrap_or_else(|e| e.into_inner());
-            // Only the writes of the last hold matter; older ones are dropped as new ones come.
-            last.retain(|_, at| now.saturating_duration_since(*at) < COUNTER_HOLD);
-            last.insert(uid.clone(), now);
         }
     }
-
-    /// When the status of `lws` was last written, if within the last hold.
-    fn last_write(&self, lws: &LeaderWorkerSet) -> Option<Instant> {
-        let uid = lws.metadata.uid.as_ref()?;
-        let last = self.last_write.lock().unwrap_or_else(|e| e.into_inner());
-        last.get(uid).copied()
-    }
-}
-
-/// How long a status change of counters alone waits after the last status write of its LWS.
-///
-/// While groups come up or roll, the counters change with every pod and StatefulSet the
-/// other controllers touch: `readyReplicas` down as a leader goes, `replicas` down and
-/// `updatedReplicas` up, `replicas` up again, `readyReplicas` up — four writes per group
-/// replaced, each also a watch event for every client of LWSs (the benchmark's S2: 4.2 status
-/// writes per group against upstream's 2.0, whose single worker lumps transitions while its
-/// queue waits). Held, the transitions of one second go out in one write. Everything a
-/// decision reads is not held: a condition (Available, Progressing, UpdateInProgress,
-/// ReplicaFailure — so "all groups ready" and a canary batch's readiness are written at once),
-/// `observedGeneration` and the HPA selector. The first change after a quiet second is written
-/// at once. The hold lives in memory only: a restart writes the status it computes at once.
-pub const COUNTER_HOLD: Duration = Duration::from_secs(1);
-
-/// How long the write of `next` over `current` waits: `None` to write now, `Some(wait)` when
-/// only counters changed and the last write was less than [`COUNTER_HOLD`] ago.
-fn counters_held(
-    current: &LeaderWorkerSetStatus,
-    next: &LeaderWorkerSetStatus,
-    last_write: Option<Instant>,
-    now: Instant,
-) -> Option<Duration> {
-    let counters_only = LeaderWorkerSetStatus {
-        replicas: current.replicas,
-        ready_replicas: current.ready_replicas,
-        updated_replicas: current.updated_replicas,
-        ..next.clone()
-    } == *current;
-    let since = now.saturating_duration_since(last_write?);
-    (counters_only && since < COUNTER_HOLD).then(|| COUNTER_HOLD - since)
 }
 
 /// Whether this reconcile leaves the status to the next one. A reconcile that created a
@@ -329,8 +276,6 @@ fn same_write(
 /// Writes the status: the one the plan computed, with the `ReplicaFailure` condition from the
 /// plan or the apply (a blocked LWS gets only that condition). Publishes the condition events.
 /// A status already written from the same cached LWS is not written (nor announced) again.
-/// A change of counters alone may be held ([`COUNTER_HOLD`]): then the answer is how long,
-/// and the reconcile comes back to write it.
 pub async fn write_status(
     applier: &Applier,
     events: &Events,
@@ -339,14 +284,14 @@ pub async fn write_status(
     plan: &Plan,
     applied: &Applied,
     now: &Time,
-) -> Result<Option<Duration>, ApiError> {
+) -> Result<(), ApiError> {
     let current = lws.status.clone().unwrap_or_default();
     let blocked = plan
         .blocked
         .as_ref()
         .or(applied.failure.as_ref().filter(|_| applied.blocked));
     if status_waits(blocked.is_some(), applied.groups_changed) {
-        return Ok(None);
+        return Ok(());
     }
     let (mut next, condition_event) = match (blocked, &plan.status) {
         (None, Some(outcome)) => (outcome.status.clone(), outcome.event.clone()),
@@ -359,13 +304,7 @@ pub async fn write_status(
     if next == current {
         written.forget(lws);
     } else if written.repeats(lws, &next) {
-        return Ok(None);
-    }
-    let clock = Instant::now();
-    if next != current
-        && let Some(wait) = counters_held(&current, &next, written.last_write(lws), clock)
-    {
-        return Ok(Some(wait));
+        return Ok(());
     }
     if next != current {
         if blocked.is_some() {
@@ -386,7 +325,7 @@ pub async fn write_status(
                 )
                 .await?;
         }
-        written.record(lws, &next, clock);
+        written.record(lws, &next);
     }
     if let Some(event) = failure_event {
         tracing::warn!(reason = %event.reason, problem = %event.note, "LeaderWorkerSet cannot be realised");
@@ -397,7 +336,7 @@ pub async fn write_status(
             .publish(lws, &crate::k8s::events::EventSpec::normal(&reason, note))
             .await;
     }
-    Ok(None)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -497,7 +436,7 @@ mod tests {
         lws.metadata.resource_version = Some("7".into());
         let next = status(3, "Progressing", 0);
         assert!(!written.repeats(&lws, &next), "nothing written yet");
-        written.record(&lws, &next, Instant::now());
+        written.record(&lws, &next);
         assert!(written.repeats(&lws, &next), "cache still at version 7");
         lws.metadata.resource_version = Some("9".into());
         assert!(!written.repeats(&lws, &next), "cache moved on");
@@ -506,74 +445,11 @@ mod tests {
             !written.repeats(&lws, &next),
             "forgotten once the cache moved on"
         );
-        written.record(&lws, &next, Instant::now());
+        written.record(&lws, &next);
         written.forget(&lws);
         assert!(
             !written.repeats(&lws, &next),
             "forgotten once the cache showed it"
         );
-    }
-
-    #[test]
-    fn counters_alone_wait_for_the_hold_and_decisions_do_not() {
-        let now = Instant::now();
-        let recent = Some(now - Duration::from_millis(300));
-        let long_ago = Some(now - COUNTER_HOLD - Duration::from_millis(1));
-        let base = status(3, "Progressing", 0);
-        let counters = LeaderWorkerSetStatus {
-            ready_replicas: Some(4),
-            replicas: Some(4),
-            updated_replicas: Some(2),
-            ..base.clone()
-        };
-        let held = COUNTER_HOLD - Duration::from_millis(300);
-        // (next, last write, wait)
-        let cases = [
-            (counters.clone(), recent, Some(held)),
-            // the first change after a quiet hold goes out at once
-            (counters.clone(), long_ago, None),
-            (counters.clone(), None, None),
-            // a condition, the generation seen, or the HPA selector: at once
-            (status(4, "Available", 0), recent, None),
-            (
-                LeaderWorkerSetStatus {
-                    observed_generation: Some(2),
-                    ..counters.clone()
-                },
-                recent,
-                None,
-            ),
-            (
-                LeaderWorkerSetStatus {
-                    hpa_pod_selector: Some("a=b".into()),
-                    ..base.clone()
-                },
-                recent,
-                None,
-            ),
-        ];
-        for (i, (next, last, wait)) in cases.into_iter().enumerate() {
-            assert_eq!(counters_held(&base, &next, last, now), wait, "case {i}");
-        }
-    }
-
-    #[test]
-    fn a_write_starts_the_hold_of_its_lws_only() {
-        let written = WrittenStatuses::default();
-        let mut a = LeaderWorkerSet::new("a", Default::default());
-        a.metadata.uid = Some("ua".into());
-        a.metadata.resource_version = Some("1".into());
-        let mut b = a.clone();
-        b.metadata.uid = Some("ub".into());
-        let now = Instant::now();
-        assert_eq!(written.last_write(&a), None);
-        written.record(&a, &status(1, "Progressing", 0), now);
-        assert_eq!(written.last_write(&a), Some(now));
-        assert_eq!(written.last_write(&b), None);
-        // A write a hold later drops the expired entry of the other LWS.
-        let later = now + COUNTER_HOLD;
-        written.record(&b, &status(1, "Progressing", 0), later);
-        assert_eq!(written.last_write(&a), None);
-        assert_eq!(written.last_write(&b), Some(later));
     }
 }
