@@ -10,6 +10,11 @@
 //! kube-rs's own layers (base URI, authentication, headers, server retries), with only the
 //! connector and the hyper client built by us. A server that does not offer h2 in ALPN gets
 //! HTTP/1.1 as before; a proxy URL in the kubeconfig falls back to kube-rs's own stack.
+//!
+//! Left out of kube-rs's stack on purpose: its `TraceLayer` (debug spans per request; our
+//! errors are logged where they are handled) and `valid_until` (the expiry of an exec
+//! credential's client certificate, which nothing here reads: the auth layer refreshes
+//! tokens by itself).
 
 use std::{path::Path, time::Duration};
 
@@ -69,7 +74,10 @@ pub fn build(config: Config) -> Result<Client, kube::Error> {
     }
     let mut http = HttpConnector::new();
     http.enforce_http(false);
-    http.set_connect_timeout(config.connect_timeout);
+    // Every request shares one connection: a small frame (a new request's headers, a window
+    // update, a ping's answer) must not wait for the ACK of the one before (Nagle), as Go's
+    // net package, and so client-go, also ensures.
+    http.set_nodelay(true);
     let builder = hyper_rustls::HttpsConnectorBuilder::new()
         .with_tls_config(config.rustls_client_config()?)
         .https_or_http();
@@ -85,12 +93,17 @@ pub fn build(config: Config) -> Result<Client, kube::Error> {
     };
     // ALPN offers h2 and http/1.1; the server picks.
     let https = builder.enable_all_versions().wrap_connector(http);
+    // The connect timeout covers TCP and the TLS handshake, as in kube-rs's stack.
     let mut connector = hyper_timeout::TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
     connector.set_read_timeout(config.read_timeout);
     connector.set_write_timeout(config.write_timeout);
     let hyper_client = hyper_util::client::legacy::Client::builder(TokioExecutor::new())
         .timer(TokioTimer::new())
         .pool_timer(TokioTimer::new())
+        // The pool would drop the shared HTTP/2 connection after 90 s without a *new* request,
+        // even while watches stream on it, and open a second one; the pings find dead ones.
+        .pool_idle_timeout(None)
         .http2_keep_alive_interval(PING_INTERVAL)
         .http2_keep_alive_timeout(PING_TIMEOUT)
         .http2_keep_alive_while_idle(true)

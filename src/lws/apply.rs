@@ -141,12 +141,17 @@ pub async fn apply(
             .await?;
     }
     // Groups are independent: their worker StatefulSets are written side by side, so a group
-    // coming up never waits for another group's round trip; the answers are read in plan
-    // order, and a refusal that blocks still stops everything after the worker StatefulSets.
+    // coming up never waits for another group's round trip. The answers are read in plan
+    // order; an error stops the chunks after its own (an API server answering 429 or 5xx is
+    // not sent the rest only to refuse it too), and a refusal that blocks stops everything
+    // after the worker StatefulSets.
     let mut written = Vec::with_capacity(plan.worker_sts.len());
     for chunk in plan.worker_sts.chunks(PARALLEL_WRITES) {
         let writes = chunk.iter().map(|sts| write(applier, events, lws, sts));
         written.extend(futures::future::join_all(writes).await);
+        if written.iter().any(Result::is_err) {
+            break;
+        }
     }
     for result in written {
         match result? {

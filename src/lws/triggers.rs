@@ -57,18 +57,23 @@ impl Leaders {
         to_lws(pod).map(|key| Trigger { key, urgent })
     }
 
+    /// Whether this incarnation of the leader has its worker StatefulSet: same name, owned by
+    /// this pod's uid and not being deleted (after a group restart the old incarnation's
+    /// StatefulSet lingers in the cache while the garbage collector removes it).
     fn has_workers(&self, pod: &Pod) -> bool {
-        let (Some(lws), Some(ns), Some(name)) = (
+        let (Some(lws), Some(ns), Some(name), Some(uid)) = (
             pod.labels().get(labels::NAME),
             pod.metadata.namespace.as_deref(),
             pod.metadata.name.as_deref(),
+            pod.metadata.uid.as_deref(),
         ) else {
             return false;
         };
-        self.statefulsets
-            .get(ns, lws)
-            .iter()
-            .any(|sts| sts.metadata.name.as_deref() == Some(name))
+        self.statefulsets.get(ns, lws).iter().any(|sts| {
+            sts.metadata.name.as_deref() == Some(name)
+                && sts.metadata.deletion_timestamp.is_none()
+                && sts.owner_references().iter().any(|o| o.uid == uid)
+        })
     }
 
     /// Whether leader `uid` had no urgent trigger within [`URGENT_ONCE`] before `now`; records
@@ -105,7 +110,7 @@ pub fn to_lws<K: Resource>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 
     use super::*;
 
@@ -133,11 +138,18 @@ mod tests {
         })
     }
 
-    fn leaders_with_workers(names: &[&str]) -> Leaders {
+    /// Worker StatefulSets named like the leaders `names`, owned by the uids `meta` gives
+    /// them (`uid-<name>`), or by an older incarnation where `owner` says so.
+    fn leaders_with_workers(names: &[(&str, &str)]) -> Leaders {
         let index = LabelIndex::new(labels::NAME);
-        for name in names {
+        for (name, owner) in names {
+            let mut m = meta(name, &[(labels::NAME, "lws")]);
+            m.owner_references = Some(vec![OwnerReference {
+                uid: owner.to_string(),
+                ..Default::default()
+            }]);
             index.upsert(Arc::new(StatefulSet {
-                metadata: meta(name, &[(labels::NAME, "lws")]),
+                metadata: m,
                 ..Default::default()
             }));
         }
@@ -154,10 +166,12 @@ mod tests {
     #[test]
     fn only_a_live_leader_without_its_worker_statefulset_is_urgent() {
         let now = Instant::now();
-        let mut leaders = leaders_with_workers(&["lws-1"]);
+        let mut leaders = leaders_with_workers(&[("lws-1", "uid-lws-1"), ("lws-5", "old")]);
         assert_eq!(urgent(&mut leaders, leader("lws-0", "4"), now), Some(true));
         // Its workers exist already.
         assert_eq!(urgent(&mut leaders, leader("lws-1", "4"), now), Some(false));
+        // Only those of the leader's previous incarnation (a restarted group).
+        assert_eq!(urgent(&mut leaders, leader("lws-5", "4"), now), Some(true));
         // A group of one has no workers to create.
         assert_eq!(urgent(&mut leaders, leader("lws-2", "1"), now), Some(false));
         // A worker pod.
