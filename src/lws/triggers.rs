@@ -16,10 +16,10 @@ use std::{
 use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 
-use super::labels;
+use super::{labels, observe::is_leader};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
-    k8s::{label_index::LabelIndex, throttle::Trigger},
+    k8s::{apply::controller_uid, label_index::LabelIndex, pod::terminating, throttle::Trigger},
 };
 
 /// How long a leader's urgent trigger is not repeated. A leader pod changes two or three times
@@ -72,7 +72,7 @@ impl Leaders {
         self.statefulsets.get(ns, lws).iter().any(|sts| {
             sts.metadata.name.as_deref() == Some(name)
                 && sts.metadata.deletion_timestamp.is_none()
-                && sts.owner_references().iter().any(|o| o.uid == uid)
+                && controller_uid(sts.as_ref()) == Some(uid)
         })
     }
 
@@ -92,8 +92,8 @@ impl Leaders {
 
 /// A live leader pod of a group with workers (size > 1).
 fn leader_waiting(pod: &Pod) -> bool {
-    pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0")
-        && pod.metadata.deletion_timestamp.is_none()
+    is_leader(pod)
+        && !terminating(pod)
         && pod.annotations().get(labels::SIZE).map(String::as_str) != Some("1")
 }
 
@@ -146,6 +146,7 @@ mod tests {
             let mut m = meta(name, &[(labels::NAME, "lws")]);
             m.owner_references = Some(vec![OwnerReference {
                 uid: owner.to_string(),
+                controller: Some(true),
                 ..Default::default()
             }]);
             index.upsert(Arc::new(StatefulSet {

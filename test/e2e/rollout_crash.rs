@@ -19,12 +19,11 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, Patch, PatchParams, PostParams},
+    api::{DeleteParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
 use serde::de::DeserializeOwned;
-use serde_json::json;
 
 use crate::{
     harness::{TestNs, wait_for},
@@ -343,17 +342,6 @@ fn canary_revision(r: &Rollout) -> String {
         .and_then(|s| s.canary_status.as_ref())
         .map(|c| c.canary_revision.clone())
         .unwrap_or_default()
-}
-
-async fn set_disabled(ns: &TestNs, disabled: bool) -> anyhow::Result<()> {
-    ns.api::<Rollout>()
-        .patch(
-            STABLE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"disabled": disabled}})),
-        )
-        .await?;
-    Ok(())
 }
 
 /// The stable LWS, released, rolled every group to `image` by its own strategy.

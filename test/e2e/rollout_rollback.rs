@@ -10,11 +10,10 @@ use std::{
 use anyhow::{Context, ensure};
 use futures::StreamExt;
 use kube::{
-    api::{DeleteParams, Patch, PatchParams},
+    api::DeleteParams,
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
-use serde_json::json;
 
 use crate::harness::{TestNs, wait_for, with_ns};
 use crate::lws_support::{available_with, image, settled_pods, uids};
@@ -198,13 +197,7 @@ async fn rollout_disabled_mid_release_releases_everything() -> anyhow::Result<()
         Box::pin(async move {
             paused_release(&ns).await?;
             let (guard, seen) = guard_canary_deletion(&ns);
-            ns.api::<Rollout>()
-                .patch(
-                    STABLE,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"disabled": true}})),
-                )
-                .await?;
+            set_disabled(&ns, true).await?;
             let done = wait_rollout(&ns, "Disabled", |r| phase(r) == "Disabled").await;
             nothing_left(&ns).await?;
             guard.abort();

@@ -385,6 +385,18 @@ pub async fn wait_event(ns: &TestNs, reason: &str, text: &str) -> anyhow::Result
         .unwrap_or_default())
 }
 
+/// Sets the Rollout's `spec.disabled`, as a user would with a merge patch.
+pub async fn set_disabled(ns: &TestNs, disabled: bool) -> anyhow::Result<()> {
+    ns.api::<Rollout>()
+        .patch(
+            STABLE,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"disabled": disabled}})),
+        )
+        .await?;
+    Ok(())
+}
+
 /// Applies the stable LWS (as the user).
 pub async fn apply_lws(ns: &TestNs, lws: &Value) -> anyhow::Result<()> {
     apply(ns, lws).await
