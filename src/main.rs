@@ -4,7 +4,7 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection};
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
 /// LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery.
 #[derive(Debug, Parser)]
@@ -86,23 +86,24 @@ fn runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
 }
 
 async fn run(args: Args) -> anyhow::Result<()> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let (filter, bad_filter) = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     // Logs go to stderr; colour only when a person watches it (a terminal, and no NO_COLOR),
     // so `lws-rollout 2> file` or a container log holds plain text, not escape sequences.
     let stderr_is_terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let ansi = stderr_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     if args.log_json {
-        tracing_subscriber::fmt()
+        let fmt = tracing_subscriber::fmt::layer()
             .json()
-            .with_writer(std::io::stderr)
-            .with_env_filter(filter)
-            .init();
+            .with_writer(std::io::stderr);
+        tracing_subscriber::registry().with(fmt).with(filter).init();
     } else {
-        tracing_subscriber::fmt()
+        let fmt = tracing_subscriber::fmt::layer()
             .with_ansi(ansi)
-            .with_writer(std::io::stderr)
-            .with_env_filter(filter)
-            .init();
+            .with_writer(std::io::stderr);
+        tracing_subscriber::registry().with(fmt).with(filter).init();
+    }
+    if let Some(err) = bad_filter {
+        tracing::warn!("RUST_LOG is not a target filter ({err}); logging at info");
     }
     let reach = match (&args.webhook_host, &args.webhook_service) {
         (Some(host), _) => Some(WebhookReach::Host(host.clone())),
@@ -175,5 +176,45 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {},
         _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+/// The log filter from `RUST_LOG` (default `info`): `level` or `target=level` directives,
+/// comma-separated (`info,lws_rollout=debug`). A target filter rather than tracing's
+/// `EnvFilter`: that one also matches span names and field values with regular expressions,
+/// which no deployment of ours uses, and its regex engine was ~0.7 MB of the binary, all of it
+/// resident (docs/performance.md). A filter that does not parse logs at `info` and says why.
+fn log_filter(env: Option<&str>) -> (Targets, Option<String>) {
+    let default = || Targets::new().with_default(tracing::Level::INFO);
+    match env.map(str::trim).filter(|v| !v.is_empty()) {
+        None => (default(), None),
+        Some(text) => match text.parse::<Targets>() {
+            Ok(targets) => (targets, None),
+            Err(err) => (default(), Some(err.to_string())),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::log_filter;
+    use tracing::Level;
+
+    #[test]
+    fn log_filter_reads_levels_and_targets() {
+        let (f, err) = log_filter(None);
+        assert!(err.is_none());
+        assert!(f.would_enable("kube_runtime", &Level::INFO));
+        assert!(!f.would_enable("kube_runtime", &Level::DEBUG));
+
+        let (f, err) = log_filter(Some("warn,lws_rollout=debug"));
+        assert!(err.is_none());
+        assert!(f.would_enable("lws_rollout::lws", &Level::DEBUG));
+        assert!(!f.would_enable("kube_runtime", &Level::INFO));
+        assert!(f.would_enable("kube_runtime", &Level::WARN));
+
+        let (f, err) = log_filter(Some("lws_rollout=loud"));
+        assert!(err.is_some(), "a bad level is reported");
+        assert!(f.would_enable("lws_rollout", &Level::INFO));
     }
 }

@@ -78,10 +78,10 @@ impl Categorized for ApiError {
 }
 
 /// The result of a create-if-absent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Created {
-    /// We created it.
-    Created,
+    /// We created it; its uid (for a delete that must not reach a successor of that name).
+    Created(Option<String>),
     /// An object of that name was already there (ours or not: the caller checks).
     AlreadyExists,
 }
@@ -179,7 +179,7 @@ impl Applier {
             .create(&self.post_params(), obj)
             .await
         {
-            Ok(_) => Ok(Created::Created),
+            Ok(created) => Ok(Created::Created(created.meta().uid.clone())),
             Err(err) if classify(&err) == Failure::Conflict => Ok(Created::AlreadyExists),
             Err(source) => Err(ApiError {
                 action: describe::<K>("creating", &namespace, &obj.name_any()),

@@ -2,7 +2,10 @@
 //! nothing: what each answer means (an event to publish, a refusal that becomes the
 //! `ReplicaFailure` condition, whether the rest may go on) is written in the plan.
 
-use std::{collections::HashMap, sync::Mutex};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Mutex,
+};
 
 use k8s_openapi::{
     api::{
@@ -17,7 +20,7 @@ use serde_json::json;
 use super::{
     error::{Error, Failure},
     labels,
-    plan::{How, Plan, Write},
+    plan::{Delete, How, Plan, Write},
     status,
 };
 use crate::{
@@ -45,12 +48,15 @@ pub struct Applied {
     /// A worker StatefulSet was created or a group restarted: the status planned from what
     /// was observed before is already out of date (see [`write_status`]).
     pub groups_changed: bool,
+    /// The worker StatefulSets this apply created, by name, with their uids: a leader found
+    /// stale afterwards (`plan::groups::stale_workers`) has its StatefulSet taken back.
+    pub created_workers: BTreeMap<String, String>,
 }
 
 /// How one write ended.
 enum Written {
-    /// Created by this write, with its events published.
-    Created,
+    /// Created by this write (its uid), with its events published.
+    Created(Option<String>),
     /// Written (or already there), with its events published.
     Done,
     /// Refused as invalid: the plan says what that means.
@@ -65,13 +71,16 @@ async fn write<K: Object>(
 ) -> Result<Written, ApiError> {
     let result = match w.how {
         How::CreateIfAbsent => applier.create_if_absent(&w.object).await,
-        How::Apply => applier.apply(&w.object).await.map(|_| Created::Created),
+        How::Apply => applier
+            .apply(&w.object)
+            .await
+            .map(|_| Created::Created(None)),
     };
     match result {
-        Ok(Created::Created) => {
+        Ok(Created::Created(uid)) => {
             events.publish_all(lws, &w.on_success).await;
             Ok(match w.how {
-                How::CreateIfAbsent => Written::Created,
+                How::CreateIfAbsent => Written::Created(uid),
                 How::Apply => Written::Done,
             })
         }
@@ -125,7 +134,7 @@ pub async fn apply(
                     return Ok(applied);
                 }
             }
-            Ok(Written::Created | Written::Done) => {}
+            Ok(Written::Created(_) | Written::Done) => {}
             Err(err) => applied.deferred = Some(err),
         }
     }
@@ -153,9 +162,14 @@ pub async fn apply(
             break;
         }
     }
-    for result in written {
+    for (result, sts) in written.into_iter().zip(&plan.worker_sts) {
         match result? {
-            Written::Created => applied.groups_changed = true,
+            Written::Created(uid) => {
+                applied.groups_changed = true;
+                if let Some(uid) = uid {
+                    applied.created_workers.insert(sts.object.name_any(), uid);
+                }
+            }
             Written::Done => {}
             Written::Refused(f, blocks) => {
                 if refused(&mut applied, f, blocks) {
@@ -200,6 +214,25 @@ pub async fn apply(
     }
     events.publish_all(lws, &plan.events).await;
     Ok(applied)
+}
+
+/// Takes back worker StatefulSets this reconcile created for leaders that turned out not to be
+/// live (`plan::groups::stale_workers`). Each delete names the uid the create returned, so it
+/// never reaches another StatefulSet of that name; one the garbage collector took first is
+/// simply gone.
+pub async fn remove_stale_workers(
+    applier: &Applier,
+    lws: &LeaderWorkerSet,
+    stale: &[Delete],
+) -> Result<(), ApiError> {
+    let ns = lws.namespace().unwrap_or_default();
+    for sts in stale {
+        tracing::debug!(worker_sts = %sts.name, "its leader was replaced meanwhile: deleting it");
+        applier
+            .delete::<StatefulSet>(&ns, &sts.name, sts.uid.as_deref(), Propagation::Background)
+            .await?;
+    }
+    Ok(())
 }
 
 /// The statuses this manager wrote and the LWS version each was computed from, by LWS uid.

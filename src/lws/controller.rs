@@ -196,7 +196,17 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
         let deref = deref::dereference(&ctx.applier, &lws, &observed).await?;
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = plan::plan(&lws, &observed, &deref, &now);
-        let applied = apply::apply(&ctx.applier, &ctx.events, &lws, &plan).await?;
+        // The leaders of new worker StatefulSets are read fresh beside their creates
+        // (plan::groups); one found replaced meanwhile has its StatefulSet taken back.
+        let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
+        let verify = plan::groups::leaders_to_verify(&plan);
+        let (applied, live) = futures::join!(
+            apply::apply(&ctx.applier, &ctx.events, &lws, &plan),
+            deref::live_leaders(&ctx.applier, &ns, &name, &verify),
+        );
+        let applied = applied?;
+        let stale = plan::groups::stale_workers(&plan, &applied.created_workers, &live?);
+        apply::remove_stale_workers(&ctx.applier, &lws, &stale).await?;
         apply::write_status(
             &ctx.applier,
             &ctx.events,

@@ -1,7 +1,8 @@
 //! Dereference: the few fresh reads a plan needs beyond the caches — facts a cache does not
 //! hold (someone else's StatefulSet or Service with our name, a node's labels) or may hold a
 //! moment stale where acting on it would do harm (whether a leader pod is still the
-//! incarnation we are about to build workers for). Reads only; no decisions.
+//! incarnation we build workers for: read beside the create, see `plan::groups`). Reads only;
+//! no decisions.
 
 use std::collections::BTreeMap;
 
@@ -37,8 +38,6 @@ pub struct Dereferenced {
     pub leader_sts: Option<StatefulSet>,
     /// The Service named like the LWS (Shared policy), read when the cache has none.
     pub shared_service: Option<Service>,
-    /// Leaders about to get worker StatefulSets, by name; a missing name is gone.
-    pub live_leaders: BTreeMap<String, LiveLeader>,
     /// Labels of the nodes those leaders run on (exclusive topology only).
     pub node_labels: BTreeMap<String, BTreeMap<String, String>>,
 }
@@ -65,8 +64,6 @@ pub async fn dereference(
         .into_iter()
         .filter(|c| c.revision.is_some())
         .collect();
-    let leader_names: Vec<String> = candidates.iter().map(|c| c.leader.name_any()).collect();
-    deref.live_leaders = live_leaders(applier, &ns, &name, &leader_names).await?;
     for candidate in candidates {
         let node = candidate
             .leader
@@ -92,17 +89,18 @@ pub async fn dereference(
     Ok(deref)
 }
 
-/// Reads the leaders `names` of LWS `ns/name` fresh: a GET for one, one LIST of the LWS's leader
-/// pods for more (each reconcile of a group coming up often has several). Both are consistent
-/// reads from the API server, newer than any cache, and metadata (uid, deletion) is all the
-/// plan compares, so only metadata is fetched.
+/// Reads the leaders `names` of LWS `ns/name` fresh (a missing name is gone): a GET for one,
+/// one LIST of the LWS's leader pods for more (a reconcile of a group coming up often has
+/// several). Both are consistent reads from the API server, newer than any cache, and metadata
+/// (uid, deletion) is all that is compared, so only metadata is fetched.
 ///
 /// The reads are not skipped when the caches look current: telling that the pod cache is at
 /// least as new as the StatefulSet cache would mean comparing resourceVersions across kinds,
 /// which the API treats as opaque (and which an API server storing pods in an etcd of their
 /// own, `--etcd-servers-overrides`, does not order). That comparison is exactly what the
-/// stale-leader bug needs (docs/lws.md), so a GET stays the proof.
-async fn live_leaders(
+/// stale-leader bug needs (docs/lws.md), so a read stays the proof; it runs beside the create
+/// it checks, not before it.
+pub async fn live_leaders(
     applier: &Applier,
     ns: &str,
     name: &str,

@@ -1,19 +1,31 @@
 //! One worker StatefulSet per leader pod, created once and never updated: a group changes
 //! template only by being rebuilt. It runs the revision its leader runs (so a group that the
-//! rolling update has not reached yet keeps its old workers), and it is created only for the
-//! live incarnation of the leader (a StatefulSet made for a leader that was just replaced would
-//! be garbage-collected at once, taking fresh workers with it).
+//! rolling update has not reached yet keeps its old workers), and it belongs to the live
+//! incarnation of the leader only.
+//!
+//! The pod cache can be a moment behind the StatefulSet cache: it may still show a leader that
+//! was just replaced, next to the deletion of that leader's worker StatefulSet. A StatefulSet
+//! made for it would be garbage-collected (its owner is gone), taking the workers it started
+//! with it. So every leader a StatefulSet is created for is read fresh — but the read runs
+//! beside the create instead of before it, so a group coming up waits one round trip, not two;
+//! a leader the read finds replaced, gone or deleting has the StatefulSet just made for it
+//! taken back at once ([`stale_workers`]).
 
-use std::{sync::Arc, time::Duration};
+use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
 use k8s_openapi::api::{apps::v1::ControllerRevision, core::v1::Pod};
 use kube::ResourceExt;
 
-use super::{How, OnRefusal, Plan, Write, reasons, revisions};
+use super::{Delete, How, OnRefusal, Plan, Write, reasons, revisions};
 use crate::{
     api::leaderworkerset::{LeaderWorkerSet, StartupPolicy},
     k8s::{events::EventSpec, pod},
-    lws::{deref::Dereferenced, error::Failure, labels, objects, observe::Observed},
+    lws::{
+        deref::{Dereferenced, LiveLeader},
+        error::Failure,
+        labels, objects,
+        observe::Observed,
+    },
 };
 
 /// How soon to look again when the revision a leader runs is not in the cache yet.
@@ -69,11 +81,6 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, pl
             plan.requeue_within(Some(REVISION_NOT_CACHED));
             continue;
         };
-        // Only the live incarnation; its successor's own events bring us back otherwise.
-        match deref.live_leaders.get(&leader_name) {
-            Some(live) if Some(&live.uid) == leader.metadata.uid.as_ref() && !live.deleting => {}
-            _ => continue,
-        }
         let node_selector = match lws.annotations().get(labels::EXCLUSIVE_TOPOLOGY) {
             None => None,
             Some(topology) => {
@@ -135,4 +142,45 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, pl
             }),
         });
     }
+}
+
+/// The leaders to read fresh beside the creates of `plan`: those its worker StatefulSets are
+/// for (a worker StatefulSet is named after its leader pod).
+pub fn leaders_to_verify(plan: &Plan) -> Vec<String> {
+    plan.worker_sts
+        .iter()
+        .map(|w| w.object.name_any())
+        .collect()
+}
+
+/// The worker StatefulSets `created` (name → uid) whose leader, as read fresh (`live`), is not
+/// the incarnation the StatefulSet belongs to — replaced, gone or being deleted — to be taken
+/// back. The owning incarnation is the StatefulSet's controller reference.
+pub fn stale_workers(
+    plan: &Plan,
+    created: &BTreeMap<String, String>,
+    live: &BTreeMap<String, LiveLeader>,
+) -> Vec<Delete> {
+    plan.worker_sts
+        .iter()
+        .filter_map(|w| {
+            let name = w.object.name_any();
+            let uid = created.get(&name)?;
+            let owner = w
+                .object
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .find(|o| o.controller == Some(true))
+                .map(|o| o.uid.as_str());
+            let is_live = live
+                .get(&name)
+                .is_some_and(|l| Some(l.uid.as_str()) == owner && !l.deleting);
+            (!is_live).then(|| Delete {
+                name,
+                uid: Some(uid.clone()),
+            })
+        })
+        .collect()
 }

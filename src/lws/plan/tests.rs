@@ -114,13 +114,6 @@ impl World {
             ],
             Some(("leader-sts-uid", "StatefulSet")),
         );
-        self.deref.live_leaders.insert(
-            leader.name_any(),
-            LiveLeader {
-                uid: leader.metadata.uid.clone().unwrap(),
-                deleting: false,
-            },
-        );
         let size = objects::size(&self.lws);
         if size > 1 {
             let rev = self
@@ -481,17 +474,40 @@ fn worker_statefulsets_are_built_only_for_the_live_leader() {
         "Created worker statefulset for leader pod vllm-1"
     );
 
-    // The cache still shows the leader that was just replaced: its successor has another uid.
-    world.deref.live_leaders.insert(
-        "vllm-1".into(),
-        LiveLeader {
-            uid: "leader-1-b".into(),
-            deleting: false,
-        },
-    );
-    assert!(world.plan().worker_sts.is_empty(), "stale leader");
-    world.deref.live_leaders.remove("vllm-1");
-    assert!(world.plan().worker_sts.is_empty(), "leader gone");
+    // The fresh read beside the create decides whether it stays. The live leader: it stays.
+    let plan = world.plan();
+    let created = BTreeMap::from([("vllm-1".to_string(), "sts-uid".to_string())]);
+    let live = |uid: &str, deleting: bool| {
+        BTreeMap::from([(
+            "vllm-1".to_string(),
+            LiveLeader {
+                uid: uid.into(),
+                deleting,
+            },
+        )])
+    };
+    assert!(groups::stale_workers(&plan, &created, &live("leader-1-a", false)).is_empty());
+    // The cache still showed the leader that was just replaced (its successor has another
+    // uid), or one being deleted, or one already gone: taken back, by the uid it was created
+    // with.
+    let taken_back = vec![Delete {
+        name: "vllm-1".into(),
+        uid: Some("sts-uid".into()),
+    }];
+    for (case, live) in [
+        ("replaced", live("leader-1-b", false)),
+        ("deleting", live("leader-1-a", true)),
+        ("gone", BTreeMap::new()),
+    ] {
+        assert_eq!(
+            groups::stale_workers(&plan, &created, &live),
+            taken_back,
+            "{case}"
+        );
+    }
+    // A StatefulSet that already existed (the create found it) is never taken back.
+    assert!(groups::stale_workers(&plan, &BTreeMap::new(), &BTreeMap::new()).is_empty());
+    assert_eq!(groups::leaders_to_verify(&plan), ["vllm-1"]);
 }
 
 #[test]
