@@ -45,7 +45,8 @@ pub struct Candidate {
 }
 
 /// Leaders whose groups lack a worker StatefulSet and may get one now. The dereference step
-/// reads these leaders (and their nodes) fresh before anything is created for them.
+/// reads their nodes (exclusive topology) before planning; the leaders themselves are read
+/// fresh beside the creates ([`leaders_to_verify`], [`stale_workers`]).
 pub fn wanting_workers(lws: &LeaderWorkerSet, observed: &Observed) -> Vec<Candidate> {
     if objects::size(lws) == 1 {
         return Vec::new();
