@@ -7,6 +7,7 @@
 //!   deletes with uid preconditions, status patches — and the mapping of API errors to outcomes;
 //!   [`apply_body`] escapes what the API server's YAML reader of apply bodies refuses.
 //! - [`events`]: Events for any object, with reasons as named constants.
+//! - [`expected`]: our creates the caches have not shown yet, so they are not planned twice.
 //! - [`watch`]: label-filtered watches whose caches are shared between controllers;
 //!   [`label_index`] groups a cache by (namespace, label value) so a reader skips the scan.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
@@ -22,6 +23,7 @@ pub mod client;
 pub mod conditions;
 pub mod error;
 pub mod events;
+pub mod expected;
 pub mod label_index;
 pub mod pod;
 pub mod throttle;

@@ -37,6 +37,7 @@ use crate::{
         backoff::Backoff,
         error::Categorized,
         events::Events,
+        expected::Expected,
         label_index::LabelIndex,
         throttle::{Trigger, throttle},
         watch::{self, SharedCache},
@@ -54,6 +55,8 @@ pub struct Context {
     backoff: Backoff<LeaderWorkerSet>,
     /// Status writes the LWS cache has not shown yet, so they are not repeated.
     written: apply::WrittenStatuses,
+    /// Worker StatefulSets created and not cached yet, so they are not created twice.
+    expected: Expected,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -109,6 +112,7 @@ pub fn run(
         },
         backoff: Backoff::new("lws"),
         written: apply::WrittenStatuses::default(),
+        expected: Expected::default(),
         metrics: metrics.clone(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
@@ -190,6 +194,7 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
         }
         let observed = observe::observe(
             &ctx.stores,
+            &ctx.expected,
             &lws.namespace().unwrap_or_default(),
             &lws.name_any(),
         );
@@ -205,7 +210,14 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
             deref::live_leaders(&ctx.applier, &ns, &name, &verify),
         );
         let applied = applied?;
+        let created = std::time::Instant::now();
+        for sts in applied.created_workers.keys() {
+            ctx.expected.created(format!("{ns}/{sts}"), created);
+        }
         let stale = plan::groups::stale_workers(&plan, &applied.created_workers, &live?);
+        for sts in &stale {
+            ctx.expected.forget(&format!("{ns}/{}", sts.name));
+        }
         apply::remove_stale_workers(&ctx.applier, &lws, &stale).await?;
         apply::write_status(
             &ctx.applier,

@@ -1,7 +1,11 @@
 //! Observe: what the caches hold about one LWS, gathered into one plain struct. No API calls
 //! (the few fresh reads are in [`super::deref`]), no decisions.
 
-use std::{collections::BTreeMap, sync::Arc};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::Arc,
+    time::Instant,
+};
 
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
@@ -10,7 +14,7 @@ use k8s_openapi::api::{
 use kube::ResourceExt;
 
 use super::labels;
-use crate::k8s::label_index::LabelIndex;
+use crate::k8s::{expected::Expected, label_index::LabelIndex};
 
 /// The caches the LWS controller reads (shared with the release controllers), each indexed by
 /// (namespace, LWS name label): a reconcile touches only its own LWS's objects.
@@ -41,10 +45,14 @@ pub struct Observed {
     pub revisions: Vec<Arc<ControllerRevision>>,
     /// Services labelled with the LWS name.
     pub services: Vec<Arc<Service>>,
+    /// Leaders whose worker StatefulSet we created a moment ago and the cache does not show
+    /// yet ([`Expected`]): not to be created again.
+    pub pending_workers: BTreeSet<String>,
 }
 
-/// Reads the caches for LWS `namespace/name`.
-pub fn observe(stores: &Stores, namespace: &str, name: &str) -> Observed {
+/// Reads the caches for LWS `namespace/name`, and which of its worker StatefulSets we created
+/// that they do not show yet.
+pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str) -> Observed {
     let mut observed = Observed::default();
     for sts in stores.statefulsets.get(namespace, name) {
         if sts.metadata.name.as_deref() == Some(name) {
@@ -73,6 +81,16 @@ pub fn observe(stores: &Stores, namespace: &str, name: &str) -> Observed {
         })
         .collect();
     observed.services = stores.services.get(namespace, name);
+    let now = Instant::now();
+    observed.pending_workers = observed
+        .leaders
+        .iter()
+        .map(|l| l.name_any())
+        .filter(|leader| {
+            let cached = observed.worker_sts.contains_key(leader);
+            expected.pending(&format!("{namespace}/{leader}"), cached, now)
+        })
+        .collect();
     observed
 }
 

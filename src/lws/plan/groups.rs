@@ -19,7 +19,7 @@ use kube::ResourceExt;
 use super::{Delete, How, OnRefusal, Plan, Write, reasons, revisions};
 use crate::{
     api::leaderworkerset::{LeaderWorkerSet, StartupPolicy},
-    k8s::{events::EventSpec, pod},
+    k8s::{events::EventSpec, expected, pod},
     lws::{
         deref::{Dereferenced, LiveLeader},
         error::Failure,
@@ -57,7 +57,10 @@ pub fn wanting_workers(lws: &LeaderWorkerSet, observed: &Observed) -> Vec<Candid
         .leaders
         .iter()
         .filter(|l| !pod::terminating(l))
-        .filter(|l| !observed.worker_sts.contains_key(&l.name_any()))
+        .filter(|l| {
+            let name = l.name_any();
+            !observed.worker_sts.contains_key(&name) && !observed.pending_workers.contains(&name)
+        })
         .filter(|l| !leader_ready_first || pod::ready(l))
         .filter_map(|leader| {
             let index = objects::group_index(leader)?;
@@ -75,6 +78,11 @@ pub fn wanting_workers(lws: &LeaderWorkerSet, observed: &Observed) -> Vec<Candid
 
 /// Plans the worker StatefulSets.
 pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, plan: &mut Plan) {
+    if !observed.pending_workers.is_empty() {
+        // Our creates on their way to the cache: their watch events normally bring the next
+        // reconcile; this one is in case they never do.
+        plan.requeue_within(Some(expected::PATIENCE));
+    }
     for candidate in wanting_workers(lws, observed) {
         let leader = &candidate.leader;
         let leader_name = leader.name_any();

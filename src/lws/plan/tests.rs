@@ -511,6 +511,22 @@ fn worker_statefulsets_are_built_only_for_the_live_leader() {
 }
 
 #[test]
+fn a_worker_statefulset_on_its_way_to_the_cache_is_not_created_twice() {
+    let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    world.observed.worker_sts.remove("vllm-1");
+    world.observed.pending_workers.insert("vllm-1".into());
+    let plan = world.plan();
+    assert!(plan.worker_sts.is_empty(), "created a moment ago");
+    assert_eq!(
+        plan.requeue,
+        Some(crate::k8s::expected::PATIENCE),
+        "looks again"
+    );
+    world.observed.pending_workers.clear();
+    assert_eq!(names(&world.plan().worker_sts), ["vllm-1"]);
+}
+
+#[test]
 fn a_worker_whose_revision_is_not_cached_yet_is_retried_soon() {
     let mut world = World::settled(lws_with("vllm", 1, 2, "img:1", json!({})));
     world.observed.worker_sts.clear();
