@@ -48,10 +48,6 @@ pub struct Applied {
     /// A worker StatefulSet was created or a group restarted: the status planned from what
     /// was observed before is already out of date (see [`write_status`]).
     pub groups_changed: bool,
-    /// The leader StatefulSet was created or changed (its resourceVersion moved): the status
-    /// planned from the one before is out of date too, and the write's watch event brings the
-    /// next reconcile.
-    pub leader_sts_changed: bool,
     /// The worker StatefulSets this apply created, by name, with their uids: a leader found
     /// stale afterwards (`plan::groups::stale_workers`) has its StatefulSet taken back.
     pub created_workers: BTreeMap<String, String>,
@@ -61,8 +57,6 @@ pub struct Applied {
 enum Written {
     /// Created by this write (its uid), with its events published.
     Created(Option<String>),
-    /// Applied by this write (the resourceVersion it left), with its events published.
-    Applied(Option<String>),
     /// Written (or already there), with its events published.
     Done,
     /// Refused as invalid: the plan says what that means.
@@ -76,26 +70,21 @@ async fn write<K: Object>(
     w: &Write<K>,
 ) -> Result<Written, ApiError> {
     let result = match w.how {
-        How::CreateIfAbsent => {
-            applier
-                .create_if_absent(&w.object)
-                .await
-                .map(|created| match created {
-                    Created::Created(uid) => Written::Created(uid),
-                    Created::AlreadyExists => Written::Done,
-                })
-        }
+        How::CreateIfAbsent => applier.create_if_absent(&w.object).await,
         How::Apply => applier
             .apply(&w.object)
             .await
-            .map(|applied| Written::Applied(applied.meta().resource_version.clone())),
+            .map(|_| Created::Created(None)),
     };
     match result {
-        Ok(Written::Done) => Ok(Written::Done),
-        Ok(written) => {
+        Ok(Created::Created(uid)) => {
             events.publish_all(lws, &w.on_success).await;
-            Ok(written)
+            Ok(match w.how {
+                How::CreateIfAbsent => Written::Created(uid),
+                How::Apply => Written::Done,
+            })
         }
+        Ok(Created::AlreadyExists) => Ok(Written::Done),
         Err(err) => {
             events.publish_all(lws, &w.on_failure).await;
             match (err.failure(), &w.on_refusal) {
@@ -145,23 +134,15 @@ pub async fn apply(
                     return Ok(applied);
                 }
             }
-            Ok(Written::Created(_) | Written::Applied(_) | Written::Done) => {}
+            Ok(Written::Created(_) | Written::Done) => {}
             Err(err) => applied.deferred = Some(err),
         }
     }
-    if let Some(sts) = &plan.leader_sts {
-        match write(applier, events, lws, sts).await? {
-            Written::Refused(f, blocks) => {
-                if refused(&mut applied, f, blocks) {
-                    return Ok(applied);
-                }
-            }
-            Written::Applied(version) => {
-                applied.leader_sts_changed =
-                    version.is_some() && version != plan.leader_sts_version;
-            }
-            Written::Created(_) | Written::Done => {}
-        }
+    if let Some(sts) = &plan.leader_sts
+        && let Written::Refused(f, blocks) = write(applier, events, lws, sts).await?
+        && refused(&mut applied, f, blocks)
+    {
+        return Ok(applied);
     }
     for svc in &plan.delete_services {
         applier
@@ -189,7 +170,7 @@ pub async fn apply(
                     applied.created_workers.insert(sts.object.name_any(), uid);
                 }
             }
-            Written::Applied(_) | Written::Done => {}
+            Written::Done => {}
             Written::Refused(f, blocks) => {
                 if refused(&mut applied, f, blocks) {
                     return Ok(applied);
@@ -300,14 +281,12 @@ impl WrittenStatuses {
 }
 
 /// Whether this reconcile leaves the status to the next one. A reconcile that created a
-/// worker StatefulSet, restarted a group or changed the leader StatefulSet planned the status
-/// from the objects as they were before: the counters it would write (the new group not
-/// counted yet, the restarted one still ready, the replicas and partition the StatefulSet
-/// controller is about to act on) are out of date at once, and the watch event of that very
-/// write (the StatefulSet added or changed, the leader pod deleting) brings the next
-/// reconcile, which writes them right. The benchmark's S2 wrote one such status per group
-/// replaced for worker StatefulSets, and the partition steps another. A blocked LWS writes its
-/// condition at once.
+/// worker StatefulSet or restarted a group planned the status from the groups as they were
+/// before: the counters it would write (the new group not counted yet, the restarted one still
+/// ready) are out of date at once, and the watch event of that very write (the StatefulSet
+/// added, the leader pod deleting) brings the next reconcile, which writes them right. The
+/// benchmark's S2 wrote one such status per group replaced. A blocked LWS writes its condition
+/// at once.
 fn status_waits(blocked: bool, groups_changed: bool) -> bool {
     groups_changed && !blocked
 }
@@ -349,10 +328,7 @@ pub async fn write_status(
         .blocked
         .as_ref()
         .or(applied.failure.as_ref().filter(|_| applied.blocked));
-    if status_waits(
-        blocked.is_some(),
-        applied.groups_changed || applied.leader_sts_changed,
-    ) {
+    if status_waits(blocked.is_some(), applied.groups_changed) {
         return Ok(());
     }
     let (mut next, condition_event) = match (blocked, &plan.status) {

@@ -134,9 +134,6 @@ pub struct Plan {
     pub revisions: Vec<Write<ControllerRevision>>,
     /// The leader StatefulSet, when it would change.
     pub leader_sts: Option<Write<StatefulSet>>,
-    /// The resourceVersion of the leader StatefulSet this plan was made from (None: there was
-    /// none), so the apply can tell whether its write changed it.
-    pub leader_sts_version: Option<String>,
     /// Services to create or apply.
     pub services: Vec<Write<Service>>,
     /// Per-group Services whose group is gone.
@@ -212,7 +209,6 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     let mut plan = Plan {
         revisions: revisions.writes.clone(),
         leader_sts: leader.write.clone(),
-        leader_sts_version: leader_sts.and_then(|s| s.metadata.resource_version.clone()),
         ..Default::default()
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);
