@@ -18,43 +18,48 @@ use std::{
 /// How long a create we made holds back planning the same create.
 pub const PATIENCE: Duration = Duration::from_secs(2);
 
-/// Objects we created, by key (`namespace/name`), with when.
+/// Objects we created, by namespace and name, with when.
 #[derive(Debug, Default)]
 pub struct Expected {
-    created: Mutex<HashMap<String, Instant>>,
+    created: Mutex<HashMap<(String, String), Instant>>,
 }
 
 impl Expected {
-    /// We created `key` at `now`. Expired entries go at the same time, so keys no reconcile
-    /// asks about again (an LWS deleted meanwhile) do not pile up.
-    pub fn created(&self, key: String, now: Instant) {
+    /// We created `ns/name` at `now`. Expired entries go at the same time, so names no
+    /// reconcile asks about again (an LWS deleted meanwhile) do not pile up.
+    pub fn created(&self, ns: &str, name: &str, now: Instant) {
         let mut created = self.lock();
         created.retain(|_, at| now.saturating_duration_since(*at) < PATIENCE);
-        created.insert(key, now);
+        created.insert(key(ns, name), now);
     }
 
-    /// We deleted `key` again: nothing to wait for.
-    pub fn forget(&self, key: &str) {
-        self.lock().remove(key);
+    /// We deleted `ns/name` again: nothing to wait for.
+    pub fn forget(&self, ns: &str, name: &str) {
+        self.lock().remove(&key(ns, name));
     }
 
-    /// Whether a create of `key` is still on its way to the cache: created less than
+    /// Whether a create of `ns/name` is still on its way to the cache: created less than
     /// [`PATIENCE`] before `now` and not `cached` yet. An entry the cache shows, or an
     /// expired one, is dropped.
-    pub fn pending(&self, key: &str, cached: bool, now: Instant) -> bool {
+    pub fn pending(&self, ns: &str, name: &str, cached: bool, now: Instant) -> bool {
         let mut created = self.lock();
+        let key = key(ns, name);
         let pending = created
-            .get(key)
+            .get(&key)
             .is_some_and(|at| !cached && now.saturating_duration_since(*at) < PATIENCE);
         if !pending {
-            created.remove(key);
+            created.remove(&key);
         }
         pending
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Instant>> {
         self.created.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+fn key(ns: &str, name: &str) -> (String, String) {
+    (ns.to_string(), name.to_string())
 }
 
 #[cfg(test)]
@@ -65,28 +70,31 @@ mod tests {
     fn a_create_is_pending_until_cached_or_patience_runs_out() {
         let expected = Expected::default();
         let t0 = Instant::now();
-        assert!(!expected.pending("ns/a", false, t0), "never created");
+        assert!(!expected.pending("ns", "a", false, t0), "never created");
 
-        expected.created("ns/a".into(), t0);
-        assert!(expected.pending("ns/a", false, t0 + Duration::from_millis(500)));
+        expected.created("ns", "a", t0);
+        assert!(expected.pending("ns", "a", false, t0 + Duration::from_millis(500)));
         assert!(
-            !expected.pending("ns/a", true, t0 + Duration::from_millis(600)),
+            !expected.pending("ns", "a", true, t0 + Duration::from_millis(600)),
             "cached"
         );
         assert!(
-            !expected.pending("ns/a", false, t0 + Duration::from_millis(700)),
+            !expected.pending("ns", "a", false, t0 + Duration::from_millis(700)),
             "the cached entry is gone: a later deletion is seen as such"
         );
 
-        expected.created("ns/b".into(), t0);
-        assert!(!expected.pending("ns/b", false, t0 + PATIENCE), "expired");
+        expected.created("ns", "b", t0);
+        assert!(
+            !expected.pending("ns", "b", false, t0 + PATIENCE),
+            "expired"
+        );
 
-        expected.created("ns/c".into(), t0);
-        expected.forget("ns/c");
-        assert!(!expected.pending("ns/c", false, t0));
+        expected.created("ns", "c", t0);
+        expected.forget("ns", "c");
+        assert!(!expected.pending("ns", "c", false, t0));
 
-        expected.created("ns/d".into(), t0);
-        expected.created("ns/e".into(), t0 + PATIENCE);
+        expected.created("ns", "d", t0);
+        expected.created("ns", "e", t0 + PATIENCE);
         assert_eq!(
             expected.lock().len(),
             1,

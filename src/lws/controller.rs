@@ -201,24 +201,7 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
         let deref = deref::dereference(&ctx.applier, &lws, &observed).await?;
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = plan::plan(&lws, &observed, &deref, &now);
-        // The leaders of new worker StatefulSets are read fresh beside their creates
-        // (plan::groups); one found replaced meanwhile has its StatefulSet taken back.
-        let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
-        let verify = plan::groups::leaders_to_verify(&plan);
-        let (applied, live) = futures::join!(
-            apply::apply(&ctx.applier, &ctx.events, &lws, &plan),
-            deref::live_leaders(&ctx.applier, &ns, &name, &verify),
-        );
-        let applied = applied?;
-        let created = std::time::Instant::now();
-        for sts in applied.created_workers.keys() {
-            ctx.expected.created(format!("{ns}/{sts}"), created);
-        }
-        let stale = plan::groups::stale_workers(&plan, &applied.created_workers, &live?);
-        for sts in &stale {
-            ctx.expected.forget(&format!("{ns}/{}", sts.name));
-        }
-        apply::remove_stale_workers(&ctx.applier, &lws, &stale).await?;
+        let applied = apply_verified(&ctx, &lws, &plan).await?;
         apply::write_status(
             &ctx.applier,
             &ctx.events,
@@ -246,6 +229,33 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
     }
     .instrument(span)
     .await
+}
+
+/// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
+/// (`plan::groups`): a StatefulSet whose leader was replaced meanwhile is taken back. What was
+/// created is expected until the cache shows it.
+async fn apply_verified(
+    ctx: &Context,
+    lws: &LeaderWorkerSet,
+    plan: &plan::Plan,
+) -> Result<apply::Applied, Error> {
+    let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
+    let verify = plan::groups::leaders_to_verify(plan);
+    let (applied, live) = futures::join!(
+        apply::apply(&ctx.applier, &ctx.events, lws, plan),
+        deref::live_leaders(&ctx.applier, &ns, &name, &verify),
+    );
+    let applied = applied?;
+    let created = std::time::Instant::now();
+    for sts in applied.created_workers.keys() {
+        ctx.expected.created(&ns, sts, created);
+    }
+    let stale = plan::groups::stale_workers(plan, &applied.created_workers, &live?);
+    for sts in &stale {
+        ctx.expected.forget(&ns, &sts.name);
+    }
+    apply::remove_stale_workers(&ctx.applier, lws, &stale).await?;
+    Ok(applied)
 }
 
 /// Before anything is decided: nothing for an LWS being deleted (the garbage collector takes

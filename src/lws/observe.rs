@@ -88,7 +88,7 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
         .map(|l| l.name_any())
         .filter(|leader| {
             let cached = observed.worker_sts.contains_key(leader);
-            expected.pending(&format!("{namespace}/{leader}"), cached, now)
+            expected.pending(namespace, leader, cached, now)
         })
         .collect();
     observed
