@@ -44,7 +44,7 @@ pub struct Caches<'a> {
     /// LeaderWorkerSets.
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// LWS pods (read, not subscribed: the canary LWS's status follows them).
-    pub pods: &'a SharedCache<k8s_openapi::api::core::v1::Pod>,
+    pub pods: &'a SharedCache<crate::k8s::pod::CachedPod>,
 }
 
 /// Runs the controller until `shutdown` completes.

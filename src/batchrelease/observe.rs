@@ -72,7 +72,7 @@ pub struct Stores {
     /// LeaderWorkerSets (stable and canary).
     pub lws: kube::runtime::reflector::Store<LeaderWorkerSet>,
     /// Pods of LWSes by LWS name (group readiness of the canary).
-    pub pods: crate::k8s::label_index::LabelIndex<k8s_openapi::api::core::v1::Pod>,
+    pub pods: crate::k8s::label_index::LabelIndex<crate::k8s::pod::CachedPod>,
 }
 
 /// Fills the observed state of `br` from the stores.

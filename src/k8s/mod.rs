@@ -13,7 +13,8 @@
 //! - [`conditions`]: setting a status condition without losing when it last changed.
 //! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
-//! - [`pod`]: facts about pods every controller reads the same way (readiness).
+//! - [`pod`]: the pod as the caches keep it ([`pod::CachedPod`]) and the facts every controller
+//!   reads the same way (readiness).
 //! - [`throttle`]: per-key reconcile triggers, at most two per window, the first at once.
 
 pub mod apply;

@@ -1,33 +1,257 @@
-//! How every controller reads a pod: one definition of "ready".
+//! How every controller reads a pod: the pod as the caches keep it ([`CachedPod`]) and one
+//! definition of "ready".
 
-use k8s_openapi::api::core::v1::Pod;
+use std::borrow::Cow;
+
+use k8s_openapi::{
+    NamespaceResourceScope, api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta,
+};
+use serde::Deserialize;
+
+/// A pod as the caches keep it: its metadata and the few facts of its spec and status that a
+/// controller reads, decoded straight from the watch's JSON. A full `Pod` is ~4 KiB in memory
+/// even with its spec emptied (the inline `PodSpec`, container statuses, conditions), and
+/// the pod cache was the largest part of the manager's heap (docs/performance.md, "Fourth
+/// follow-up"); decoding into this skips the rest of each pod without allocating it.
+///
+/// Its API identity is the Pod's (`kind: Pod`, `v1`, `pods`), so it is watched, listed and
+/// read like one; nothing writes it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(from = "wire::Pod")]
+pub struct CachedPod {
+    /// The pod's metadata, whole (labels, annotations, owners, deletion).
+    pub metadata: ObjectMeta,
+    /// `spec.nodeName`: exclusive topology places a group's workers next to its leader.
+    pub node_name: Option<String>,
+    /// A container or init container requests or limits TPUs: a leader's workers then get TPU
+    /// variables (`objects::worker_sts`).
+    pub requests_tpus: bool,
+    /// `status.phase`, as far as a controller tells phases apart.
+    pub phase: Phase,
+    /// The `Ready` condition is True.
+    pub ready_condition: bool,
+    /// The highest restart count of any container or init container.
+    pub restarts: i32,
+}
+
+/// The phases a controller tells apart.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Phase {
+    /// `Pending`: accepted, not all containers started.
+    Pending,
+    /// `Running`.
+    Running,
+    /// `Succeeded`, `Failed`, `Unknown`, or no phase yet.
+    #[default]
+    Other,
+}
+
+impl Phase {
+    fn parse(phase: Option<&str>) -> Self {
+        match phase {
+            Some("Pending") => Self::Pending,
+            Some("Running") => Self::Running,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// The resource whose request makes a leader's workers TPU workers.
+pub const TPU_RESOURCE: &str = "google.com/tpu";
+
+impl kube::Resource for CachedPod {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::kind(dt)
+    }
+    fn group(dt: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::group(dt)
+    }
+    fn version(dt: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::version(dt)
+    }
+    fn plural(dt: &()) -> Cow<'_, str> {
+        <Pod as kube::Resource>::plural(dt)
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The same facts of a full pod (a pod read whole, and the tests' pods).
+impl From<&Pod> for CachedPod {
+    fn from(pod: &Pod) -> Self {
+        let spec = pod.spec.as_ref();
+        let status = pod.status.as_ref();
+        let quantities = |c: &k8s_openapi::api::core::v1::Container| {
+            c.resources.as_ref().is_some_and(|r| {
+                [&r.limits, &r.requests]
+                    .into_iter()
+                    .flatten()
+                    .any(|m| m.contains_key(TPU_RESOURCE))
+            })
+        };
+        Self {
+            metadata: pod.metadata.clone(),
+            node_name: spec.and_then(|s| s.node_name.clone()),
+            requests_tpus: spec.is_some_and(|s| {
+                s.containers
+                    .iter()
+                    .chain(s.init_containers.iter().flatten())
+                    .any(quantities)
+            }),
+            phase: Phase::parse(status.and_then(|s| s.phase.as_deref())),
+            ready_condition: status.is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .flatten()
+                    .any(|c| c.type_ == "Ready" && c.status == "True")
+            }),
+            restarts: status
+                .into_iter()
+                .flat_map(|s| {
+                    s.container_statuses
+                        .iter()
+                        .flatten()
+                        .chain(s.init_container_statuses.iter().flatten())
+                })
+                .map(|c| c.restart_count)
+                .max()
+                .unwrap_or(0),
+        }
+    }
+}
+
+/// The pod's JSON as far as [`CachedPod`] reads it; serde skips every other field without
+/// allocating it.
+mod wire {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde::{Deserialize, de::IgnoredAny};
+
+    #[derive(Deserialize)]
+    pub struct Pod {
+        #[serde(default)]
+        metadata: ObjectMeta,
+        #[serde(default)]
+        spec: Spec,
+        #[serde(default)]
+        status: Status,
+    }
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Spec {
+        node_name: Option<String>,
+        #[serde(default)]
+        containers: Vec<Container>,
+        #[serde(default)]
+        init_containers: Vec<Container>,
+    }
+
+    #[derive(Deserialize)]
+    struct Container {
+        #[serde(default)]
+        resources: Resources,
+    }
+
+    #[derive(Default, Deserialize)]
+    struct Resources {
+        #[serde(default)]
+        limits: BTreeMap<String, IgnoredAny>,
+        #[serde(default)]
+        requests: BTreeMap<String, IgnoredAny>,
+    }
+
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Status {
+        phase: Option<String>,
+        #[serde(default)]
+        conditions: Vec<Condition>,
+        #[serde(default)]
+        container_statuses: Vec<ContainerStatus>,
+        #[serde(default)]
+        init_container_statuses: Vec<ContainerStatus>,
+    }
+
+    #[derive(Deserialize)]
+    struct Condition {
+        #[serde(rename = "type", default)]
+        type_: String,
+        #[serde(default)]
+        status: String,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ContainerStatus {
+        #[serde(default)]
+        restart_count: i32,
+    }
+
+    impl From<Pod> for super::CachedPod {
+        fn from(pod: Pod) -> Self {
+            let tpus = |c: &Container| {
+                [&c.resources.limits, &c.resources.requests]
+                    .into_iter()
+                    .any(|m| m.contains_key(super::TPU_RESOURCE))
+            };
+            let status = pod.status;
+            Self {
+                metadata: pod.metadata,
+                node_name: pod.spec.node_name,
+                requests_tpus: pod
+                    .spec
+                    .containers
+                    .iter()
+                    .chain(&pod.spec.init_containers)
+                    .any(tpus),
+                phase: super::Phase::parse(status.phase.as_deref()),
+                ready_condition: status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True"),
+                restarts: status
+                    .container_statuses
+                    .iter()
+                    .chain(&status.init_container_statuses)
+                    .map(|c| c.restart_count)
+                    .max()
+                    .unwrap_or(0),
+            }
+        }
+    }
+}
 
 /// Running, with the `Ready` condition True (what the kubelet — here KWOK — reports once every
 /// readiness probe passes).
-pub fn ready(pod: &Pod) -> bool {
-    let Some(status) = &pod.status else {
-        return false;
-    };
-    status.phase.as_deref() == Some("Running")
-        && status
-            .conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+pub fn ready(pod: &CachedPod) -> bool {
+    pod.phase == Phase::Running && pod.ready_condition
 }
 
 /// The pod is on its way out (deleted, waiting for its grace period or finalizers).
-pub fn terminating(pod: &Pod) -> bool {
+pub fn terminating(pod: &CachedPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+    use k8s_openapi::api::core::v1::{
+        Container, ContainerStatus, PodCondition, PodSpec, PodStatus, ResourceRequirements,
+    };
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use serde_json::json;
 
-    fn pod(phase: &str, ready: &str) -> Pod {
-        Pod {
+    fn pod(phase: &str, ready: &str) -> CachedPod {
+        CachedPod::from(&Pod {
             status: Some(PodStatus {
                 phase: Some(phase.into()),
                 conditions: Some(vec![PodCondition {
@@ -38,7 +262,7 @@ mod tests {
                 ..Default::default()
             }),
             ..Default::default()
-        }
+        })
     }
 
     #[test]
@@ -46,6 +270,114 @@ mod tests {
         assert!(ready(&pod("Running", "True")));
         assert!(!ready(&pod("Running", "False")));
         assert!(!ready(&pod("Pending", "True")));
-        assert!(!ready(&Pod::default()));
+        assert!(!ready(&CachedPod::default()));
+    }
+
+    fn container(name: &str, resource: Option<&str>) -> Container {
+        Container {
+            name: name.into(),
+            image: Some("img:1".into()),
+            resources: resource.map(|r| ResourceRequirements {
+                requests: Some([(r.to_string(), Quantity("1".into()))].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A pod with every field a reader looks at, and many it does not.
+    fn full_pod(tpu_in: Option<&str>, restarts: [i32; 2]) -> Pod {
+        let status = |name: &str, restart_count| ContainerStatus {
+            name: name.into(),
+            restart_count,
+            image: "img:1".into(),
+            ..Default::default()
+        };
+        Pod {
+            metadata: serde_json::from_value(json!({
+                "name": "vllm-0", "namespace": "ns", "uid": "u1",
+                "labels": {"leaderworkerset.sigs.k8s.io/name": "vllm"},
+                "annotations": {"leaderworkerset.sigs.k8s.io/size": "4"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                    "name": "vllm", "uid": "s1", "controller": true}],
+            }))
+            .unwrap(),
+            spec: Some(PodSpec {
+                node_name: Some("node-a".into()),
+                containers: vec![
+                    container("main", (tpu_in == Some("main")).then_some(TPU_RESOURCE)),
+                    container("side", Some("cpu")),
+                ],
+                init_containers: Some(vec![container(
+                    "init",
+                    (tpu_in == Some("init")).then_some(TPU_RESOURCE),
+                )]),
+                hostname: Some("vllm-0".into()),
+                ..Default::default()
+            }),
+            status: Some(PodStatus {
+                phase: Some("Running".into()),
+                conditions: Some(vec![
+                    PodCondition {
+                        type_: "PodScheduled".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
+                    PodCondition {
+                        type_: "Ready".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    },
+                ]),
+                container_statuses: Some(vec![status("main", restarts[0])]),
+                init_container_statuses: Some(vec![status("init", restarts[1])]),
+                pod_ip: Some("10.0.0.1".into()),
+                ..Default::default()
+            }),
+        }
+    }
+
+    #[test]
+    fn decoding_the_json_keeps_what_reading_the_full_pod_finds() {
+        let cases = [
+            full_pod(None, [0, 0]),
+            full_pod(Some("main"), [3, 0]),
+            full_pod(Some("init"), [0, 2]),
+            Pod::default(),
+        ];
+        for full in cases {
+            let decoded: CachedPod =
+                serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
+            assert_eq!(decoded, CachedPod::from(&full), "{full:?}");
+        }
+        let tpu = CachedPod::from(&full_pod(Some("init"), [0, 2]));
+        assert!(tpu.requests_tpus);
+        assert_eq!(tpu.restarts, 2);
+        assert_eq!(tpu.node_name.as_deref(), Some("node-a"));
+        assert!(ready(&tpu));
+        assert!(!CachedPod::from(&full_pod(None, [0, 0])).requests_tpus);
+    }
+
+    #[test]
+    fn a_watch_event_decodes_into_a_cached_pod() {
+        let event: kube::api::WatchEvent<CachedPod> = serde_json::from_value(json!({
+            "type": "MODIFIED",
+            "object": {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7"},
+                "spec": {"containers": [{"name": "c", "image": "i",
+                    "resources": {"limits": {"google.com/tpu": "4"}}}]},
+                "status": {"phase": "Pending"}},
+        }))
+        .unwrap();
+        let kube::api::WatchEvent::Modified(pod) = event else {
+            panic!("not a modification")
+        };
+        assert_eq!(pod.phase, Phase::Pending);
+        assert!(pod.requests_tpus);
+        assert!(!ready(&pod));
+        assert_eq!(
+            kube::ResourceExt::resource_version(&pod).as_deref(),
+            Some("7")
+        );
     }
 }

@@ -64,7 +64,7 @@ pub struct Caches<'a> {
     /// LeaderWorkerSets.
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// LWS-labelled pods.
-    pub pods: &'a mut SharedCache<k8s_openapi::api::core::v1::Pod>,
+    pub pods: &'a mut SharedCache<crate::k8s::pod::CachedPod>,
     /// LWS-labelled StatefulSets.
     pub statefulsets: &'a mut SharedCache<k8s_openapi::api::apps::v1::StatefulSet>,
     /// LWS-labelled Services.

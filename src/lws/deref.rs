@@ -65,11 +65,7 @@ pub async fn dereference(
         .filter(|c| c.revision.is_some())
         .collect();
     for candidate in candidates {
-        let node = candidate
-            .leader
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone());
+        let node = candidate.leader.node_name.clone();
         if exclusive
             && let Some(node) = node
             && !deref.node_labels.contains_key(&node)

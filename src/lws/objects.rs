@@ -11,8 +11,7 @@ use k8s_openapi::{
             StatefulSetSpec, StatefulSetUpdateStrategy,
         },
         core::v1::{
-            PersistentVolumeClaim, PersistentVolumeClaimSpec, Pod, PodTemplateSpec, Service,
-            ServiceSpec,
+            PersistentVolumeClaim, PersistentVolumeClaimSpec, PodTemplateSpec, Service, ServiceSpec,
         },
     },
     apimachinery::pkg::{
@@ -25,7 +24,10 @@ use kube::{Resource, ResourceExt};
 use sha1::{Digest, Sha1};
 
 use super::labels;
-use crate::api::leaderworkerset::{LeaderWorkerSet, SubGroupPolicyType, SubdomainPolicy};
+use crate::{
+    api::leaderworkerset::{LeaderWorkerSet, SubGroupPolicyType, SubdomainPolicy},
+    k8s::pod::CachedPod,
+};
 
 fn map<const N: usize>(entries: [(&str, String); N]) -> BTreeMap<String, String> {
     entries
@@ -85,7 +87,7 @@ pub fn parent_and_ordinal(pod_name: &str) -> Option<(&str, i32)> {
 
 /// Group index of a leader pod: its group-index label, else the StatefulSet's pod-index label,
 /// else the ordinal at the end of its name.
-pub fn group_index(pod: &Pod) -> Option<i32> {
+pub fn group_index(pod: &CachedPod) -> Option<i32> {
     let labels = pod.labels();
     labels
         .get(labels::GROUP_INDEX)
@@ -320,7 +322,7 @@ pub fn revision_worker_template(
 /// `1..size`, template from the revision the leader runs (so an old group keeps old workers).
 pub fn worker_statefulset(
     lws: &LeaderWorkerSet,
-    leader: &Pod,
+    leader: &CachedPod,
     index: i32,
     key: &str,
     mut template: PodTemplateSpec,
@@ -345,7 +347,7 @@ pub fn worker_statefulset(
     merge_into(&mut meta.labels, pod_labels.clone());
     let mut annotations = common_template_annotations(lws);
     annotations.insert(labels::LEADER_NAME.into(), leader_name.clone());
-    if leader_requests_tpus(leader) {
+    if leader.requests_tpus {
         annotations.insert(labels::LEADER_REQUESTS_TPUS.into(), "true".into());
     }
     merge_into(&mut meta.annotations, annotations);
@@ -387,21 +389,6 @@ pub fn worker_statefulset(
         }),
         status: None,
     }
-}
-
-fn leader_requests_tpus(pod: &Pod) -> bool {
-    let Some(spec) = &pod.spec else { return false };
-    spec.containers
-        .iter()
-        .chain(spec.init_containers.iter().flatten())
-        .any(|c| {
-            c.resources.as_ref().is_some_and(|r| {
-                [&r.limits, &r.requests]
-                    .into_iter()
-                    .flatten()
-                    .any(|m| m.contains_key("google.com/tpu"))
-            })
-        })
 }
 
 #[cfg(test)]
@@ -478,7 +465,7 @@ mod tests {
             json!({"leaderWorkerTemplate": {"size": 3, "workerTemplate": {"spec": {"containers": [{"name": "c"}]}}},
                               "networkConfig": {"subdomainPolicy": "UniquePerReplica"}}),
         );
-        let leader: Pod = serde_json::from_value(
+        let leader: CachedPod = serde_json::from_value(
             json!({"metadata": {"name": "vllm-1", "namespace": "ns", "uid": "p-1"}}),
         )
         .unwrap();

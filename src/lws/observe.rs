@@ -9,19 +9,19 @@ use std::{
 
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
-    core::v1::{Pod, Service},
+    core::v1::Service,
 };
 use kube::ResourceExt;
 
 use super::labels;
-use crate::k8s::{expected::Expected, label_index::LabelIndex};
+use crate::k8s::{expected::Expected, label_index::LabelIndex, pod::CachedPod};
 
 /// The caches the LWS controller reads (shared with the release controllers), each indexed by
 /// (namespace, LWS name label): a reconcile touches only its own LWS's objects.
 #[derive(Clone)]
 pub struct Stores {
     /// Pods labelled with an LWS name.
-    pub pods: LabelIndex<Pod>,
+    pub pods: LabelIndex<CachedPod>,
     /// StatefulSets labelled with an LWS name.
     pub statefulsets: LabelIndex<StatefulSet>,
     /// Services labelled with an LWS name.
@@ -38,9 +38,9 @@ pub struct Observed {
     /// Worker StatefulSets by name (`<lws>-<group>`, the leader pod's name).
     pub worker_sts: BTreeMap<String, Arc<StatefulSet>>,
     /// Leader pods (worker index 0).
-    pub leaders: Vec<Arc<Pod>>,
+    pub leaders: Vec<Arc<CachedPod>>,
     /// Every pod of the LWS, leaders included.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<CachedPod>>,
     /// ControllerRevisions this LWS controls (not the StatefulSets' own, which copy our labels).
     pub revisions: Vec<Arc<ControllerRevision>>,
     /// Services labelled with the LWS name.
@@ -95,6 +95,6 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
 }
 
 /// A leader pod (worker index 0).
-pub fn is_leader(pod: &Pod) -> bool {
+pub fn is_leader(pod: &CachedPod) -> bool {
     pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0")
 }

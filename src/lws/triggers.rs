@@ -13,13 +13,18 @@ use std::{
     time::{Duration, Instant},
 };
 
-use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
 
 use super::{labels, observe::is_leader};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
-    k8s::{apply::controller_uid, label_index::LabelIndex, pod::terminating, throttle::Trigger},
+    k8s::{
+        apply::controller_uid,
+        label_index::LabelIndex,
+        pod::{CachedPod, terminating},
+        throttle::Trigger,
+    },
 };
 
 /// How long a leader's urgent trigger is not repeated. A leader pod changes two or three times
@@ -48,7 +53,7 @@ impl Leaders {
     /// The trigger of a pod event seen at `now`.
     pub fn trigger(
         &mut self,
-        pod: Arc<Pod>,
+        pod: Arc<CachedPod>,
         now: Instant,
     ) -> Option<Trigger<ObjectRef<LeaderWorkerSet>>> {
         let urgent = leader_waiting(&pod)
@@ -60,7 +65,7 @@ impl Leaders {
     /// Whether this incarnation of the leader has its worker StatefulSet: same name, owned by
     /// this pod's uid and not being deleted (after a group restart the old incarnation's
     /// StatefulSet lingers in the cache while the garbage collector removes it).
-    fn has_workers(&self, pod: &Pod) -> bool {
+    fn has_workers(&self, pod: &CachedPod) -> bool {
         let (Some(lws), Some(ns), Some(name), Some(uid)) = (
             pod.labels().get(labels::NAME),
             pod.metadata.namespace.as_deref(),
@@ -91,7 +96,7 @@ impl Leaders {
 }
 
 /// A live leader pod of a group with workers (size > 1).
-fn leader_waiting(pod: &Pod) -> bool {
+fn leader_waiting(pod: &CachedPod) -> bool {
     is_leader(pod)
         && !terminating(pod)
         && pod.annotations().get(labels::SIZE).map(String::as_str) != Some("1")
@@ -129,10 +134,10 @@ mod tests {
         }
     }
 
-    fn leader(name: &str, size: &str) -> Arc<Pod> {
+    fn leader(name: &str, size: &str) -> Arc<CachedPod> {
         let mut m = meta(name, &[(labels::NAME, "lws"), (labels::WORKER_INDEX, "0")]);
         m.annotations = Some([(labels::SIZE.to_string(), size.to_string())].into());
-        Arc::new(Pod {
+        Arc::new(CachedPod {
             metadata: m,
             ..Default::default()
         })
@@ -157,7 +162,7 @@ mod tests {
         Leaders::new(index)
     }
 
-    fn urgent(leaders: &mut Leaders, pod: Arc<Pod>, now: Instant) -> Option<bool> {
+    fn urgent(leaders: &mut Leaders, pod: Arc<CachedPod>, now: Instant) -> Option<bool> {
         leaders.trigger(pod, now).map(|t| {
             assert_eq!(t.key, ObjectRef::new("lws").within("ns"));
             t.urgent
@@ -176,7 +181,7 @@ mod tests {
         // A group of one has no workers to create.
         assert_eq!(urgent(&mut leaders, leader("lws-2", "1"), now), Some(false));
         // A worker pod.
-        let worker = Arc::new(Pod {
+        let worker = Arc::new(CachedPod {
             metadata: meta(
                 "lws-3-1",
                 &[(labels::NAME, "lws"), (labels::WORKER_INDEX, "1")],
@@ -189,7 +194,7 @@ mod tests {
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(urgent(&mut leaders, Arc::new(deleting), now), Some(false));
         // Not ours: no trigger at all.
-        let foreign = Arc::new(Pod {
+        let foreign = Arc::new(CachedPod {
             metadata: meta("other", &[]),
             ..Default::default()
         });

@@ -6,13 +6,13 @@ use std::{future::Future, pin::Pin};
 
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
-    core::v1::{Pod, Service},
+    core::v1::Service,
 };
 use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
-    k8s::watch::SharedCache,
+    k8s::{pod::CachedPod, watch::SharedCache},
     lws::labels,
 };
 
@@ -20,8 +20,8 @@ use crate::{
 pub struct Caches {
     /// All LeaderWorkerSets.
     pub lws: SharedCache<LeaderWorkerSet>,
-    /// Pods that belong to an LWS.
-    pub pods: SharedCache<Pod>,
+    /// Pods that belong to an LWS, as much of them as a controller reads ([`CachedPod`]).
+    pub pods: SharedCache<CachedPod>,
     /// StatefulSets that belong to an LWS.
     pub statefulsets: SharedCache<StatefulSet>,
     /// Services that belong to an LWS.
@@ -41,9 +41,9 @@ impl Caches {
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
             pods: SharedCache::new(Api::all(client.clone()), owned.clone())
-                .with_trim(trim_pod)
                 .with_index(labels::NAME),
             statefulsets: SharedCache::new(Api::all(client.clone()), owned.clone())
+                .with_trim(trim_statefulset)
                 .with_index(labels::NAME),
             services: SharedCache::new(Api::all(client.clone()), owned.clone())
                 .with_index(labels::NAME),
@@ -69,49 +69,24 @@ impl Caches {
     }
 }
 
-/// What a cached pod keeps of its spec: the node (exclusive topology places a group's workers
-/// next to its leader) and the containers that ask for TPUs, with their resources only (a
-/// leader asking for TPUs gets TPU variables in its workers: `objects::leader_requests_tpus`).
-/// No controller reads anything else of a pod's spec — they read its metadata and status —
-/// and the rest (images, commands, env, volumes, probes, the defaults the API server fills
-/// in, and even an empty `Container`, ~1.5 KiB of struct) was most of each cached pod
-/// (heaptrack: `PodSpec` clones in the reflector were the largest allocation site at S1's
-/// peak).
-pub fn trim_pod(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    fn tpu_only(containers: Vec<Container>) -> Vec<Container> {
-        containers
-            .into_iter()
-            .filter(|c| {
-                c.resources.as_ref().is_some_and(|r| {
-                    [&r.limits, &r.requests]
-                        .into_iter()
-                        .flatten()
-                        .any(|m| m.contains_key(TPU_RESOURCE))
-                })
-            })
-            .map(|c| Container {
-                name: c.name,
-                resources: c.resources,
-                ..Default::default()
-            })
-            .collect()
-    }
-    if let Some(spec) = pod.spec.take() {
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            containers: tpu_only(spec.containers),
-            init_containers: spec
-                .init_containers
-                .map(tpu_only)
-                .filter(|cs| !cs.is_empty()),
-            ..Default::default()
-        });
+/// Worker StatefulSets (a leader pod controls each) are read for their labels, owner and
+/// status only: the plan writes them whole when it creates them and never compares their
+/// template (a template change reaches a group through the LWS's ControllerRevisions and
+/// replaces the leader). Their pod template and claim templates — a copy of the LWS's
+/// worker template in each of the LWS's groups, ~2 KiB a group — are not kept. The leader
+/// StatefulSet keeps everything: the plan compares it with its desired form.
+pub fn trim_statefulset(sts: &mut StatefulSet) {
+    let worker = sts
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.controller == Some(true) && o.kind == "Pod");
+    if let Some(spec) = sts.spec.as_mut().filter(|_| worker) {
+        spec.template = Default::default();
+        spec.volume_claim_templates = None;
     }
 }
-
-/// The resource whose request makes a leader's workers TPU workers.
-const TPU_RESOURCE: &str = "google.com/tpu";
 
 /// StatefulSets keep ControllerRevisions of their own that copy our template labels, so the
 /// revision cache holds one per StatefulSet with the whole pod template in `data`. Only the
@@ -132,41 +107,40 @@ pub fn trim_revision(rev: &mut ControllerRevision) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::{
-        api::core::v1::{Container, PodSpec, ResourceRequirements},
-        apimachinery::pkg::api::resource::Quantity,
-    };
 
     #[test]
-    fn a_trimmed_pod_keeps_its_node_and_its_tpu_containers_resources_only() {
-        let container = |name: &str, resource: &str| Container {
-            name: name.into(),
-            image: Some("x".into()),
-            resources: Some(ResourceRequirements {
-                limits: Some([(resource.to_string(), Quantity("1".into()))].into()),
+    fn only_leader_statefulsets_keep_their_templates() {
+        use k8s_openapi::api::{apps::v1::StatefulSetSpec, core::v1::PodTemplateSpec};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+        let sts = |owner: &str| StatefulSet {
+            metadata: kube::api::ObjectMeta {
+                owner_references: Some(vec![OwnerReference {
+                    kind: owner.into(),
+                    controller: Some(true),
+                    ..Default::default()
+                }]),
+                ..Default::default()
+            },
+            spec: Some(StatefulSetSpec {
+                replicas: Some(3),
+                template: PodTemplateSpec {
+                    spec: Some(Default::default()),
+                    ..Default::default()
+                },
+                volume_claim_templates: Some(vec![Default::default()]),
                 ..Default::default()
             }),
-            ..Default::default()
+            status: None,
         };
-        let mut pod = Pod {
-            spec: Some(PodSpec {
-                node_name: Some("n1".into()),
-                containers: vec![container("cpu", "cpu"), container("tpu", TPU_RESOURCE)],
-                init_containers: Some(vec![container("init", "cpu")]),
-                hostname: Some("h".into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        };
-        trim_pod(&mut pod);
-        let spec = pod.spec.unwrap();
-        assert_eq!(spec.node_name.as_deref(), Some("n1"));
-        assert_eq!(spec.containers.len(), 1);
-        assert_eq!(spec.containers[0].name, "tpu");
-        assert_eq!(spec.containers[0].image, None);
-        assert!(spec.containers[0].resources.is_some());
-        assert_eq!(spec.init_containers, None);
-        assert_eq!(spec.hostname, None);
+        let mut leader = sts("LeaderWorkerSet");
+        trim_statefulset(&mut leader);
+        assert_eq!(leader, sts("LeaderWorkerSet"));
+        let mut workers = sts("Pod");
+        trim_statefulset(&mut workers);
+        let spec = workers.spec.unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(spec.template, PodTemplateSpec::default());
+        assert_eq!(spec.volume_claim_templates, None);
     }
 
     #[test]

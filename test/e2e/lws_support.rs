@@ -24,7 +24,10 @@ use serde_json::json;
 
 use crate::harness::{TestNs, wait_for, wait_for_all};
 
-pub use lws_rollout::k8s::pod::ready as pod_ready;
+/// Ready as the controllers read it (`k8s::pod::ready`), of a pod read whole from the API.
+pub fn pod_ready(pod: &Pod) -> bool {
+    lws_rollout::k8s::pod::ready(&lws_rollout::k8s::pod::CachedPod::from(pod))
+}
 pub use lws_rollout::lws::labels::{GROUP_INDEX, NAME, REVISION, WORKER_INDEX};
 
 /// Scheduling gate the tests put on a new template: its pods stay Pending (unready) until the

@@ -13,13 +13,17 @@
 
 use std::{collections::BTreeMap, sync::Arc, time::Duration};
 
-use k8s_openapi::api::{apps::v1::ControllerRevision, core::v1::Pod};
+use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 
 use super::{Delete, How, OnRefusal, Plan, Write, reasons, revisions};
 use crate::{
     api::leaderworkerset::{LeaderWorkerSet, StartupPolicy},
-    k8s::{events::EventSpec, expected, pod},
+    k8s::{
+        events::EventSpec,
+        expected,
+        pod::{self, CachedPod},
+    },
     lws::{
         deref::{Dereferenced, LiveLeader},
         error::Failure,
@@ -35,7 +39,7 @@ const REVISION_NOT_CACHED: Duration = Duration::from_secs(1);
 #[derive(Clone, Debug)]
 pub struct Candidate {
     /// The leader pod, as cached.
-    pub leader: Arc<Pod>,
+    pub leader: Arc<CachedPod>,
     /// Its group index.
     pub index: i32,
     /// The revision it runs.
@@ -94,7 +98,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, pl
             None => None,
             Some(topology) => {
                 // Not scheduled yet: its binding will trigger us again.
-                let Some(node) = leader.spec.as_ref().and_then(|s| s.node_name.clone()) else {
+                let Some(node) = leader.node_name.clone() else {
                     continue;
                 };
                 match deref.node_labels.get(&node).and_then(|l| l.get(topology)) {

@@ -16,40 +16,35 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
+use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::ResourceExt;
 
 use super::{Plan, Restart, Roster, reasons};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
-    k8s::{apply::controller_uid, events::EventSpec, pod},
+    k8s::{
+        apply::controller_uid,
+        events::EventSpec,
+        pod::{self, CachedPod, Phase},
+    },
     lws::{labels, objects, observe::Observed},
 };
 
 /// The restart-policy trigger: a container restarted in a live pod, or the pod is going away.
-fn restarted_or_terminating(pod: &Pod) -> bool {
+fn restarted_or_terminating(pod: &CachedPod) -> bool {
     if pod::terminating(pod) {
         return true;
     }
-    let Some(status) = &pod.status else {
-        return false;
-    };
-    matches!(status.phase.as_deref(), Some("Running") | Some("Pending"))
-        && status
-            .container_statuses
-            .iter()
-            .flatten()
-            .chain(status.init_container_statuses.iter().flatten())
-            .any(|c| c.restart_count > 0)
+    matches!(pod.phase, Phase::Running | Phase::Pending) && pod.restarts > 0
 }
 
 /// One group incarnation as the caches show it.
 struct Group<'a> {
-    leader: &'a Arc<Pod>,
+    leader: &'a Arc<CachedPod>,
     /// The worker StatefulSet owned by this leader incarnation.
     workers_sts: Option<&'a Arc<StatefulSet>>,
     /// Pods of that StatefulSet.
-    workers: Vec<&'a Arc<Pod>>,
+    workers: Vec<&'a Arc<CachedPod>>,
 }
 
 fn groups(observed: &Observed) -> Vec<Group<'_>> {
@@ -83,7 +78,7 @@ fn groups(observed: &Observed) -> Vec<Group<'_>> {
         .collect()
 }
 
-fn worker_ordinal(pod: &Pod) -> Option<i32> {
+fn worker_ordinal(pod: &CachedPod) -> Option<i32> {
     objects::parent_and_ordinal(&pod.name_any()).map(|(_, i)| i)
 }
 

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::{
-    k8s::error::Category,
+    k8s::{error::Category, pod::CachedPod},
     lws::{
         deref::{Dereferenced, LiveLeader},
         labels, objects,
@@ -172,7 +172,7 @@ impl World {
         plan(&self.lws, &observed, &self.deref, &now())
     }
 
-    fn pod_mut(&mut self, name: &str) -> &mut Pod {
+    fn pod_mut(&mut self, name: &str) -> &mut CachedPod {
         let i = self
             .observed
             .pods
@@ -188,8 +188,9 @@ impl World {
     }
 }
 
-fn pod(name: &str, uid: &str, labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> Pod {
-    Pod {
+/// A running, ready pod, as the pod cache keeps it.
+fn pod(name: &str, uid: &str, labels: &[(&str, &str)], owner: Option<(&str, &str)>) -> CachedPod {
+    CachedPod::from(&Pod {
         metadata: ObjectMeta {
             name: Some(name.into()),
             namespace: Some("ns".into()),
@@ -232,7 +233,7 @@ fn pod(name: &str, uid: &str, labels: &[(&str, &str)], owner: Option<(&str, &str
             }]),
             ..Default::default()
         }),
-    }
+    })
 }
 
 fn names<K: Resource>(writes: &[Write<K>]) -> Vec<String> {
@@ -619,16 +620,7 @@ fn group_restarts_table() {
     let cases = [
         Case {
             name: "a worker container restarted",
-            change: |w| {
-                w.pod_mut("vllm-1-2")
-                    .status
-                    .as_mut()
-                    .unwrap()
-                    .container_statuses
-                    .as_mut()
-                    .unwrap()[0]
-                    .restart_count = 1
-            },
+            change: |w| w.pod_mut("vllm-1-2").restarts = 1,
             restarts: &["vllm-1"],
             note: Some(
                 "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
@@ -660,16 +652,7 @@ fn group_restarts_table() {
         },
         Case {
             name: "the leader container restarted",
-            change: |w| {
-                w.pod_mut("vllm-0")
-                    .status
-                    .as_mut()
-                    .unwrap()
-                    .container_statuses
-                    .as_mut()
-                    .unwrap()[0]
-                    .restart_count = 2
-            },
+            change: |w| w.pod_mut("vllm-0").restarts = 2,
             restarts: &["vllm-0"],
             note: None,
         },
