@@ -202,7 +202,7 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let plan = plan::plan(&lws, &observed, &deref, &now);
         let applied = apply_verified(&ctx, &lws, &plan).await?;
-        apply::write_status(
+        let status_wait = apply::write_status(
             &ctx.applier,
             &ctx.events,
             &ctx.written,
@@ -222,10 +222,16 @@ async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<
             .or(applied.failure.as_ref())
             .or(plan.failure.as_ref());
         let recheck = failure.and_then(|f| f.category.requeue_after(1));
-        Ok(match [plan.requeue, recheck].into_iter().flatten().min() {
-            Some(wait) => Action::requeue(wait),
-            None => Action::await_change(),
-        })
+        Ok(
+            match [plan.requeue, recheck, status_wait]
+                .into_iter()
+                .flatten()
+                .min()
+            {
+                Some(wait) => Action::requeue(wait),
+                None => Action::await_change(),
+            },
+        )
     }
     .instrument(span)
     .await
