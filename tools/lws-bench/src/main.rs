@@ -1198,7 +1198,10 @@ impl Watch {
     }
 }
 
-use lws_rollout::k8s::pod::ready as pod_ready;
+/// Ready as the controllers read it (`k8s::pod::ready`), of a pod the driver watches whole.
+fn pod_ready(pod: &Pod) -> bool {
+    lws_rollout::k8s::pod::ready(&lws_rollout::k8s::pod::CachedPod::from(pod))
+}
 
 fn spawn_watch<K>(
     api: Api<K>,
