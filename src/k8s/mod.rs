@@ -15,7 +15,8 @@
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`pod`]: the pod as the caches keep it ([`pod::CachedPod`]) and the facts every controller
 //!   reads the same way (readiness).
-//! - [`throttle`]: per-key reconcile triggers, at most two per window, the first at once.
+//! - [`throttle`]: per-key reconcile triggers, at most two per window, the first and the
+//!   urgent ones at once.
 
 pub mod apply;
 pub mod apply_body;
