@@ -47,10 +47,14 @@ install_crds() {
   done
 }
 
-# Free loopback ports for one script run. A port is taken when something accepts on it; taken ports are skipped. We also avoid
-# handing out the same port twice within this run. Ports come from 20000-31999, below Linux's
-# ephemeral range (32768+), where a client connection could take a probed port before the
-# server binds it (seen once with concurrent test clusters).
+# Free loopback ports for one script run: `free_port VAR` sets VAR to a port nothing accepts
+# on. Ports come from 20000-31999, below Linux's ephemeral range (32768+), where a client
+# connection could take a probed port before the server binds it (seen once with concurrent
+# test clusters). A port handed out once in this run is never handed out again: none of them is
+# listening yet when the next is probed. This needs the assignment in the calling shell: until
+# session 8 callers ran `$(free_port)`, a subshell whose record of used ports was lost, and a
+# cluster once got its scheduler on its API server's port (the scheduler failed to bind, no pod
+# was scheduled, and the benchmark's e2e test timed out).
 USED_PORTS=" "
 free_port() {
   local p
@@ -59,7 +63,8 @@ free_port() {
     case "$USED_PORTS" in *" $p "*) continue ;; esac
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
       USED_PORTS="$USED_PORTS$p "
-      echo "$p"; return 0
+      printf -v "$1" '%s' "$p"
+      return 0
     fi
   done
   die "no free loopback port found after 200 tries"

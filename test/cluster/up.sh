@@ -45,8 +45,8 @@ export PATH="$BIN:$PATH"
 trap 'rc=$?; if [ $rc -ne 0 ]; then echo "cluster start failed; logs in $STATE/logs" >&2; "$CLUSTER_DIR/down.sh" "$STATE" --keep-logs >/dev/null 2>&1 || true; fi' EXIT
 
 # --- free ports (free_port: lib.sh) ---------------------------------------------------------
-ETCD_PORT=$(free_port); ETCD_PEER_PORT=$(free_port); API_PORT=$(free_port)
-KCM_PORT=$(free_port); SCHED_PORT=$(free_port); KWOK_PORT=$(free_port)
+free_port ETCD_PORT; free_port ETCD_PEER_PORT; free_port API_PORT
+free_port KCM_PORT; free_port SCHED_PORT; free_port KWOK_PORT
 
 # --- traffic layer, part 1: the pod range and its namespace, before any pod exists -----------
 TRAFFIC="${LWS_CLUSTER_TRAFFIC:-1}"
@@ -86,7 +86,7 @@ else
   else
     # Every address of the slot's range is local to the namespace's loopback (an AnyIP
     # route), so a pod's IP can be bound without adding it first.
-    ENTRY_PORT=$(free_port)
+    free_port ENTRY_PORT
     log "traffic: network namespace $NETNS, pod range $POD_RANGE, entry http://127.0.0.1:$ENTRY_PORT"
   fi
 fi

@@ -47,7 +47,7 @@ mkdir -p "$W/certs" "$STATE/logs" "$STATE/pids"
 . "$HERE/../cluster/lib.sh"
 die() { echo "lws-rollout upstream: $*" >&2; exit 1; }
 log() { echo "[upstream $(date +%H:%M:%S)] $*" >&2; }
-WEBHOOK_PORT=$(free_port); METRICS_PORT=$(free_port); HEALTH_PORT=$(free_port)
+free_port WEBHOOK_PORT; free_port METRICS_PORT; free_port HEALTH_PORT
 
 # --- serving certificate for 127.0.0.1, signed by a CA of its own ----------------------------
 (
