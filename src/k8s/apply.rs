@@ -416,6 +416,14 @@ pub fn controller_uid<K: Resource>(obj: &K) -> Option<&str> {
         .map(|o| o.uid.as_str())
 }
 
+/// The kind of the controller that owns `obj` (its controller owner reference's kind).
+pub fn controller_kind<K: Resource>(obj: &K) -> Option<&str> {
+    obj.owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true))
+        .map(|o| o.kind.as_str())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,9 @@ use k8s_openapi::api::{
 use kube::ResourceExt;
 
 use super::labels;
-use crate::k8s::{expected::Expected, label_index::LabelIndex, pod::CachedPod};
+use crate::k8s::{
+    apply::controller_kind, expected::Expected, label_index::LabelIndex, pod::CachedPod,
+};
 
 /// The caches the LWS controller reads (shared with the release controllers), each indexed by
 /// (namespace, LWS name label): a reconcile touches only its own LWS's objects.
@@ -74,11 +76,7 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
         .revisions
         .get(namespace, name)
         .into_iter()
-        .filter(|r| {
-            r.owner_references()
-                .iter()
-                .any(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")
-        })
+        .filter(|r| controller_kind(r.as_ref()) == Some("LeaderWorkerSet"))
         .collect();
     observed.services = stores.services.get(namespace, name);
     let now = Instant::now();

@@ -12,7 +12,7 @@ use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
-    k8s::{pod::CachedPod, watch::SharedCache},
+    k8s::{apply::controller_kind, pod::CachedPod, watch::SharedCache},
     lws::labels,
 };
 
@@ -76,12 +76,7 @@ impl Caches {
 /// worker template in each of the LWS's groups, ~2 KiB a group — are not kept. The leader
 /// StatefulSet keeps everything: the plan compares it with its desired form.
 pub fn trim_statefulset(sts: &mut StatefulSet) {
-    let worker = sts
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "Pod");
+    let worker = controller_kind(sts) == Some("Pod");
     if let Some(spec) = sts.spec.as_mut().filter(|_| worker) {
         spec.template = Default::default();
         spec.volume_claim_templates = None;
@@ -93,13 +88,7 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
 /// LWS's own revisions are read (their `data` is a held revision's template); of the others
 /// only the metadata is kept.
 pub fn trim_revision(rev: &mut ControllerRevision) {
-    let lws_controlled = rev
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet");
-    if !lws_controlled {
+    if controller_kind(rev) != Some("LeaderWorkerSet") {
         rev.data = None;
     }
 }
@@ -107,20 +96,25 @@ pub fn trim_revision(rev: &mut ControllerRevision) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    /// Metadata naming a controller of `kind`.
+    fn controlled_by(kind: &str) -> kube::api::ObjectMeta {
+        kube::api::ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                kind: kind.into(),
+                controller: Some(true),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
 
     #[test]
     fn only_leader_statefulsets_keep_their_templates() {
         use k8s_openapi::api::{apps::v1::StatefulSetSpec, core::v1::PodTemplateSpec};
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let sts = |owner: &str| StatefulSet {
-            metadata: kube::api::ObjectMeta {
-                owner_references: Some(vec![OwnerReference {
-                    kind: owner.into(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
+            metadata: controlled_by(owner),
             spec: Some(StatefulSetSpec {
                 replicas: Some(3),
                 template: PodTemplateSpec {
@@ -145,16 +139,8 @@ mod tests {
 
     #[test]
     fn only_revisions_an_lws_controls_keep_their_data() {
-        use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
         let revision = |kind: &str| ControllerRevision {
-            metadata: kube::api::ObjectMeta {
-                owner_references: Some(vec![OwnerReference {
-                    kind: kind.into(),
-                    controller: Some(true),
-                    ..Default::default()
-                }]),
-                ..Default::default()
-            },
+            metadata: controlled_by(kind),
             data: Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
                 serde_json::json!({"spec": {}}),
             )),
