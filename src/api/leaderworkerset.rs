@@ -1,5 +1,5 @@
 //! `LeaderWorkerSet` (`leaderworkerset.x-k8s.io/v1`): the same API as upstream LWS v0.8, field
-//! for field and with the same JSON names, so existing manifests, Kueue and HPA work unchanged.
+//! for field and with the same JSON names, so existing manifests and HPA work unchanged.
 //!
 //! Differences from upstream's CRD are deliberate and listed in `docs/lws.md`: validations that
 //! upstream only checks in its webhook are also CEL rules here, the defaults upstream's

@@ -102,6 +102,20 @@ pub struct ObjectRef {
     pub name: String,
 }
 
+/// The only workload this project releases: its `apiVersion`.
+pub const LWS_API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
+/// The only workload this project releases: its `kind`.
+pub const LWS_KIND: &str = "LeaderWorkerSet";
+
+impl ObjectRef {
+    /// Whether this names a LeaderWorkerSet. A Rollout whose `workloadRef` names anything else
+    /// is not ours: it was stored under Kruise Rollout's CRD (ours refuses it at admission) and
+    /// belongs to another controller, so nothing of ours reads or writes it.
+    pub fn is_leader_worker_set(&self) -> bool {
+        self.api_version == LWS_API_VERSION && self.kind == LWS_KIND
+    }
+}
+
 /// Exactly one of `canary` and `blueGreen`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -189,7 +203,9 @@ pub struct CanaryStep {
     #[schemars(length(max = 4))]
     #[x_kube(validation = Rule::new(PERCENT_RULE).message("traffic must be a percentage from 0% to 100%, like '5%'"))]
     pub traffic: Option<String>,
-    /// Header changes for requests routed to the new version (Lua providers only).
+    /// Header changes for requests routed to the new version: a `RequestHeaderModifier`
+    /// filter on the canary's HTTPRoute rules (Gateway API only; the nginx canary Ingress
+    /// cannot modify headers, so the Rollout webhook refuses it there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_header_modifier: Option<HttpRouteRulesFiltersRequestHeaderModifier>,
     /// Requests matching any of these go to the new version; takes precedence over `traffic`.

@@ -69,9 +69,9 @@ impl EventSpec {
 /// Publishes events as one reporting controller, folding repeats into event series.
 ///
 /// Our own recorder rather than kube-runtime's: that one keeps every event it published in
-/// full (object, key with the reference and the note twice) for six minutes — 2.2 MB at the
-/// peak of the benchmark's S1 (docs/performance.md). Here a published event leaves only what
-/// a repeat needs: a hash of its key, its name and namespace, and its count.
+/// full (object, key with the reference and the note twice) for six minutes, a large share of
+/// the manager's heap under a burst (docs/performance.md). Here a published event leaves only
+/// what a repeat needs: a hash of its key, its name and namespace, and its count.
 ///
 /// Publishing only queues: one task per recorder sends the queue in order, so a reconcile
 /// never waits for an event's round trip (a group's worker StatefulSet used to wait for the

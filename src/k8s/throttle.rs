@@ -13,10 +13,10 @@
 //! An *urgent* trigger (one a user waits on, such as a new leader pod without its workers)
 //! passes at once even inside an open window, and covers what was pending; the window's end
 //! stays where it was. The caller bounds how often a key is urgent (a leader is urgent once:
-//! `lws::triggers`), so a key passes at most twice per window plus once per urgent cause. Until
-//! session 8 only the first urgent trigger of a window passed: the second leader pod of a
-//! group of four, created 40 ms after the first, then waited for the window's end (S1's
-//! "other leaders" waited 101 ms p50 for their worker StatefulSets, the first one 28 ms).
+//! `lws::triggers`), so a key passes at most twice per window plus once per urgent cause. Every
+//! urgent trigger passes, not only a window's first: leader pods of one LWS are created moments
+//! apart, and each one's workers would otherwise wait for the window's end
+//! (docs/performance.md has the measurement).
 //!
 //! The adapter keeps no state beyond open windows: nothing a restart would miss, since a
 //! controller lists everything again after one.

@@ -304,10 +304,10 @@ impl WrittenStatuses {
 }
 
 /// At most one status write per LWS within this time when only the group counters change
-/// during a rolling update ([`counters_wait`]). 3 s: in the benchmark's S2 a group's
-/// replacement moves the counters at ~1, 3, 5.5 and 6.5 s after its leader goes (the
-/// StatefulSet controller takes seconds under that load); 1 s merged almost none of them
-/// (4.24 status writes per group replaced), 3 s merged them to 2.7.
+/// during a rolling update ([`counters_wait`]). A group's replacement moves the counters
+/// several times over some seconds (the StatefulSet controller takes seconds under load); the
+/// pace is long enough to merge most of those writes into one, and short next to a group's
+/// replacement (the measurements behind it are in docs/performance.md).
 pub const STATUS_PACE: Duration = Duration::from_secs(3);
 
 /// How long a status write waits, if it does: a rolling update is in progress

@@ -77,9 +77,9 @@ pub struct Caches<'a> {
 /// reconciles at once, the rest of the window's events in one reconcile at its end. A group
 /// coming up is a burst of pod and StatefulSet events; one reconcile per window does the work
 /// of dozens (the benchmark's CPU figure), and the first event — a new leader pod, say — is
-/// acted on without waiting for the burst to end. 200 ms: the benchmark's S1 at 100 ms cost
-/// 25–40% more CPU than the old debounce for 30 ms less latency than at 200 ms, and 300 ms
-/// saved no more CPU (docs/performance.md).
+/// acted on without waiting for the burst to end. The length trades CPU against latency: a
+/// shorter window cost markedly more CPU for little latency, a longer one saved no more CPU
+/// (the measurements are in docs/performance.md).
 const RECONCILE_WINDOW: Duration = Duration::from_millis(200);
 
 /// The window, or `LWS_ROLLOUT_RECONCILE_WINDOW_MS` (a tuning knob measured by the

@@ -42,8 +42,14 @@ pub struct StatusInput<'a> {
     pub size: i32,
     /// The user's partition.
     pub partition: i32,
-    /// Current revision key.
+    /// Current revision key: the revision the groups should run (the held one while a Rollout
+    /// holds the LWS). Conditions judge the groups against it.
     pub revision: &'a str,
+    /// Revision key of the template as it is now. `updatedReplicas` / `updatedReadyReplicas`
+    /// count the groups on it, as upstream counts them against the update revision: while a
+    /// Rollout holds the LWS on the old revision that is 0, and Kruise's own e2e assertions
+    /// and tools read it so.
+    pub template_revision: &'a str,
     /// Leader StatefulSet `status.replicas`.
     pub sts_replicas: i32,
     /// The status as stored.
@@ -185,16 +191,24 @@ pub fn compute(input: &StatusInput<'_>, groups: &[ObservedGroup]) -> StatusOutco
     let (mut current_nonburst, mut updated_nonburst, mut ready_nonburst, mut updated_and_ready) =
         (0, 0, 0, 0);
     for g in groups {
-        let (workers_ready, workers_updated) = match &g.workers {
-            _ if input.size == 1 => (true, true),
+        let on = |key: &str| {
+            let workers_on = match &g.workers {
+                _ if input.size == 1 => true,
+                None => false,
+                Some((_, revision)) => revision.as_deref() == Some(key),
+            };
+            workers_on && g.leader_revision.as_deref() == Some(key)
+        };
+        let workers_ready = match &g.workers {
+            _ if input.size == 1 => true,
             None => continue, // no worker StatefulSet yet: the group is not counted at all
-            Some((ready, revision)) => (*ready, revision.as_deref() == Some(input.revision)),
+            Some((ready, _)) => *ready,
         };
         let ready = workers_ready && g.leader_ready;
-        let updated = workers_updated && g.leader_revision.as_deref() == Some(input.revision);
+        let updated = on(input.revision);
         let in_window = g.index < input.replicas && g.index >= input.partition;
         ready_count += i32::from(ready);
-        updated_count += i32::from(updated);
+        updated_count += i32::from(on(input.template_revision));
         current_nonburst += i32::from(in_window);
         updated_nonburst += i32::from(in_window && updated);
         ready_nonburst += i32::from(g.index < input.replicas && ready);
@@ -249,11 +263,12 @@ pub fn compute(input: &StatusInput<'_>, groups: &[ObservedGroup]) -> StatusOutco
 
 /// The status the observed groups call for (conditions without `ReplicaFailure`, which
 /// [`with_failure`] adds once the apply's outcome is known). `key` is the revision the groups
-/// should run.
+/// should run, `template_key` the revision of the template as it is now.
 pub fn observed_status(
     lws: &LeaderWorkerSet,
     observed: &Observed,
     key: &str,
+    template_key: &str,
     leader_sts: Option<&StatefulSet>,
     now: &Time,
 ) -> StatusOutcome {
@@ -293,6 +308,7 @@ pub fn observed_status(
             size,
             partition,
             revision: key,
+            template_revision: template_key,
             sts_replicas: leader_sts
                 .and_then(|s| s.status.as_ref())
                 .map_or(0, |s| s.replicas),
@@ -351,6 +367,7 @@ mod tests {
             size: 2,
             partition,
             revision: "new",
+            template_revision: "new",
             sts_replicas: replicas,
             current,
             now: now(),
@@ -402,6 +419,7 @@ mod tests {
         let empty = LeaderWorkerSetStatus::default();
         let before = StatusInput {
             revision: "old",
+            template_revision: "old",
             ..input(&empty, 2, 0)
         };
         let current = compute(&before, &[group(0, true, "old"), group(1, true, "old")]);
@@ -494,5 +512,44 @@ mod tests {
             !out.update_done,
             "old revision still in use below the partition"
         );
+    }
+
+    /// While a Rollout holds the LWS on the old revision, its groups are not "updated": the
+    /// counters count groups on the template as it is now, as upstream LWS (and Kruise's own
+    /// e2e, which asserts UpdatedReplicas stays 0 at every step) count them. The conditions
+    /// judge the groups against the held revision they are meant to run, so a held LWS whose
+    /// groups are all ready stays Available.
+    #[test]
+    fn held_groups_count_as_updated_only_on_the_current_template() {
+        let current = LeaderWorkerSetStatus::default();
+        // (groups' revisions, held revision, template revision) → (updated, Available)
+        let cases: [(&[&str], &str, &str, i32, bool); 4] = [
+            (&["old", "old"], "old", "new", 0, true),
+            (&["old", "old"], "old", "old", 2, true),
+            (&["new", "new"], "new", "new", 2, true),
+            (&["old", "new"], "new", "new", 1, false),
+        ];
+        for (groups, held, template, updated, available) in cases {
+            let observed: Vec<ObservedGroup> = groups
+                .iter()
+                .enumerate()
+                .map(|(i, r)| group(i32::try_from(i).unwrap(), true, r))
+                .collect();
+            let out = compute(
+                &StatusInput {
+                    revision: held,
+                    template_revision: template,
+                    ..input(&current, 2, 0)
+                },
+                &observed,
+            );
+            let what = format!("{groups:?} held {held} template {template}");
+            assert_eq!(out.status.updated_replicas, Some(updated), "{what}");
+            assert_eq!(
+                out.status.conditions.unwrap()[0].type_ == AVAILABLE,
+                available,
+                "{what}"
+            );
+        }
     }
 }

@@ -143,6 +143,11 @@ async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Acti
         name = rollout.name_any()
     );
     async move {
+        if !plan::accept::ours(&rollout) {
+            // Another controller's Rollout (a Deployment's, stored under Kruise's CRD): not a
+            // single write from us, not even a finalizer.
+            return Ok(Action::await_change());
+        }
         if !caches_ready(&ctx).await {
             return Ok(Action::requeue(Duration::from_secs(1)));
         }

@@ -2,6 +2,7 @@
 //! LeaderWorkerSet workloads: `observe` is what it looks at, `plan` decides, `names` holds
 //! every string it shares with Kruise. Design notes: `docs/rollout-design.md`.
 
+pub mod admission;
 pub mod apply;
 pub mod controller;
 pub mod deref;

@@ -14,10 +14,7 @@ pub const ROLLOUT_ID: &str = "rollouts.kruise.io/rollout-id";
 /// the workload (Kruise's "ResumeWorkload").
 pub const STABLE_REVISION: &str = "rollouts.kruise.io/stable-revision";
 
-/// The only workload this controller releases.
-pub const LWS_API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
-/// The only workload kind this controller releases.
-pub const LWS_KIND: &str = "LeaderWorkerSet";
+pub use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
 /// Condition types.
 pub mod condition {
@@ -48,8 +45,6 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     /// Terminating: finalising before the finalizer goes.
     pub const IN_TERMINATING: &str = "InTerminating";
-    /// Accepted=False: the workload is not a LeaderWorkerSet.
-    pub const UNSUPPORTED_WORKLOAD: &str = "UnsupportedWorkload";
     /// Accepted=False: partition style or blue-green (a later issue).
     pub const UNSUPPORTED_STRATEGY: &str = "UnsupportedStrategy";
     /// Accepted=False: another Rollout already releases this workload.

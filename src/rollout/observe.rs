@@ -167,16 +167,28 @@ fn canary_of(
 /// The oldest Rollout (creationTimestamp, then name) naming the same workload, when it is
 /// not `rollout`: one Rollout per workload, and exactly one wins.
 fn owner_of_workload(stores: &Stores, rollout: &Rollout) -> Option<String> {
+    let rollouts = stores.rollouts.state();
+    owner_among(rollouts.iter().map(AsRef::as_ref), rollout)
+}
+
+/// [`owner_of_workload`] over a list. A Rollout being deleted still owns its workload while our
+/// finalizer is on it: it is finishing its release, and the next Rollout in line must not start
+/// one on the same workload until it is gone.
+pub fn owner_among<'a>(
+    rollouts: impl IntoIterator<Item = &'a Rollout>,
+    rollout: &Rollout,
+) -> Option<String> {
     use kube::ResourceExt;
     let key = |r: &Rollout| (r.metadata.creation_timestamp.clone(), r.name_any());
-    stores
-        .rollouts
-        .state()
+    rollouts
         .into_iter()
         .filter(|r| {
             r.namespace() == rollout.namespace()
                 && r.spec.workload_ref == rollout.spec.workload_ref
-                && r.metadata.deletion_timestamp.is_none()
+                && (r.metadata.deletion_timestamp.is_none()
+                    || r.finalizers()
+                        .iter()
+                        .any(|f| f == crate::rollout::names::FINALIZER))
         })
         .min_by_key(|r| key(r))
         .map(|r| r.name_any())

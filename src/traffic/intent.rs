@@ -11,6 +11,15 @@ pub enum TrafficIntent {
     /// The user's objects exactly as they were before the release: stable Service selector
     /// restored, no canary Service, no canary backend in the HTTPRoute, no canary Ingress.
     Restored,
+    /// A release is being finished: every request goes to the stable side and nothing of the
+    /// split is left in the route — the HTTPRoute as the user wrote it, no canary Ingress
+    /// (Kruise's `RestoreGateway` in its route-traffic-to-stable step) — while the stable
+    /// Service stays pinned to the stable LWS's leaders (the canary LWS may still exist, and its
+    /// leaders carry the same labels) and the canary Service stays until the step that removes it.
+    ToStable {
+        /// Name of the stable LWS (stable Service pin).
+        stable_lws: String,
+    },
     /// A release is under way: the stable Service is pinned to the stable LWS's leaders and the
     /// canary Service `<service>-canary` selects the canary LWS's leaders. `route` says what the
     /// HTTPRoute / canary Ingress sends to the canary.

@@ -4,6 +4,8 @@
 //! - Release: pin the stable Service, then the canary Service, then the route or canary
 //!   Ingress. A route change that sends anything to the canary Service waits until that
 //!   Service has been observed, so no weight can point at a Service that does not exist.
+//! - ToStable: the route back to the user's rules and the canary Ingress deleted, with the
+//!   stable Service still pinned (the canary LWS may still be there).
 //! - Restored: the route or canary Ingress first (no request goes to the canary), then the
 //!   stable Service's selector; the canary Service is deleted only once no route or Ingress
 //!   that we observe sends to it.
@@ -53,6 +55,7 @@ pub fn plan(
             canary_lws,
             route,
         } => ctx.release(stable_lws, canary_lws, route, &mut out),
+        TrafficIntent::ToStable { stable_lws } => ctx.to_stable(stable_lws, &mut out),
         TrafficIntent::Restored => ctx.restore(&mut out),
     }
     // One cause can surface twice (a Service without selector is neither pinnable nor
@@ -172,6 +175,29 @@ impl Ctx<'_> {
                     },
                 }
             }
+        }
+    }
+
+    /// Everything to stable: the stable Service stays pinned, the route goes back to the user's
+    /// rules and the canary Ingress goes; the canary Service is left as it is.
+    fn to_stable(&self, stable_lws: &str, out: &mut TrafficPlan) {
+        let observed = self.observed;
+        if let Some(r) = observed.http_route.as_ref()
+            && let Ok(desired) = gateway::desired(r, &self.routing.service, &self.canary_name, None)
+        {
+            out.writes.extend(gateway::write(r, &desired));
+        }
+        if let (Some(true), Some(ing)) = (self.canary_ing, observed.canary_ingress.as_ref()) {
+            out.writes.push(delete(Kind::Ingress, &ing.metadata));
+        }
+        match observed.stable_service.as_ref() {
+            Some(stable) => match service::pin(stable, stable_lws) {
+                Ok(w) => out.writes.extend(w),
+                Err(p) => out.problems.push(p),
+            },
+            None => out
+                .problems
+                .push(missing(Kind::Service, &self.routing.service)),
         }
     }
 

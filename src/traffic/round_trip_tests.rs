@@ -361,3 +361,59 @@ fn a_service_without_selector_is_reported_once_and_nothing_routes_to_a_canary() 
     assert_eq!(p.problems, [Problem::NoSelector("svc".into())]);
     assert!(p.writes.is_empty() && !p.in_place, "{:?}", p.writes);
 }
+
+/// Route-traffic-to-stable, as Kruise's finalising step: the canary Ingress goes and the route
+/// is the user's again, while the stable Service stays pinned (the canary LWS may still run,
+/// with leaders that carry the same labels) and the canary Service stays for its own step.
+#[test]
+fn to_stable_deletes_the_canary_ingress_and_restores_the_route_but_keeps_the_pin() {
+    let to_stable = TrafficIntent::ToStable {
+        stable_lws: "vllm".into(),
+    };
+    let routing = ingress_routing();
+    let mut cluster = ingress_cluster();
+    converge(&routing, &release(weight(30)), &mut cluster, 3);
+    let pinned = cluster.stable_service.clone();
+    let plans = converge(&routing, &to_stable, &mut cluster, 3);
+    assert_eq!(
+        kinds(&plans[0].writes),
+        [(Kind::Ingress, "web-canary".into(), "delete")]
+    );
+    assert!(plans[1].in_place);
+    assert_eq!(cluster.canary_ingress, None);
+    assert!(cluster.canary_service.is_some(), "removed at its own step");
+    assert_eq!(
+        cluster.stable_service, pinned,
+        "still pinned to the stable leaders"
+    );
+
+    let routing = gateway_routing();
+    let mut cluster = gateway_cluster();
+    let before = cluster.clone();
+    converge(&routing, &release(weight(30)), &mut cluster, 3);
+    let pinned = cluster.stable_service.clone();
+    let plans = converge(&routing, &to_stable, &mut cluster, 3);
+    assert_eq!(
+        kinds(&plans[0].writes),
+        [(Kind::HttpRoute, "route".into(), "patch")]
+    );
+    assert_eq!(
+        content(cluster.http_route.as_ref().unwrap()),
+        content(before.http_route.as_ref().unwrap()),
+        "the user's route as it was"
+    );
+    assert_eq!(cluster.stable_service, pinned);
+    // Then the rest of the restore: unpin, and the canary Service last.
+    let plans = converge(&routing, &TrafficIntent::Restored, &mut cluster, 3);
+    assert_eq!(
+        kinds(&plans[0].writes),
+        [
+            (Kind::Service, "svc".into(), "patch"),
+            (Kind::Service, "svc-canary".into(), "delete")
+        ]
+    );
+    assert_eq!(
+        content(cluster.stable_service.as_ref().unwrap()),
+        content(before.stable_service.as_ref().unwrap())
+    );
+}

@@ -1,6 +1,6 @@
 //! The admission webhook server: TLS with a certificate the manager makes itself, the LWS pod
-//! defaulting endpoint, the LWS defaulting and validating endpoints, and the webhook
-//! configurations that point the API server at them.
+//! defaulting endpoint, the LWS defaulting and validating endpoints, the Rollout validating
+//! endpoint, and the webhook configurations that point the API server at them.
 //!
 //! The certificate lives in a Secret every replica shares (see `secret`); each replica serves
 //! it, server-side applies the configurations' caBundle from it, watches it for a renewal made
@@ -11,6 +11,7 @@ pub mod lws;
 pub mod measure;
 pub mod pods;
 pub mod registration;
+pub mod rollout;
 pub mod secret;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -57,6 +58,7 @@ pub fn router(client: kube::Client, metrics: crate::manager::metrics::Metrics) -
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
         .route(lws::VALIDATE_PATH, post(lws::validate))
+        .route(rollout::VALIDATE_PATH, post(rollout::validate))
         .route_layer(axum::middleware::from_fn_with_state(
             metrics,
             measure::record,

@@ -1,5 +1,5 @@
-//! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects),
-//! server-side applied with the current CA.
+//! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects and
+//! Rollouts), server-side applied with the current CA.
 
 use k8s_openapi::{
     ByteString,
@@ -14,7 +14,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
-use super::{Error, lws, pods};
+use super::{Error, lws, pods, rollout};
 use crate::lws::labels;
 
 /// Field manager of the webhook configuration.
@@ -125,7 +125,9 @@ pub fn configuration(
     }
 }
 
-/// The desired validating configuration: CREATE and UPDATE of LeaderWorkerSets.
+/// The desired validating configuration: CREATE and UPDATE of LeaderWorkerSets and of Rollouts
+/// (Kruise's rules; `Fail` as Kruise's own, so a second Rollout of a workload cannot slip in
+/// while we are down).
 pub fn validating_configuration(
     name: &str,
     endpoint: &Endpoint,
@@ -136,16 +138,34 @@ pub fn validating_configuration(
             name: Some(name.into()),
             ..Default::default()
         },
-        webhooks: Some(vec![ValidatingWebhook {
-            name: "vleaderworkerset.lws-rollout.x-k8s.io".into(),
-            admission_review_versions: vec!["v1".into()],
-            client_config: client_config(endpoint, lws::VALIDATE_PATH, ca_pem),
-            failure_policy: Some("Fail".into()),
-            side_effects: "None".into(),
-            timeout_seconds: Some(10),
-            rules: Some(vec![lws_rule()]),
-            ..Default::default()
-        }]),
+        webhooks: Some(vec![
+            ValidatingWebhook {
+                name: "vleaderworkerset.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, lws::VALIDATE_PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                rules: Some(vec![lws_rule()]),
+                ..Default::default()
+            },
+            ValidatingWebhook {
+                name: "vrollout.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, rollout::VALIDATE_PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec![crate::api::rollout::GROUP.into()]),
+                    api_versions: Some(vec!["v1beta1".into()]),
+                    operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                    resources: Some(vec!["rollouts".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                ..Default::default()
+            },
+        ]),
     }
 }
 

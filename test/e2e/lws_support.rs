@@ -471,3 +471,16 @@ pub async fn release_in_order(
     }
     Ok(())
 }
+
+/// Deep-merges `extra` into `target` (objects key by key; anything else, `null` included,
+/// replaces), as a JSON merge patch would except that `null` is kept as a value.
+pub fn merge(target: &mut serde_json::Value, extra: serde_json::Value) {
+    match (target, extra) {
+        (serde_json::Value::Object(t), serde_json::Value::Object(e)) => {
+            for (k, v) in e {
+                merge(t.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (t, e) => *t = e,
+    }
+}

@@ -31,6 +31,7 @@ mod rollout_argocd;
 mod rollout_canary;
 mod rollout_cli;
 mod rollout_crash;
+mod rollout_neighbours;
 mod rollout_rollback;
 mod rollout_support;
 mod rollout_tools;

@@ -171,34 +171,158 @@ async fn rollout_missing_service_stops_the_release_visibly() -> anyhow::Result<(
     .await
 }
 
+/// Kruise's one-Rollout-per-workload rule, at admission and with Kruise's message: a second
+/// Rollout for an LWS under release is refused when it is created, and the release goes on
+/// untouched (same canary, same route, same hold) to its end.
 #[tokio::test]
 async fn rollout_second_for_one_lws_is_refused() -> anyhow::Result<()> {
     with_ns("rollout-second", |ns| {
         Box::pin(async move {
-            let v1 = stable_lws(2, "vllm:1");
-            release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
-            let mut second = rollout(three_steps(), None);
+            paused_release(&ns).await?;
+            let canary = the_canary(&ns).await?.metadata.uid;
+            let mut second = rollout(three_steps(), Some(gateway_routing()));
             second["metadata"]["name"] = json!("vllm-again");
-            create_rollout(&ns, &second).await?;
-            let r = wait_for(
-                &ns.api::<Rollout>(),
-                "vllm-again",
-                WAIT,
-                |r: Option<&Rollout>| {
-                    r.and_then(|r| condition(r, "Accepted"))
-                        .is_some_and(|c| c.0 == "False" && c.1 == "WorkloadConflict")
-                },
-            )
-            .await?
-            .context("second Rollout")?;
-            let (_, _, message) = condition(&r, "Accepted").context("Accepted")?;
+            let refused = create_rollout(&ns, &second)
+                .await
+                .err()
+                .context("a second Rollout of the same LWS is refused")?;
+            let said = format!("{refused:#}");
             ensure!(
-                message.contains(STABLE),
-                "names the Rollout that owns the LWS: {message}"
+                said.contains(&format!(
+                    "spec.workloadRef: This rollout conflict with Rollout({}/{STABLE}), one \
+                     workload only have less than one Rollout",
+                    ns.name
+                )),
+                "{said}"
             );
-            // The first one still runs the release.
-            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
-            wait_paused_at(&ns, 1).await?;
+            ensure!(ns.api::<Rollout>().get_opt("vllm-again").await?.is_none());
+            // The release in flight did not notice.
+            ensure!(step(&ns.api::<Rollout>().get(STABLE).await?) == (1, "StepPaused".into()));
+            ensure!(the_canary(&ns).await?.metadata.uid == canary);
+            wait_route(&ns, split_route(5)).await?;
+            approve(&ns).await?;
+            wait_paused_at(&ns, 2).await?;
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// What cannot run is refused when it is written, each with the field and what is allowed, so
+/// nothing is accepted and then stalls mid-release (the whole table: `rollout::admission`).
+#[tokio::test]
+async fn rollout_admission_refuses_what_cannot_be_honoured() -> anyhow::Result<()> {
+    with_ns("rollout-refuse", |ns| {
+        Box::pin(async move {
+            let nginx = json!({"service": SERVICE, "ingress": {"name": "web"}});
+            let cases: Vec<(&str, serde_json::Value, &str)> = vec![
+                (
+                    "partition style (Kruise's default)",
+                    json!({"enableExtraWorkloadForCanary": false}),
+                    "spec.strategy.canary.enableExtraWorkloadForCanary: partition-style",
+                ),
+                (
+                    "an alb Ingress",
+                    json!({"trafficRoutings": [{"service": SERVICE, "ingress": {"name": "web", "classType": "aliyun-alb"}}]}),
+                    "spec.strategy.canary.trafficRoutings[0].ingress.classType: \"aliyun-alb\" is not supported: only nginx",
+                ),
+                (
+                    "custom network objects",
+                    json!({"trafficRoutings": [{"service": SERVICE, "customNetworkRefs": [{"apiVersion": "networking.istio.io/v1", "kind": "VirtualService", "name": "vs"}]}]}),
+                    "spec.strategy.canary.trafficRoutings[0].customNetworkRefs: custom network providers are not supported",
+                ),
+                (
+                    "a TrafficRouting object",
+                    json!({"trafficRoutingRef": "tr"}),
+                    "spec.strategy.canary.trafficRoutingRef: TrafficRouting objects (v1alpha1) are not supported",
+                ),
+                (
+                    "no canary Service",
+                    json!({"disableGenerateCanaryService": true}),
+                    "spec.strategy.canary.disableGenerateCanaryService: not supported",
+                ),
+                (
+                    "a path match on nginx",
+                    json!({"trafficRoutings": [nginx.clone()], "steps": [{"replicas": 1, "matches": [{"path": {"type": "PathPrefix", "value": "/v2"}}], "pause": {}}, {"replicas": "100%"}]}),
+                    "spec.strategy.canary.steps[0].matches[0].path: the nginx canary Ingress cannot match on a path",
+                ),
+                (
+                    "a header modifier on nginx",
+                    json!({"trafficRoutings": [nginx.clone()], "steps": [{"replicas": 1, "traffic": "5%", "requestHeaderModifier": {"set": [{"name": "x-release", "value": "canary"}]}}, {"replicas": "100%"}]}),
+                    "spec.strategy.canary.steps[0].requestHeaderModifier: not supported by the nginx canary Ingress",
+                ),
+                (
+                    "traffic with nothing to route it through",
+                    json!({"trafficRoutings": null}),
+                    "spec.strategy.canary.steps[0]: traffic, matches and requestHeaderModifier need spec.strategy.canary.trafficRoutings",
+                ),
+                (
+                    "a step without replicas",
+                    json!({"steps": [{"traffic": "5%"}]}),
+                    "spec.strategy.canary.steps[0].replicas: replicas cannot be empty",
+                ),
+            ];
+            for (what, canary, text) in cases {
+                let mut r = rollout(three_steps(), Some(gateway_routing()));
+                crate::lws_support::merge(&mut r["spec"]["strategy"]["canary"], canary);
+                let refused = create_rollout(&ns, &r)
+                    .await
+                    .err()
+                    .with_context(|| format!("{what} is refused"))?;
+                let said = format!("{refused:#}");
+                ensure!(said.contains(text), "{what}: {said}");
+            }
+            // Blue-green: not built yet, and the refusal says what to use instead.
+            let mut bg = rollout(three_steps(), Some(gateway_routing()));
+            let canary = bg["spec"]["strategy"]["canary"].take();
+            bg["spec"]["strategy"] = json!({"blueGreen": {"steps": canary["steps"], "trafficRoutings": canary["trafficRoutings"]}});
+            let said = format!("{:#}", create_rollout(&ns, &bg).await.err().context("blue-green is refused")?);
+            ensure!(
+                said.contains("spec.strategy.blueGreen: blue-green releases of a LeaderWorkerSet are not supported yet; use spec.strategy.canary with enableExtraWorkloadForCanary: true"),
+                "{said}"
+            );
+            ensure!(ns.api::<Rollout>().list(&Default::default()).await?.items.is_empty());
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Kruise's immutability while a release runs, with its messages: the workload, the traffic
+/// routing, the style and the number of steps stay as the release started; pauses and step
+/// sizes may still change.
+#[tokio::test]
+async fn rollout_in_flight_keeps_what_it_is_built_on() -> anyhow::Result<()> {
+    with_ns("rollout-immutable", |ns| {
+        Box::pin(async move {
+            paused_release(&ns).await?;
+            let cases = [
+                (
+                    json!({"spec": {"workloadRef": {"name": "other"}}}),
+                    "spec.workloadRef: Rollout 'ObjectRef' field is immutable",
+                ),
+                (
+                    json!({"spec": {"strategy": {"canary": {"trafficRoutings": [{"service": SERVICE, "gracePeriodSeconds": 5, "gateway": {"httpRouteName": ROUTE}}]}}}}),
+                    "spec.strategy.canary.trafficRoutings: Rollout 'Strategy.Canary|BlueGreen.TrafficRoutings' field is immutable",
+                ),
+                (
+                    json!({"spec": {"strategy": {"canary": {"steps": [{"replicas": 1, "traffic": "5%", "pause": {}}, {"replicas": "100%"}]}}}}),
+                    "spec.strategy.canary.steps: Amount of Rollout steps are immutable",
+                ),
+            ];
+            for (patch, text) in cases {
+                let refused = patch_rollout(&ns, patch.clone())
+                    .await
+                    .err()
+                    .with_context(|| format!("{patch} is refused mid-release"))?;
+                let said = format!("{refused:#}");
+                ensure!(said.contains(text), "{said}");
+            }
+            // A longer pause on step 2 is fine mid-release.
+            let mut steps = three_steps();
+            steps[1]["pause"] = json!({"duration": 600});
+            patch_rollout(&ns, json!({"spec": {"strategy": {"canary": {"steps": steps}}}})).await?;
+            ensure!(step(&ns.api::<Rollout>().get(STABLE).await?) == (1, "StepPaused".into()));
             Ok(())
         })
     })

@@ -172,3 +172,74 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
     })
     .await
 }
+
+/// Disabled mid-release, then enabled again: Argo CD's own health check reads the re-enabled
+/// Rollout as Healthy — nothing of the interrupted step (StepPaused) is left in canaryStatus.
+#[tokio::test]
+async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Result<()> {
+    let Some(bin) = tool(
+        ARGOCD_HEALTH_BIN_ENV,
+        "Argo CD's health evaluation (argocd-health)",
+        "test/tools/build-argocd-health.sh",
+    ) else {
+        return Ok(());
+    };
+    with_ns("argocd-reenable", |ns| async move {
+        let base = lws("vllm", 2, 2, "model:v1");
+        create_available(&ns, &base).await?;
+        create_rollout(
+            &ns,
+            &rollout(
+                "vllm",
+                "vllm",
+                json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]),
+            ),
+        )
+        .await?;
+        apply(&ns, &held_image(&base, "model:v2")).await?;
+        let paused = wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        assert_eq!(argocd_health(&bin, &paused).await?.0, "Suspended");
+        let set_disabled = |disabled: bool| {
+            let api = ns.api::<Rollout>();
+            async move {
+                api.patch(
+                    "vllm",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"disabled": disabled}})),
+                )
+                .await
+            }
+        };
+        set_disabled(true).await?;
+        let disabled = wait_rollout(&ns, "vllm", "Disabled", |r| {
+            r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Disabled")
+        })
+        .await?;
+        // Kruise's own reading of a release disabled at a pause (its script's rule).
+        assert_eq!(
+            argocd_health(&bin, &disabled).await?,
+            (
+                "Degraded".into(),
+                "Rollout is Disabled or Terminating".into()
+            )
+        );
+        set_disabled(false).await?;
+        let enabled = wait_rollout(&ns, "vllm", "Healthy again", |r| {
+            r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+                && r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation
+        })
+        .await?;
+        let canary = enabled
+            .status
+            .as_ref()
+            .and_then(|s| s.canary_status.clone())
+            .context("canaryStatus")?;
+        assert_eq!(canary.common.current_step_state, "Completed", "{canary:?}");
+        assert_eq!(
+            argocd_health(&bin, &enabled).await?,
+            ("Healthy".into(), "Rollout is Completed".into())
+        );
+        Ok(())
+    })
+    .await
+}

@@ -491,3 +491,87 @@ async fn rollout_canary_keeps_exclusive_placement() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// The held stable LWS reports its groups as upstream LWS counts them: while the Rollout holds
+/// it on the stable revision none of its groups is "updated" (Kruise's own e2e asserts the
+/// workload's UpdatedReplicas stays 0 at every step), yet it stays Available; once released it
+/// rolls, and every group counts.
+#[tokio::test]
+async fn rollout_held_lws_counts_no_group_as_updated() -> anyhow::Result<()> {
+    with_ns("rollout-held-count", |ns| {
+        Box::pin(async move {
+            let seen: Arc<Mutex<Vec<(i32, bool)>>> = Arc::default();
+            let sink = seen.clone();
+            let api = ns.api::<LeaderWorkerSet>();
+            // Every status of the stable LWS written while it is held and current.
+            let recorder = tokio::spawn(async move {
+                let mut events = watcher::watcher(
+                    api,
+                    watcher::Config::default().fields(&format!("metadata.name={STABLE}")),
+                )
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+                while let Some(Ok(lws)) = events.next().await {
+                    let held = lws
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("rollouts.kruise.io/stable-revision"));
+                    let status = lws.status.clone().unwrap_or_default();
+                    if held && status.observed_generation == lws.metadata.generation {
+                        let available = status
+                            .conditions
+                            .iter()
+                            .flatten()
+                            .any(|c| c.type_ == "Available" && c.status == "True");
+                        sink.lock()
+                            .unwrap()
+                            .push((status.updated_replicas.unwrap_or(-1), available));
+                    }
+                }
+            });
+            let v1 = stable_lws(4, "vllm:1");
+            let steps = json!([
+                {"replicas": 1, "pause": {}},
+                {"replicas": "50%", "pause": {}},
+                {"replicas": "100%"}
+            ]);
+            release_setup(&ns, &v1, &rollout(steps, None)).await?;
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            for index in [1, 2] {
+                wait_paused_at(&ns, index).await?;
+                let lws = ns.api::<LeaderWorkerSet>().get(STABLE).await?;
+                let status = lws.status.unwrap_or_default();
+                ensure!(
+                    status.observed_generation == lws.metadata.generation
+                        && status.updated_replicas == Some(0)
+                        && status.ready_replicas == Some(4),
+                    "step {index}: {status:?}"
+                );
+                approve(&ns).await?;
+            }
+            wait_rollout(&ns, "finished", finished("True")).await?;
+            wait_for(
+                &ns.api::<LeaderWorkerSet>(),
+                STABLE,
+                WAIT,
+                available_with(4, 4),
+            )
+            .await?;
+            recorder.abort();
+            let seen = seen.lock().unwrap().clone();
+            ensure!(!seen.is_empty(), "saw the held LWS");
+            ensure!(
+                seen.iter().all(|(updated, _)| *updated == 0),
+                "a held group counted as updated: {seen:?}"
+            );
+            ensure!(
+                seen.iter().any(|(_, available)| *available),
+                "held and Available: {seen:?}"
+            );
+            Ok(())
+        })
+    })
+    .await
+}

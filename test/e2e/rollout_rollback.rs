@@ -16,7 +16,7 @@ use kube::{
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 
 use crate::harness::{TestNs, wait_for, with_ns};
-use crate::lws_support::{available_with, image, settled_pods, uids};
+use crate::lws_support::{available_with, create_available, image, settled_pods, uids};
 use crate::rollout_canary::{RATE, is_canary, three_steps};
 use crate::rollout_support::*;
 use crate::traffic_driver::{Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip};
@@ -292,6 +292,72 @@ async fn rollout_workload_deleted_mid_release_cleans_up() -> anyhow::Result<()> 
             ensure!(
                 r.status.and_then(|s| s.canary_status).is_some(),
                 "canaryStatus stays present"
+            );
+            Ok(())
+        })
+    })
+    .await
+}
+
+/// Disabling a release that routes through an nginx canary Ingress: as Kruise, the canary
+/// Ingress goes in the route-traffic-to-stable step, before the workload is released and
+/// before the canary LWS goes — it never outlives the canary at weight 0.
+#[tokio::test]
+async fn rollout_disabled_removes_the_canary_ingress_before_the_canary() -> anyhow::Result<()> {
+    use k8s_openapi::api::networking::v1::Ingress;
+    with_ns("rollout-disable-nginx", |ns| {
+        Box::pin(async move {
+            let v1 = stable_lws(2, "vllm:1");
+            create_available(&ns, &v1).await?;
+            create_service(&ns).await?;
+            let ing: Ingress = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web"},
+                "spec": {"ingressClassName": "nginx", "rules": [{"host": "models.example", "http": {"paths": [
+                    {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": SERVICE, "port": {"number": 80}}}}]}}]}
+            }))?;
+            ns.api::<Ingress>().create(&Default::default(), &ing).await?;
+            let routing = serde_json::json!({"service": SERVICE, "gracePeriodSeconds": 1,
+                "ingress": {"classType": "nginx", "name": "web"}});
+            create_rollout(&ns, &rollout(three_steps(), Some(routing))).await?;
+            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            wait_paused_at(&ns, 1).await?;
+            ensure!(ns.api::<Ingress>().get_opt("web-canary").await?.is_some());
+            // Whenever the canary LWS is seen going, is the canary Ingress still there?
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let out = seen.clone();
+            let watch_ns = ns.clone();
+            let guard = tokio::spawn(async move {
+                let stream = watcher::watcher(
+                    watch_ns.api::<LeaderWorkerSet>(),
+                    watcher::Config::default().labels(&format!("{CANARY_LABEL}={STABLE}")),
+                )
+                .default_backoff();
+                let mut stream = std::pin::pin!(stream);
+                while let Some(Ok(event)) = stream.next().await {
+                    let going = match event {
+                        watcher::Event::Delete(_) => true,
+                        watcher::Event::Apply(l) => l.metadata.deletion_timestamp.is_some(),
+                        _ => false,
+                    };
+                    if going {
+                        let ingress = watch_ns.api::<Ingress>().get_opt("web-canary").await;
+                        out.lock()
+                            .unwrap()
+                            .push(ingress.map(|i| i.is_some()).unwrap_or(true));
+                    }
+                }
+            });
+            set_disabled(&ns, true).await?;
+            let done = wait_rollout(&ns, "Disabled", |r| phase(r) == "Disabled").await;
+            nothing_left(&ns).await?;
+            guard.abort();
+            done?;
+            ensure!(ns.api::<Ingress>().get_opt("web-canary").await?.is_none());
+            let seen = seen.lock().unwrap().clone();
+            ensure!(
+                !seen.is_empty() && seen.iter().all(|still_there| !still_there),
+                "the canary Ingress was gone before the canary LWS went: {seen:?}"
             );
             Ok(())
         })

@@ -222,7 +222,14 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     {
         restarts::plan(lws, observed, &mut plan);
     }
-    let outcome = status::observed_status(lws, observed, &revisions.key, leader_sts, now);
+    let outcome = status::observed_status(
+        lws,
+        observed,
+        &revisions.key,
+        &revisions.spec_key,
+        leader_sts,
+        now,
+    );
     if outcome.update_done {
         plan.truncate_revisions = revisions::obsolete(observed, &revisions.key);
     }

@@ -1,29 +1,35 @@
-//! What makes a Rollout unacceptable here (a workload that is not a LeaderWorkerSet, partition
-//! style or blue-green, a second Rollout for one workload), and how it is refused.
+//! Which Rollouts are ours at all, what makes one of ours unacceptable (partition style or
+//! blue-green, a second Rollout for one workload), and how it is refused.
+//!
+//! A refused Rollout never acts on the workload another Rollout releases: it holds nothing,
+//! routes nothing and finalises nothing of its own unless a release of its own is in flight
+//! (one it ran before it was refused, finished first as a disable would).
 
-use crate::rollout::names::{self, condition, event, reason};
+use crate::api::rollout::{Rollout, RolloutStatus};
+use crate::rollout::names::{condition, event, reason};
 use crate::rollout::observe::RolloutObserved;
 
 use super::{Draft, HoldAction, PlannedEvent, status};
 use crate::api::rollout::phase;
 
+/// Whether this controller looks at `rollout` at all: only Rollouts of a LeaderWorkerSet are
+/// ours. Any other was stored under Kruise Rollout's CRD before ours replaced it and belongs to
+/// another controller: it gets no finalizer, no status, no Event and no traffic write from us.
+pub fn ours(rollout: &Rollout) -> bool {
+    rollout.spec.workload_ref.is_leader_worker_set()
+}
+
+/// Whether `status` shows a release of this Rollout in flight (started, not yet finalised).
+pub fn releasing(status: &RolloutStatus) -> bool {
+    matches!(
+        status.phase.as_deref(),
+        Some(phase::PROGRESSING | phase::DISABLING | phase::TERMINATING)
+    )
+}
+
 /// Why this controller will not run the Rollout, as (reason, message).
 pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
     let r = &obs.rollout.spec;
-    if r.workload_ref.api_version != names::LWS_API_VERSION
-        || r.workload_ref.kind != names::LWS_KIND
-    {
-        return Some((
-            reason::UNSUPPORTED_WORKLOAD,
-            format!(
-                "workloadRef {} {} is not supported: only {} {} can be released",
-                r.workload_ref.api_version,
-                r.workload_ref.kind,
-                names::LWS_API_VERSION,
-                names::LWS_KIND
-            ),
-        ));
-    }
     match (&r.strategy.canary, &r.strategy.blue_green) {
         (None, Some(_)) => {
             return Some((

@@ -98,7 +98,9 @@ pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason
 pub enum TrafficStage {
     /// The current step's route (nothing finalised yet).
     Step,
-    /// Everything to the stable side; the split itself still in place.
+    /// Everything to the stable side: the route without the split and no canary Ingress
+    /// (Kruise's `RestoreGateway`), the stable Service still pinned, the canary Service still
+    /// there.
     ToStable,
     /// The user's objects as they were.
     Restored,

@@ -188,7 +188,14 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
     status::canary(draft.status());
     status::mirror_step(draft.status());
     status::hold_progress(obs.rollout.status.as_ref(), draft.status());
-    draft.plan.traffic = routing::intent_for(obs, &draft.plan.status);
+    // A refused Rollout with no release of its own in flight routes nothing: the traffic
+    // objects it names may carry the release of the Rollout that runs on the same workload.
+    let hands_off = accept::not_accepted(obs).is_some() && !accept::releasing(&draft.plan.status);
+    draft.plan.traffic = if hands_off {
+        None
+    } else {
+        routing::intent_for(obs, &draft.plan.status)
+    };
     draft.plan.events.extend(events::transition_events(
         obs.rollout.status.as_ref(),
         &draft.visited,

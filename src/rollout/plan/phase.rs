@@ -72,18 +72,24 @@ pub fn run(d: &mut Draft<'_>) {
         .iter()
         .flatten()
         .any(|f| f == names::FINALIZER);
+    let refusal = accept::not_accepted(obs);
+    let releasing = accept::releasing(&d.plan.status);
     if obs.rollout.metadata.deletion_timestamp.is_some() {
         if has_finalizer {
-            terminating(d);
+            if refusal.is_some() && !releasing {
+                // A refused Rollout ran no release: nothing of its own to finish, and the
+                // workload's hold and traffic belong to the Rollout that does run.
+                d.plan.finalizer = FinalizerAction::Remove;
+            } else {
+                terminating(d);
+            }
         }
         return;
     }
     if !has_finalizer {
         d.plan.finalizer = FinalizerAction::Add;
     }
-    let releasing =
-        phase_is(&d.plan.status, phase::PROGRESSING) || phase_is(&d.plan.status, phase::DISABLING);
-    if let Some((why, msg)) = accept::not_accepted(obs) {
+    if let Some((why, msg)) = refusal {
         // Never leave a release half done: finish it as a disable would, then refuse.
         if releasing {
             start_finalising(d, phase::DISABLING, message::DISABLING);
@@ -132,7 +138,17 @@ pub fn run(d: &mut Draft<'_>) {
             }
             return;
         }
+        // Re-enabled: the release the disable interrupted is over (its canary gone, the
+        // workload rolled by itself), so nothing of its step may linger in canaryStatus —
+        // Argo CD's health reads a stale StepPaused as a release in progress. The status
+        // starts again as Kruise's first sight of a workload: completed on its last step.
         set_phase(d, phase::HEALTHY, message::HEALTHY);
+        if workload.status_current() {
+            d.plan.status.canary_status = Some(completed_status(d, workload, false));
+            d.status().message = Some(message::WORKLOAD_COMPLETED.into());
+        } else {
+            d.plan.status.canary_status = Some(CanaryStatus::default());
+        }
     }
     if !workload.status_current() {
         // The LWS controller has not caught up with the LWS's spec: its counts are stale.

@@ -84,7 +84,9 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         {
             TrafficIntent::Restored
         }
-        TrafficStage::ToStable => release(CanaryRoute::none()),
+        TrafficStage::ToStable => TrafficIntent::ToStable {
+            stable_lws: stable.clone(),
+        },
         TrafficStage::Step => step_intent(obs, status, workload.replicas, &release),
     })
 }

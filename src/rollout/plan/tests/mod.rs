@@ -16,6 +16,8 @@ use crate::traffic::intent::{CanaryRoute, TrafficIntent};
 fn weight(w: &World) -> Option<i32> {
     match &w.traffic {
         Some(TrafficIntent::Release { route, .. }) => route.weight,
+        // Everything to stable, the split gone from the route.
+        Some(TrafficIntent::ToStable { .. }) => Some(0),
         _ => None,
     }
 }
@@ -485,8 +487,8 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
     fn disable(w: &mut World) {
         w.obs.rollout.spec.disabled = true;
     }
-    /// A release disabled mid-way, then re-enabled, leaves END; the next template is changed
-    /// but not yet reconciled.
+    /// A release disabled mid-way, then re-enabled (which starts the status afresh: no
+    /// finalising step left); the next template is changed but not yet reconciled.
     fn after_a_disabled_release(w: &mut World) {
         disable(w);
         w.until("disabled", |w| {
@@ -495,7 +497,7 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
         w.obs.rollout.spec.disabled = false;
         w.reconcile();
         assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
-        assert_eq!(w.canary().common.finalising_step, fs::END);
+        assert_eq!(w.canary().common.finalising_step, "");
         w.change_template("rev3");
     }
     /// A success finalise stopped at RestoreStableService (the success order deletes the
@@ -562,16 +564,7 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
 #[test]
 fn refused_rollouts_say_why_and_keep_a_canary_status() {
     type Case = (&'static str, fn(&mut World), &'static str, &'static str);
-    let cases: [Case; 4] = [
-        (
-            "deployment",
-            |w| {
-                w.obs.rollout.spec.workload_ref.api_version = "apps/v1".into();
-                w.obs.rollout.spec.workload_ref.kind = "Deployment".into();
-            },
-            reason::UNSUPPORTED_WORKLOAD,
-            "apps/v1 Deployment is not supported",
-        ),
+    let cases: [Case; 3] = [
         (
             "partition",
             |w| {
@@ -637,6 +630,146 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
             "{what}: event once"
         );
     }
+}
+
+/// Only Rollouts of a LeaderWorkerSet are ours; any other (a Deployment's, stored under
+/// Kruise's CRD) is never reconciled, so it gets no finalizer, status, Event or traffic write.
+#[test]
+fn only_rollouts_of_a_leaderworkerset_are_ours() {
+    use crate::rollout::plan::accept::ours;
+    let cases: [(&str, &str, bool); 5] = [
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet", true),
+        ("apps/v1", "Deployment", false),
+        ("apps.kruise.io/v1alpha1", "CloneSet", false),
+        ("leaderworkerset.x-k8s.io/v2", "LeaderWorkerSet", false),
+        ("leaderworkerset.x-k8s.io/v1", "StatefulSet", false),
+    ];
+    for (api_version, kind, want) in cases {
+        let mut r = world::rollout(three_steps());
+        r.spec.workload_ref.api_version = api_version.into();
+        r.spec.workload_ref.kind = kind.into();
+        assert_eq!(ours(&r), want, "{api_version} {kind}");
+    }
+}
+
+/// A second Rollout for a workload that another Rollout is releasing — refused, then disabled
+/// or deleted — never touches that release: no hold released, no traffic intent, and a delete
+/// only drops its own finalizer.
+#[test]
+fn a_refused_rollout_disabled_or_deleted_leaves_the_running_release_alone() {
+    fn second(w: &World) -> World {
+        let mut other = World::new(three_steps());
+        other.obs.workload = w.obs.workload.clone();
+        other.obs.rollout.metadata.name = Some("vllm-again".into());
+        other.obs.rollout.metadata.uid = Some("again-uid".into());
+        other.obs.conflicting_rollout = Some("vllm".into());
+        other
+    }
+    let running = started(three_steps());
+    assert!(running.obs.workload.as_ref().unwrap().hold.is_some());
+    type Case = (&'static str, fn(&mut World));
+    let cases: [Case; 3] = [
+        ("left alone", |_| {}),
+        ("disabled", |w| w.obs.rollout.spec.disabled = true),
+        ("deleted", |w| {
+            w.obs.rollout.metadata.deletion_timestamp = Some(Time(w.now));
+        }),
+    ];
+    for (what, act) in cases {
+        let mut other = second(&running);
+        let first = other.reconcile();
+        assert_eq!(first.finalizer, FinalizerAction::Add, "{what}");
+        act(&mut other);
+        for round in 0..3 {
+            let p = other.reconcile();
+            assert_eq!(p.hold, HoldAction::Keep, "{what}: the hold is the other's");
+            assert_eq!(p.traffic, None, "{what}: the traffic is the other's");
+            assert_eq!(p.batch_release, BatchReleaseAction::Keep, "{what}");
+            if what == "deleted" {
+                assert_ne!(
+                    other.status().phase.as_deref(),
+                    Some("Terminating"),
+                    "{what}: nothing to finalise"
+                );
+                if round == 0 {
+                    assert_eq!(p.finalizer, FinalizerAction::Remove, "{what}: at once");
+                }
+            }
+            other.advance(3);
+        }
+    }
+}
+
+/// The Rollout that owns a workload is the oldest that names it, and one being deleted keeps it
+/// while our finalizer is on it (it is finishing its release): the next in line waits.
+#[test]
+fn the_oldest_rollout_owns_the_workload_until_its_finalizer_is_gone() {
+    use crate::rollout::observe::owner_among;
+    use k8s_openapi::jiff::SignedDuration;
+    let make = |name: &str, age: i64| {
+        let mut r = world::rollout(three_steps());
+        r.metadata.name = Some(name.into());
+        r.metadata.creation_timestamp = Some(Time(
+            world::t0()
+                .checked_sub(SignedDuration::from_secs(age))
+                .unwrap(),
+        ));
+        r
+    };
+    let (old, young) = (make("old", 60), make("young", 10));
+    assert_eq!(owner_among([&old, &young], &young).as_deref(), Some("old"));
+    assert_eq!(owner_among([&old, &young], &old), None);
+    let mut deleting = old.clone();
+    deleting.metadata.deletion_timestamp = Some(Time(world::t0()));
+    deleting.metadata.finalizers = Some(vec![crate::rollout::names::FINALIZER.into()]);
+    assert_eq!(
+        owner_among([&deleting, &young], &young).as_deref(),
+        Some("old"),
+        "finishing its release"
+    );
+    assert_eq!(owner_among([&deleting, &young], &deleting), None);
+    deleting.metadata.finalizers = None;
+    assert_eq!(owner_among([&deleting, &young], &young), None, "gone");
+    let mut elsewhere = make("elsewhere", 90);
+    elsewhere.spec.workload_ref.name = "other".into();
+    assert_eq!(owner_among([&elsewhere, &young], &young), None);
+}
+
+/// Disabled mid-release, then enabled again: the interrupted step must not linger in
+/// canaryStatus (Argo CD would read `StepPaused` + Healthy as a release in progress).
+#[test]
+fn re_enabled_after_a_disable_mid_release_reads_completed() {
+    let mut w = started(three_steps());
+    assert_eq!(w.canary().common.current_step_state, "StepPaused");
+    w.obs.rollout.spec.disabled = true;
+    w.until("disabled", |w| {
+        w.status().phase.as_deref() == Some("Disabled")
+    });
+    w.obs.rollout.spec.disabled = false;
+    w.reconcile();
+    let s = w.status();
+    assert_eq!(s.phase.as_deref(), Some("Healthy"));
+    let c = w.canary();
+    assert_eq!(
+        (
+            c.common.current_step_index,
+            c.common.current_step_state.as_str(),
+            c.common.finalising_step.as_str(),
+        ),
+        (3, "Completed", "")
+    );
+    assert_eq!(c.canary_revision, "rev2", "the template the LWS rolled to");
+    assert_eq!(
+        (s.current_step_index, s.current_step_state.as_deref()),
+        (Some(3), Some("Completed"))
+    );
+    assert_eq!(
+        s.message.as_deref(),
+        Some("workload deployment is completed")
+    );
+    // And a new template starts a release from step 1 as usual.
+    w.change_template("rev3");
+    w.until("step 1 paused", at_state("StepPaused", 1));
 }
 
 #[test]

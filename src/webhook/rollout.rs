@@ -1,0 +1,90 @@
+//! `POST /validate-rollout`: the Rollout validating webhook, on top of
+//! [`crate::rollout::admission`]. It reads the namespace's Rollouts (one workload, one Rollout)
+//! and answers with every refusal, one line each.
+
+use axum::{Json, extract::State};
+use kube::{
+    Api, Client, ResourceExt,
+    api::ListParams,
+    core::{
+        DynamicObject,
+        admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
+    },
+};
+use tracing::warn;
+
+use crate::{api::rollout::Rollout, rollout::admission};
+
+/// Path of the Rollout validating endpoint.
+pub const VALIDATE_PATH: &str = "/validate-rollout";
+
+/// The object as a Rollout; `None` when it does not parse.
+fn typed(obj: Option<&DynamicObject>) -> Option<Rollout> {
+    serde_json::to_value(obj?)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
+
+/// Handles one validating AdmissionReview.
+pub async fn validate(
+    State(client): State<Client>,
+    Json(review): Json<AdmissionReview<DynamicObject>>,
+) -> Json<AdmissionReview<DynamicObject>> {
+    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+        Ok(r) => r,
+        Err(err) => {
+            let err: kube::core::admission::ConvertAdmissionReviewError = err;
+            warn!(error = %err, "malformed AdmissionReview");
+            return Json(AdmissionResponse::invalid(err.to_string()).into_review());
+        }
+    };
+    let Some(new) = typed(request.object.as_ref()) else {
+        // Schema validation ran before us; an object it let through that we cannot read is a
+        // version skew between the CRD and this binary: say so rather than guess.
+        return Json(
+            AdmissionResponse::from(&request)
+                .deny("the Rollout does not match this controller's API types")
+                .into_review(),
+        );
+    };
+    let old = typed(request.old_object.as_ref());
+    if new.metadata.deletion_timestamp.is_some() || old.as_ref().is_some_and(|o| o.spec == new.spec)
+    {
+        // Nothing the rules look at changed (a finalizer, a label): no need to list.
+        return Json(AdmissionResponse::from(&request).into_review());
+    }
+    let namespace = new.namespace().unwrap_or_default();
+    let others = match Api::<Rollout>::namespaced(client, &namespace)
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => list.items,
+        Err(err) => {
+            warn!(error = %err, "cannot list Rollouts for admission");
+            return Json(
+                AdmissionResponse::from(&request)
+                    .deny(format!(
+                        "cannot check for another Rollout of this workload: {err}"
+                    ))
+                    .into_review(),
+            );
+        }
+    };
+    Json(response(&request, &new, old.as_ref(), &others).into_review())
+}
+
+/// The answer for `new` (pure).
+pub fn response(
+    request: &AdmissionRequest<DynamicObject>,
+    new: &Rollout,
+    old: Option<&Rollout>,
+    others: &[Rollout],
+) -> AdmissionResponse {
+    let answer = AdmissionResponse::from(request);
+    let refusals = admission::validate(new, old, others);
+    if refusals.is_empty() {
+        return answer;
+    }
+    let lines: Vec<String> = refusals.iter().map(ToString::to_string).collect();
+    answer.deny(lines.join("; "))
+}
