@@ -55,8 +55,8 @@ async fn the_suite_managers_certificate_is_in_the_shared_secret_and_trusted() ->
         }));
         assert_eq!(
             bundles.len(),
-            3,
-            "pod, LWS defaulting and LWS validating webhooks"
+            4,
+            "pod, LWS defaulting, LWS validating and Rollout validating webhooks"
         );
         assert!(
             bundles.iter().all(|b| *b == ca),
