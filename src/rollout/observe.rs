@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::batchrelease::{BatchReleaseSpec, BatchReleaseStatus};
 use crate::api::rollout::Rollout;
-use crate::batchrelease::progress::CanaryCounts;
+use crate::release::progress::CanaryCounts;
 
 /// Everything one Rollout reconcile decides from.
 #[derive(Clone, Debug, Default)]
@@ -80,7 +80,7 @@ pub struct BatchReleaseSummary {
     pub status: BatchReleaseStatus,
     /// Its canary LWS, when it exists: the LWS it controls named for the revision its status
     /// says it releases. The plan reads batch readiness off it directly,
-    /// one watch hop before the BatchRelease's status says the same (`batchrelease::progress`).
+    /// one watch hop before the BatchRelease's status says the same (`release::progress`).
     pub canary: Option<CanaryCounts>,
 }
 
@@ -154,7 +154,7 @@ fn canary_of(
 ) -> Option<CanaryCounts> {
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let revision = br.status.as_ref()?.update_revision.as_deref()?;
-    let name = crate::batchrelease::canary::canary_name(stable, revision);
+    let name = crate::release::names::canary_name(stable, revision);
     let lws = stores
         .lws
         .get(&ObjectRef::new(&name).within(&br.namespace()?))?;

@@ -53,7 +53,7 @@ impl From<secret::SecretError> for Error {
 
 /// Routes of the webhook server; `client` answers the questions admission needs the cluster
 /// for (does a Rollout control this LWS?); every request is counted in `metrics`.
-pub fn router(client: kube::Client, metrics: crate::manager::metrics::Metrics) -> Router {
+pub fn router(client: kube::Client, metrics: crate::k8s::metrics::Metrics) -> Router {
     Router::new()
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
@@ -102,7 +102,7 @@ pub async fn keep_certificate_current(
     source: CertificateSource,
     mut current: certs::Bundle,
     tls: axum_server::tls_rustls::RustlsConfig,
-    metrics: crate::manager::metrics::Metrics,
+    metrics: crate::k8s::metrics::Metrics,
 ) {
     use futures::StreamExt;
     use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};

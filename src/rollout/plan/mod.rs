@@ -29,6 +29,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::batchrelease::BatchRelease;
 use crate::api::rollout::RolloutStatus;
+use crate::k8s::events::EventSpec;
 use crate::rollout::observe::RolloutObserved;
 use crate::traffic::intent::TrafficIntent;
 
@@ -49,7 +50,7 @@ pub struct RolloutPlan {
     /// New value for the `rollouts.kruise.io/hash` annotation, when it differs.
     pub hash_annotation: Option<String>,
     /// Events to publish on the Rollout.
-    pub events: Vec<PlannedEvent>,
+    pub events: Vec<EventSpec>,
     /// Reconcile again after this long (pause durations and grace periods only; everything
     /// else is woken by watch events).
     pub requeue_after: Option<Duration>,
@@ -89,37 +90,6 @@ pub enum FinalizerAction {
     Remove,
 }
 
-/// An Event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedEvent {
-    /// `Warning` rather than `Normal`.
-    pub warning: bool,
-    /// One of the `names::event` constants.
-    pub reason: &'static str,
-    /// Human-readable text.
-    pub message: String,
-}
-
-impl PlannedEvent {
-    /// A Normal event.
-    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            warning: false,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// A Warning event.
-    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            warning: true,
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
 /// The plan being built: the new status plus the actions decided so far.
 #[derive(Clone, Debug)]
 pub struct Draft<'a> {
@@ -143,7 +113,7 @@ impl Draft<'_> {
     }
 
     /// Adds an event.
-    pub fn event(&mut self, event: PlannedEvent) {
+    pub fn event(&mut self, event: EventSpec) {
         self.plan.events.push(event);
     }
 

@@ -9,7 +9,8 @@
 //! matches routes nothing through the split (Kruise restores the Services first).
 
 use crate::api::rollout::{CanaryStep, RolloutStatus, TrafficRoutingRef, phase, step_state};
-use crate::batchrelease::{canary::canary_name, replicas::desired_groups};
+use crate::k8s::events::EventSpec;
+use crate::release::{groups::desired_groups, names::canary_name};
 use crate::rollout::observe::RolloutObserved;
 use crate::traffic::intent::{CanaryRoute, TrafficIntent};
 
@@ -184,7 +185,7 @@ pub fn report_missing(d: &mut Draft<'_>) {
         .as_ref()
         .and_then(|s| s.message.clone());
     if stored.as_deref() != Some(message.as_str()) {
-        d.event(super::PlannedEvent::warning(
+        d.event(EventSpec::warning(
             crate::rollout::names::event::TRAFFIC_ROUTING_NOT_FOUND,
             message.clone(),
         ));

@@ -96,7 +96,7 @@ fn whole_canary_release_three_steps_with_approval() {
             .unwrap()
             .events
             .iter()
-            .any(|e| e.message == "upgrade step(1) canary pods with new versions done")
+            .any(|e| e.note == "upgrade step(1) canary pods with new versions done")
     );
     w.until("step 1 paused", at_state("StepPaused", 1));
     assert_eq!(weight(&w), Some(5));
@@ -175,7 +175,7 @@ fn whole_canary_release_three_steps_with_approval() {
         .plans
         .iter()
         .flat_map(|p| &p.events)
-        .filter(|e| e.message.contains(" -> step("))
+        .filter(|e| e.note.contains(" -> step("))
         .count();
     assert!(transitions >= 10, "{transitions} step-transition events");
     let last = w.reconcile();
@@ -369,7 +369,7 @@ fn third_template_mid_release_restarts_the_canary_on_it() {
     assert!(
         p.events
             .iter()
-            .any(|e| e.message.contains("continuous publishing"))
+            .any(|e| e.note.contains("continuous publishing"))
     );
     assert_eq!(weight(&w), Some(0));
     w.until("restarted", |w| w.canary().canary_revision == "rev3");
@@ -621,7 +621,8 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
         assert!(
             p.events
                 .iter()
-                .any(|e| e.warning && e.reason == event::NOT_ACCEPTED),
+                .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                    && e.reason == event::NOT_ACCEPTED),
             "{what}"
         );
         let again = w.reconcile();
@@ -912,7 +913,8 @@ fn a_missing_service_or_route_gives_a_condition_and_an_event() {
     assert!(
         p.events
             .iter()
-            .any(|e| e.warning && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
     );
     // Traffic objects are not watched: only a requeue notices the user creating them.
     assert!(p.requeue_after.is_some(), "polls for the missing object");
@@ -1001,8 +1003,8 @@ fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_a
     let moves: Vec<&str> = p
         .events
         .iter()
-        .filter(|e| e.message.contains(" -> step("))
-        .map(|e| e.message.as_str())
+        .filter(|e| e.note.contains(" -> step("))
+        .map(|e| e.note.as_str())
         .collect();
     assert!(moves.len() >= 3, "{moves:?}");
 }

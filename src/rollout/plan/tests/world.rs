@@ -14,7 +14,7 @@ use crate::api::rollout::{
     CanaryStep, CanaryStrategy, GatewayTrafficRouting, ObjectRef, Rollout, RolloutPause,
     RolloutSpec, RolloutStrategy, TrafficRoutingRef,
 };
-use crate::batchrelease::{progress::CanaryCounts, replicas::desired_groups};
+use crate::release::{groups::desired_groups, progress::CanaryCounts};
 use crate::rollout::names;
 use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, StableWorkload};
 use crate::rollout::plan::{
