@@ -196,7 +196,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
             ),
         )
         .await?;
-        apply(&ns, &held_image(&base, "model:v2")).await?;
+        apply(&ns, &lws("vllm", 2, 2, "model:v2")).await?;
         let paused = wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
         assert_eq!(argocd_health(&bin, &paused).await?.0, "Suspended");
         let set_disabled = |disabled: bool| {
