@@ -8,7 +8,6 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::{
-    deref::{self, TrafficRead},
     observe::RolloutObserved,
     plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan},
 };
@@ -22,7 +21,7 @@ use crate::{
         metrics::ControllerMetrics,
     },
     lws::{hold::RELEASE_FIELD_MANAGER, labels},
-    rollout::{names::FINALIZER, plan::routing},
+    rollout::names::FINALIZER,
     traffic,
 };
 
@@ -82,7 +81,6 @@ pub struct Writers<'a> {
 pub async fn apply(
     w: &Writers<'_>,
     obs: &RolloutObserved,
-    read: &TrafficRead,
     plan: &RolloutPlan,
     now: k8s_openapi::jiff::Timestamp,
 ) -> Result<(), Error> {
@@ -140,15 +138,10 @@ pub async fn apply(
                 .await?;
         }
     }
-    if let (Some(intent), Some(objects), Some(routing_ref)) =
-        (&plan.traffic, &read.objects, routing::routing(obs))
-    {
-        let traffic_plan = traffic::plan::plan(routing_ref, intent, objects, &deref::owner(obs));
-        if !traffic_plan.writes.is_empty() {
-            traffic::apply::apply(applier.client(), &ns, &traffic_plan.writes)
-                .await
-                .map_err(Error::Traffic)?;
-        }
+    if !plan.traffic_writes.is_empty() {
+        traffic::apply::apply(applier.client(), &ns, &plan.traffic_writes)
+            .await
+            .map_err(Error::Traffic)?;
     }
     if plan.hold == HoldAction::Release
         && let Some(workload) = &obs.workload

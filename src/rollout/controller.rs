@@ -149,7 +149,7 @@ async fn steps(rollout: &Rollout, ctx: &Context) -> Result<Action, Error> {
         // reconcile; planning from the version it replaced would only repeat that write.
         return Ok(Action::requeue(wait));
     }
-    let read = deref::traffic(&ctx.applier, &mut observed).await?;
+    deref::traffic(&ctx.applier, &mut observed).await?;
     let now = k8s_openapi::jiff::Timestamp::now();
     let plan = plan::plan(&observed, now);
     let writers = apply::Writers {
@@ -158,7 +158,7 @@ async fn steps(rollout: &Rollout, ctx: &Context) -> Result<Action, Error> {
         written: &ctx.written,
         metrics: ctx.runner.metrics(),
     };
-    apply::apply(&writers, &observed, &read, &plan, now).await?;
+    apply::apply(&writers, &observed, &plan, now).await?;
     Ok(plan
         .requeue_after
         .map_or_else(Action::await_change, Action::requeue))

@@ -43,6 +43,8 @@ pub struct RolloutPlan {
     /// Where traffic should be; `None` leaves traffic objects alone (no `trafficRoutings`, or
     /// no release under way).
     pub traffic: Option<TrafficIntent>,
+    /// The writes that bring the traffic objects there, in order (`traffic::plan`).
+    pub traffic_writes: Vec<crate::traffic::write::Write>,
     /// The hold on the stable LWS.
     pub hold: HoldAction,
     /// The Rollout's own finalizer.
@@ -99,6 +101,8 @@ pub struct Draft<'a> {
     pub now: Timestamp,
     /// The strategy hash of the Rollout's current spec.
     pub hash: String,
+    /// What the traffic objects say about the stored status's traffic.
+    pub traffic: routing::TrafficState,
     /// The plan so far.
     pub plan: RolloutPlan,
     /// Step states this reconcile passed through on its way to the new status (index, state):
@@ -144,6 +148,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             status,
             batch_release: BatchReleaseAction::Keep,
             traffic: None,
+            traffic_writes: Vec::new(),
             hold: HoldAction::Keep,
             finalizer: FinalizerAction::Keep,
             hash_annotation: (stored_hash != Some(&hash)).then(|| hash.clone()),
@@ -151,6 +156,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             requeue_after: None,
         },
         hash,
+        traffic: routing::observed(obs),
         visited: Vec::new(),
     };
     phase::run(&mut draft);
@@ -166,6 +172,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
     } else {
         routing::intent_for(obs, &draft.plan.status)
     };
+    draft.plan.traffic_writes = routing::writes(obs, &draft.traffic, draft.plan.traffic.as_ref());
     draft.plan.events.extend(events::transition_events(
         obs.rollout.status.as_ref(),
         &draft.visited,

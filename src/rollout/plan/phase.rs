@@ -382,7 +382,7 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         });
     }
     if let Some(r) = routing::routing(d.obs)
-        && !d.obs.traffic.missing.is_empty()
+        && !d.traffic.missing.is_empty()
     {
         routing::report_missing(d);
         // Users' traffic objects are not watched: look again after a grace period, or the

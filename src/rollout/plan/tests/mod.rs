@@ -169,7 +169,15 @@ fn whole_canary_release_three_steps_with_approval() {
         .filter(|s| !s.is_empty())
         .collect();
     order.dedup();
-    assert_eq!(order, ["ResumeWorkload", "ReleaseWorkloadControl", "END"]);
+    assert_eq!(
+        order,
+        [
+            "ResumeWorkload",
+            "FinalisingStepRouteTrafficToStable",
+            "ReleaseWorkloadControl",
+            "END"
+        ]
+    );
     // Every step transition published an event.
     let transitions = w
         .plans
@@ -861,21 +869,11 @@ fn grace_period_is_honoured_after_each_traffic_change() {
 }
 
 #[test]
-fn without_a_traffic_read_back_the_grace_counts_from_the_stored_step_time() {
-    let mut w = started(three_steps());
-    w.approve();
-    w.until("step 2 traffic", at_state("StepTrafficRouting", 2));
-    w.reconcile();
-    w.obs.traffic.last_change = None;
-    let p = w.reconcile();
-    assert_eq!(w.at().1, "StepTrafficRouting");
-    assert!(p.requeue_after.is_some_and(|d| d <= Duration::from_secs(3)));
-}
-
-#[test]
 fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
     let mut w = started(three_steps());
     w.approve();
+    // Approved at once: the route the pause was entered with still has its grace period.
+    w.advance(3);
     w.reconcile();
     assert_eq!(w.at().1, "StepUpgrade");
     assert_eq!(
@@ -899,17 +897,17 @@ fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
 fn a_missing_service_or_route_gives_a_condition_and_an_event() {
     let mut w = World::new(three_steps());
     w.reconcile();
-    w.obs.traffic.missing = vec!["HTTPRoute vllm".into()];
+    let route = w.obs.traffic.as_mut().unwrap().http_route.take();
     w.change_template("rev2");
     let p = w.reconcile();
     assert_eq!(
         w.status().message.as_deref(),
-        Some("trafficRoutings: HTTPRoute vllm not found")
+        Some("trafficRoutings: HTTPRoute route not found")
     );
     let c = status::condition(&w.status(), condition::PROGRESSING)
         .unwrap()
         .clone();
-    assert_eq!(c.message, "trafficRoutings: HTTPRoute vllm not found");
+    assert_eq!(c.message, "trafficRoutings: HTTPRoute route not found");
     assert!(
         p.events
             .iter()
@@ -926,7 +924,7 @@ fn a_missing_service_or_route_gives_a_condition_and_an_event() {
         "waits for it"
     );
     assert!(p.requeue_after.is_some(), "still polls");
-    w.obs.traffic.missing.clear();
+    w.obs.traffic.as_mut().unwrap().http_route = route;
     w.advance(10);
     w.reconcile();
     assert_eq!(status::progressing_reason(&w.status()), reason::IN_ROLLING);
@@ -982,7 +980,10 @@ fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_a
         p.status, stored,
         "a group created but not ready changes nothing a reader acts on: no status write"
     );
-    // The group becomes ready: the same reconcile moves on, whatever the BatchRelease says.
+    // The group becomes ready (after the grace period every state change of a step without
+    // traffic waits, while the split comes down): the same reconcile moves on, whatever the
+    // BatchRelease says.
+    w.advance(3);
     canary.ready = 2;
     w.obs.batch_release.as_mut().unwrap().canary = Some(canary);
     let p = plan(&w.obs, w.now);
