@@ -92,6 +92,16 @@ where
     where
         E: Categorized + std::fmt::Display,
     {
+        if err.object_gone() {
+            tracing::debug!(
+                controller = self.controller,
+                namespace = obj.namespace(),
+                name = obj.name_any(),
+                "deleted while it was being reconciled"
+            );
+            self.backoff.succeeded(obj);
+            return Action::await_change();
+        }
         let category = err.category();
         self.metrics.failed(category.metric_label());
         self.backoff.failed(obj, err, category)

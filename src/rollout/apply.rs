@@ -48,6 +48,10 @@ impl Categorized for Error {
             Error::Traffic(_) => Category::Transient,
         }
     }
+
+    fn object_gone(&self) -> bool {
+        matches!(self, Error::Api(err) if err.object_gone())
+    }
 }
 
 fn finalizers_patch(rollout: &Rollout, add: bool) -> serde_json::Value {
