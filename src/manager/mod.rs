@@ -363,7 +363,9 @@ async fn start_webhook(
             source,
         })?;
     let serve_handle = handle.clone();
-    let router = webhook::router(client.clone(), metrics.clone());
+    let (cluster, rollout_watch) = webhook::Cluster::new(client.clone());
+    tokio::spawn(rollout_watch);
+    let router = webhook::router(cluster, metrics.clone());
     metrics.set_certificate_expiry(bundle.not_after.as_second());
     tokio::spawn(async move {
         if let Err(err) = server
