@@ -36,7 +36,16 @@ fn text(out: &Output) -> String {
 
 /// The chart rendered for `namespace` with `values` (`--set` items), one document each.
 pub fn render(namespace: &str, values: &[&str]) -> anyhow::Result<Vec<serde_json::Value>> {
-    let mut args = vec!["template", "lws-rollout", CHART, "--namespace", namespace];
+    // `helm template` assumes Kubernetes v1.20 unless told; the chart needs ≥ 1.33.
+    let mut args = vec![
+        "template",
+        "lws-rollout",
+        CHART,
+        "--namespace",
+        namespace,
+        "--kube-version",
+        "v1.36.3",
+    ];
     for v in values {
         args.extend(["--set", v]);
     }
