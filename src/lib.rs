@@ -8,6 +8,7 @@ pub mod cli;
 pub mod k8s;
 pub mod lws;
 pub mod manager;
+pub mod release;
 pub mod rollout;
 pub mod traffic;
 pub mod webhook;

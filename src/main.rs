@@ -62,9 +62,38 @@ struct Args {
     log_json: bool,
 }
 
-fn main() -> anyhow::Result<()> {
+/// Exit code when another replica took the leader Lease: a designed exit (docs/install.md,
+/// "Leader election"), so the process says so in one line and leaves without a backtrace; its
+/// supervisor restarts it as a standby.
+const EXIT_LOST_LEASE: u8 = 3;
+
+fn main() -> std::process::ExitCode {
     let args = Args::parse();
-    runtime(&args)?.block_on(run(args))
+    let result = match runtime(&args) {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(err) => Err(err.into()),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => exit_for(&err),
+    }
+}
+
+/// One line for a failure that ends the process (the cause chain, no backtrace: backtraces are
+/// for panics), and its exit code.
+fn exit_for(err: &anyhow::Error) -> std::process::ExitCode {
+    let lost_lease = matches!(
+        err.downcast_ref::<manager::Error>(),
+        Some(manager::Error::LostLease)
+    );
+    let code = if lost_lease { EXIT_LOST_LEASE } else { 1 };
+    if tracing::dispatcher::has_been_set() {
+        tracing::error!(exit_code = code, "{err:#}");
+    } else {
+        // Before the logger exists (the runtime could not be built).
+        eprintln!("lws-rollout: {err:#}");
+    }
+    std::process::ExitCode::from(code)
 }
 
 /// The async runtime. One thread by default: the controllers and the caches' drivers already

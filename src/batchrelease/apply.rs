@@ -10,9 +10,8 @@ use crate::{
     k8s::{
         apply::{ApiError, Applier, Propagation, status_patch},
         events::Events,
-        written::Written,
+        written::{Written, key},
     },
-    rollout::apply::{event_spec, key},
 };
 
 /// The cached resourceVersion of the canary `name` ("" when the cache has none).
@@ -57,7 +56,7 @@ pub async fn apply(
     // write the Rollout and watchers wait for.
     let publish = async {
         for event in &plan.events {
-            events.publish(br, &event_spec(event)).await;
+            events.publish(br, event).await;
         }
     };
     let write = async {

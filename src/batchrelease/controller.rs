@@ -13,16 +13,14 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span};
 
 use super::{apply, observe, plan};
 use crate::{
     api::{BatchRelease, LeaderWorkerSet},
     k8s::{
         apply::{ApiError, Applier},
-        backoff::Backoff,
-        error::Category,
         events::Events,
+        runner::Runner,
         watch::{self, SharedCache, store_ready},
     },
 };
@@ -32,8 +30,7 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    backoff: Backoff<BatchRelease>,
-    metrics: crate::manager::metrics::ControllerMetrics,
+    runner: Runner<BatchRelease>,
     written: crate::k8s::written::Written,
 }
 
@@ -51,7 +48,7 @@ pub struct Caches<'a> {
 pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
-    metrics: crate::manager::metrics::ControllerMetrics,
+    metrics: crate::k8s::metrics::ControllerMetrics,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let stores = observe::Stores {
@@ -63,8 +60,7 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        backoff: Backoff::new("batchrelease"),
-        metrics: metrics.clone(),
+        runner: Runner::new("batchrelease", metrics.clone()),
         written: crate::k8s::written::Written::default(),
     });
     let brs = stores.batch_releases.clone();
@@ -110,47 +106,26 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
-    let timer = ctx
-        .metrics
-        .started(&ObjectRef::from_obj(br.as_ref()).to_string());
-    let result = reconcile_once(br, ctx.clone()).await;
-    ctx.metrics.finished(timer);
-    result
+    let s = &ctx.stores;
+    let caches = [
+        store_ready(&s.batch_releases),
+        store_ready(&s.lws),
+        watch::index_ready(&s.pods),
+    ];
+    ctx.runner.reconcile(&br, caches, steps(&br, &ctx)).await
 }
 
-async fn reconcile_once(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {
-    let span = info_span!(
-        "batchrelease",
-        namespace = br.namespace(),
-        name = br.name_any()
-    );
-    async move {
-        let s = &ctx.stores;
-        let ready = watch::ready(
-            [
-                store_ready(&s.batch_releases),
-                store_ready(&s.lws),
-                watch::index_ready(&s.pods),
-            ],
-            Duration::from_secs(2),
-        )
-        .await;
-        if !ready {
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        let observed = observe::observe(&ctx.stores, &br);
-        let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
-        if let Some(wait) = cache_behind(&ctx, &observed, &plan) {
-            // The watch event of our own last write is on its way and starts the next
-            // reconcile; acting on the version it replaced would only repeat that write.
-            return Ok(Action::requeue(wait));
-        }
-        apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;
-        ctx.backoff.succeeded(&br);
-        Ok(Action::await_change())
+/// The steps of one reconcile: observe → plan → apply.
+async fn steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
+    let observed = observe::observe(&ctx.stores, br);
+    let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+    if let Some(wait) = cache_behind(ctx, &observed, &plan) {
+        // The watch event of our own last write is on its way and starts the next
+        // reconcile; acting on the version it replaced would only repeat that write.
+        return Ok(Action::requeue(wait));
     }
-    .instrument(span)
-    .await
+    apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;
+    Ok(Action::await_change())
 }
 
 /// Whether the cache still holds a version of the BatchRelease, or of the canary the plan would
@@ -160,7 +135,7 @@ fn cache_behind(
     obs: &observe::BatchReleaseObserved,
     plan: &plan::BatchReleasePlan,
 ) -> Option<Duration> {
-    use crate::rollout::apply::key;
+    use crate::k8s::written::key;
     let ns = obs.br.namespace().unwrap_or_default();
     let own = ctx.written.stale(
         &key::<BatchRelease>(&ns, &obs.br.name_any()),
@@ -176,9 +151,5 @@ fn cache_behind(
 }
 
 fn error_policy(br: Arc<BatchRelease>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
-    // again, never by waiting for the object to change.
-    let category = Category::Transient;
-    ctx.metrics.failed(category.metric_label());
-    ctx.backoff.failed(&br, err, category)
+    ctx.runner.error_policy(br.as_ref(), err)
 }

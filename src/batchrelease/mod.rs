@@ -1,6 +1,7 @@
 //! The BatchRelease controller, canary style for LeaderWorkerSets: a canary LWS beside the
 //! stable one, scaled batch by batch. `observe` is what it looks at, `plan` decides, `canary`
-//! builds the canary LWS and names it, `replicas` is the batch arithmetic in groups.
+//! builds the canary LWS; its name, the batch arithmetic in groups and a batch's progress are
+//! the release vocabulary in `crate::release`.
 
 pub mod apply;
 pub mod canary;
@@ -8,5 +9,3 @@ pub mod controller;
 pub mod names;
 pub mod observe;
 pub mod plan;
-pub mod progress;
-pub mod replicas;

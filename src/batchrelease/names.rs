@@ -1,9 +1,7 @@
 //! Names the BatchRelease controller writes: Kruise Rollout's exact strings, so tools that
 //! find Kruise's canary workloads find ours.
 
-/// Label on the canary LWS: the stable workload's name (Kruise's key; it says "deployment"
-/// because Kruise's canary workloads were Deployments).
-pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+pub use crate::release::names::CANARY_LABEL;
 /// Annotation on the canary LWS: the BatchRelease's controller ownerReference as JSON.
 pub const CONTROL_INFO: &str = "batchrelease.rollouts.kruise.io/control-info";
 /// Kruise's BatchRelease finalizer. We never add it (owner references clean up the canary);
@@ -22,15 +20,7 @@ pub mod phase {
     pub const COMPLETED: &str = "Completed";
 }
 
-/// `status.canaryStatus.batchState` values.
-pub mod batch_state {
-    /// The canary is being scaled to the batch.
-    pub const UPGRADING: &str = "Upgrading";
-    /// Waiting for the batch's groups to be ready.
-    pub const VERIFYING: &str = "Verifying";
-    /// The batch is ready.
-    pub const READY: &str = "Ready";
-}
+pub use crate::release::progress::batch_state;
 
 /// Event reasons.
 pub mod event {

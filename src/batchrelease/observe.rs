@@ -81,7 +81,7 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let ns = br.namespace().unwrap_or_default();
     let w = &br.spec.workload_ref;
-    let stable = (w.kind == crate::rollout::names::LWS_KIND)
+    let stable = (w.kind == crate::api::rollout::LWS_KIND)
         .then(|| stores.lws.get(&ObjectRef::new(&w.name).within(&ns)))
         .flatten()
         .map(|lws| StableLws {

@@ -12,17 +12,18 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::canary::{canary_name, desired_canary};
+use super::canary::desired_canary;
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, CanaryLws};
-use super::progress::{BatchProgress, progress};
-use super::replicas::desired_groups;
 use crate::api::batchrelease::{
     BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy, RollingStyle,
 };
 use crate::api::leaderworkerset::LeaderWorkerSet;
-use crate::rollout::names::{LWS_API_VERSION, LWS_KIND};
-use crate::rollout::plan::PlannedEvent;
+use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
+use crate::k8s::events::EventSpec;
+use crate::release::groups::desired_groups;
+use crate::release::names::canary_name;
+use crate::release::progress::{BatchProgress, progress};
 
 /// What the apply step should do for one BatchRelease.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -39,7 +40,7 @@ pub struct BatchReleasePlan {
     /// Remove Kruise's BatchRelease finalizer (only ever present on objects Kruise wrote).
     pub remove_finalizer: bool,
     /// Events to publish on the BatchRelease.
-    pub events: Vec<PlannedEvent>,
+    pub events: Vec<EventSpec>,
 }
 
 /// Hash of the release plan (`status.observedReleasePlanHash`; opaque, like Kruise's).
@@ -169,7 +170,7 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
         }
     });
     out.apply_canary = Some(wanted);
-    let counts = canary.map(|c| super::progress::CanaryCounts::of(&c.lws));
+    let counts = canary.map(|c| crate::release::progress::CanaryCounts::of(&c.lws));
     let BatchProgress {
         state,
         updated,
@@ -195,7 +196,7 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
     out.status.observed_workload_replicas = Some(stable.replicas());
     out.status.observed_release_plan_hash = Some(release_plan_hash(br));
     if old.current_batch_state.as_deref() != Some(state) || old.current_batch != batch_i32 {
-        out.events.push(PlannedEvent::normal(
+        out.events.push(EventSpec::normal(
             event::PROGRESSING,
             format!(
                 "batch {} ({desired} of {} groups): {state}",
@@ -273,7 +274,7 @@ fn finalizing(
     );
     if done && stored.phase.as_deref() != Some(phase::COMPLETED) {
         out.events
-            .push(PlannedEvent::normal(event::COMPLETED, "release finalized"));
+            .push(EventSpec::normal(event::COMPLETED, "release finalized"));
     }
     out.status.message = (!done).then(|| match policy {
         FinalizingPolicy::Immediate => "removing the canary LeaderWorkerSet".to_string(),
@@ -311,9 +312,9 @@ fn note(
 ) {
     if stored.message.as_deref() != Some(message.as_str()) {
         out.events.push(if warning {
-            PlannedEvent::warning(reason, message.clone())
+            EventSpec::warning(reason, message.clone())
         } else {
-            PlannedEvent::normal(reason, message.clone())
+            EventSpec::normal(reason, message.clone())
         });
     }
     out.status.message = Some(message);

@@ -306,7 +306,9 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
     assert!(
         p.events
             .iter()
-            .any(|e| e.warning && e.reason == event::CANARY_NOT_READY && e.message == msg)
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == event::CANARY_NOT_READY
+                && e.note == msg)
     );
     // Same message stored: no second event.
     let mut again = br(Some(1), None);

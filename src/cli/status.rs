@@ -15,7 +15,7 @@ use crate::{
         LeaderWorkerSet, Rollout,
         rollout::{CanaryStep, RolloutStatus, finalising_step, phase, step_state},
     },
-    batchrelease::replicas::desired_groups,
+    release::groups::desired_groups,
     rollout::names::{STABLE_REVISION, condition},
 };
 

@@ -13,7 +13,7 @@ use super::{
 };
 use crate::{
     api::{LeaderWorkerSet, Rollout},
-    batchrelease::replicas::desired_groups,
+    release::groups::desired_groups,
     rollout::names::STABLE_REVISION,
 };
 

@@ -59,6 +59,12 @@ impl ApiError {
         classify(&self.source)
     }
 
+    /// A status write found its object gone (deleted since the reconcile read it): nothing is
+    /// left to report on, so this is no failure.
+    pub fn status_of_deleted_object(&self) -> bool {
+        self.failure() == Failure::NotFound && self.action.starts_with(PATCHING_STATUS)
+    }
+
     /// The API server's message when it refused the object's content.
     pub fn refused(&self) -> Option<String> {
         match self.failure() {
@@ -74,6 +80,10 @@ impl Categorized for ApiError {
             Failure::Refused(_) => Category::Spec,
             _ => Category::Transient,
         }
+    }
+
+    fn object_gone(&self) -> bool {
+        self.status_of_deleted_object()
     }
 }
 
@@ -139,6 +149,9 @@ impl<K> Object for K where
         + 'static
 {
 }
+
+/// The action of a status write, as [`ApiError::action`] starts.
+const PATCHING_STATUS: &str = "patching the status of";
 
 fn describe<K: Object>(verb: &str, namespace: &str, name: &str) -> String {
     format!("{verb} {} {namespace}/{name}", K::kind(&()))
@@ -272,7 +285,7 @@ impl Applier {
             .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
             .await
             .map_err(|source| ApiError {
-                action: describe::<K>("patching the status of", namespace, name),
+                action: describe::<K>(PATCHING_STATUS, namespace, name),
                 source,
             })
     }
@@ -495,6 +508,17 @@ mod tests {
             Deleted::Gone
         );
         assert_eq!(gone.get_opt::<ConfigMap>("ns", "cm").await.unwrap(), None);
+        // A status write to an object deleted meanwhile is no failure; another 404 still is.
+        let status = gone
+            .patch_status::<ConfigMap>("ns", "cm", &json!({}))
+            .await
+            .unwrap_err();
+        assert!(status.object_gone(), "{status}");
+        let patch = gone
+            .merge_patch::<ConfigMap>("ns", "cm", &json!({}))
+            .await
+            .unwrap_err();
+        assert!(!patch.object_gone(), "{patch}");
 
         let invalid = Applier::new(answering(422), "test");
         let err = invalid.apply(&cm).await.unwrap_err();

@@ -53,6 +53,12 @@ impl Category {
 pub trait Categorized {
     /// The category.
     fn category(&self) -> Category;
+
+    /// The reconciled object itself was deleted while the reconcile ran (e.g. its status write
+    /// answered 404): not a failure, nothing to retry, nothing to warn about.
+    fn object_gone(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

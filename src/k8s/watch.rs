@@ -150,20 +150,20 @@ where
     }
 }
 
+/// One cache's first full list, as a future (from [`store_ready`] or [`index_ready`]).
+pub type CacheReady<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
+
 /// Waits until every store has seen its first full list, at most `timeout`. Controllers call
 /// it before deciding anything, so a restart never acts on half-filled caches. `false` when
 /// the time ran out (e.g. a shutdown stopped the watches).
-pub async fn ready<'a>(
-    waits: impl IntoIterator<Item = Pin<Box<dyn Future<Output = bool> + Send + 'a>>>,
-    timeout: Duration,
-) -> bool {
+pub async fn ready<'a>(waits: impl IntoIterator<Item = CacheReady<'a>>, timeout: Duration) -> bool {
     tokio::time::timeout(timeout, join_all(waits))
         .await
         .is_ok_and(|all| all.into_iter().all(|ok| ok))
 }
 
 /// One store's readiness, for [`ready`].
-pub fn store_ready<'a, K>(store: &'a Store<K>) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>
+pub fn store_ready<'a, K>(store: &'a Store<K>) -> CacheReady<'a>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
@@ -171,9 +171,7 @@ where
 }
 
 /// One label index's readiness (its first full list), for [`ready`].
-pub fn index_ready<'a, K>(
-    index: &'a super::label_index::LabelIndex<K>,
-) -> Pin<Box<dyn Future<Output = bool> + Send + 'a>>
+pub fn index_ready<'a, K>(index: &'a super::label_index::LabelIndex<K>) -> CacheReady<'a>
 where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {

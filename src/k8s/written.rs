@@ -16,6 +16,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+/// The key `Written` records an object under.
+pub fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
+    format!("{}/{namespace}/{name}", K::kind(&()))
+}
+
 /// How long a recorded write holds reconciles of its object back at most.
 pub const PATIENCE: Duration = Duration::from_secs(2);
 

@@ -21,7 +21,6 @@ use kube::{
         reflector::ObjectRef,
     },
 };
-use tracing::{Instrument, info_span};
 
 use super::{
     apply, deref,
@@ -34,15 +33,14 @@ use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{
         apply::Applier,
-        backoff::Backoff,
-        error::Categorized,
         events::Events,
         expected::Expected,
         label_index::LabelIndex,
+        metrics::ControllerMetrics,
+        runner::Runner,
         throttle::{Trigger, throttle},
         watch::{self, SharedCache},
     },
-    manager::metrics::ControllerMetrics,
 };
 
 /// Shared state of the reconciler.
@@ -50,9 +48,8 @@ pub struct Context {
     applier: Applier,
     events: Events,
     stores: Stores,
-    metrics: ControllerMetrics,
-    /// Consecutive failures per LWS, for backoff only (never for a decision).
-    backoff: Backoff<LeaderWorkerSet>,
+    /// Timing, span, cache wait and error policy, shared with the other controllers.
+    runner: Runner<LeaderWorkerSet>,
     /// Status writes the LWS cache has not shown yet, so they are not repeated.
     written: apply::WrittenStatuses,
     /// Worker StatefulSets created and not cached yet, so they are not created twice.
@@ -90,8 +87,6 @@ fn reconcile_window() -> Duration {
         .and_then(|v| v.parse().ok())
         .map_or(RECONCILE_WINDOW, Duration::from_millis)
 }
-/// How long a reconcile waits for the caches' first lists.
-const CACHE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the controller until `shutdown` completes. Subscribes to `caches`; their drivers must
 /// run beside it.
@@ -110,10 +105,9 @@ pub fn run(
             services: index_of(caches.services),
             revisions: index_of(caches.revisions),
         },
-        backoff: Backoff::new("lws"),
+        runner: Runner::new("lws", metrics.clone()),
         written: apply::WrittenStatuses::default(),
         expected: Expected::default(),
-        metrics: metrics.clone(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
     let lws_store = caches.lws.store();
@@ -174,67 +168,64 @@ where
 }
 
 async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let timer = ctx
-        .metrics
-        .started(&ObjectRef::from_obj(lws.as_ref()).to_string());
-    let result = reconcile_once(lws, ctx.clone()).await;
-    ctx.metrics.finished(timer);
-    result
+    if lws.metadata.deletion_timestamp.is_some() {
+        // The garbage collector takes its objects.
+        return Ok(Action::await_change());
+    }
+    let s = &ctx.stores;
+    let caches = [
+        watch::index_ready(&s.pods),
+        watch::index_ready(&s.statefulsets),
+        watch::index_ready(&s.services),
+        watch::index_ready(&s.revisions),
+    ];
+    ctx.runner.reconcile(&lws, caches, steps(&lws, &ctx)).await
 }
 
-async fn reconcile_once(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let span = info_span!(
-        "reconcile",
-        namespace = lws.namespace(),
-        name = lws.name_any()
-    );
-    async move {
-        if let Some(wait) = preflight(&lws, &ctx).await {
-            return Ok(wait);
-        }
-        let observed = observe::observe(
-            &ctx.stores,
-            &ctx.expected,
-            &lws.namespace().unwrap_or_default(),
-            &lws.name_any(),
-        );
-        let deref = deref::dereference(&ctx.applier, &lws, &observed).await?;
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let plan = plan::plan(&lws, &observed, &deref, &now);
-        let applied = apply_verified(&ctx, &lws, &plan).await?;
-        let status_wait = apply::write_status(
-            &ctx.applier,
-            &ctx.events,
-            &ctx.written,
-            &lws,
-            &plan,
-            &applied,
-            &now,
-        )
-        .await?;
-        if let Some(err) = applied.deferred {
-            return Err(err.into());
-        }
-        ctx.backoff.succeeded(&lws);
-        let failure = plan
-            .blocked
-            .as_ref()
-            .or(applied.failure.as_ref())
-            .or(plan.failure.as_ref());
-        let recheck = failure.and_then(|f| f.category.requeue_after(1));
-        Ok(
-            match [plan.requeue, recheck, status_wait]
-                .into_iter()
-                .flatten()
-                .min()
-            {
-                Some(wait) => Action::requeue(wait),
-                None => Action::await_change(),
-            },
-        )
+/// The steps of one reconcile: preflight → observe → deref → plan → apply → status.
+async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
+    if let Some(wait) = preflight(lws, ctx) {
+        return Ok(wait);
     }
-    .instrument(span)
-    .await
+    let observed = observe::observe(
+        &ctx.stores,
+        &ctx.expected,
+        &lws.namespace().unwrap_or_default(),
+        &lws.name_any(),
+    );
+    let deref = deref::dereference(&ctx.applier, lws, &observed).await?;
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let plan = plan::plan(lws, &observed, &deref, &now);
+    let applied = apply_verified(ctx, lws, &plan).await?;
+    let status_wait = apply::write_status(
+        &ctx.applier,
+        &ctx.events,
+        &ctx.written,
+        lws,
+        &plan,
+        &applied,
+        &now,
+    )
+    .await?;
+    if let Some(err) = applied.deferred {
+        return Err(err.into());
+    }
+    let failure = plan
+        .blocked
+        .as_ref()
+        .or(applied.failure.as_ref())
+        .or(plan.failure.as_ref());
+    let recheck = failure.and_then(|f| f.category.requeue_after(1));
+    Ok(
+        match [plan.requeue, recheck, status_wait]
+            .into_iter()
+            .flatten()
+            .min()
+        {
+            Some(wait) => Action::requeue(wait),
+            None => Action::await_change(),
+        },
+    )
 }
 
 /// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
@@ -264,26 +255,12 @@ async fn apply_verified(
     Ok(applied)
 }
 
-/// Before anything is decided: nothing for an LWS being deleted (the garbage collector takes
-/// its objects), never on half-filled caches (right after a restart), and not while the
-/// leader StatefulSet is being deleted. Bounded, because the caches stop filling once a
-/// shutdown has begun.
-async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
-    if lws.metadata.deletion_timestamp.is_some() {
-        return Some(Action::await_change());
-    }
-    let stores = &ctx.stores;
-    let caches = [
-        watch::index_ready(&stores.pods),
-        watch::index_ready(&stores.statefulsets),
-        watch::index_ready(&stores.services),
-        watch::index_ready(&stores.revisions),
-    ];
-    if !watch::ready(caches, CACHE_WAIT).await {
-        return Some(Action::requeue(Duration::from_secs(1)));
-    }
+/// Before anything is decided: not while the leader StatefulSet is being deleted (its
+/// successor would be built from half of it).
+fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
     let name = lws.name_any();
-    let leader_sts_deleting = stores
+    let leader_sts_deleting = ctx
+        .stores
         .statefulsets
         .get(&lws.namespace().unwrap_or_default(), &name)
         .iter()
@@ -294,7 +271,5 @@ async fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {
-    let category = err.category();
-    ctx.metrics.failed(category.metric_label());
-    ctx.backoff.failed(&lws, err, category)
+    ctx.runner.error_policy(lws.as_ref(), err)
 }

@@ -55,4 +55,10 @@ impl Categorized for Error {
             Error::Api(err) => err.category(),
         }
     }
+
+    fn object_gone(&self) -> bool {
+        match self {
+            Error::Api(err) => err.object_gone(),
+        }
+    }
 }

@@ -127,7 +127,7 @@ pub async fn run(
     }
 
     // Created first and kept for the life of the process: see `metrics`.
-    let metrics = metrics::Metrics::new();
+    let metrics = crate::k8s::metrics::Metrics::new();
     let webhook = match &config.webhook {
         Some(webhook) => Some(start_webhook(&client, webhook, &metrics).await?),
         None => None,
@@ -170,8 +170,9 @@ pub async fn run(
 
     // The health server stops accepting at once; a probe connection left open must not keep
     // the process alive, so it only gets a short grace.
-    let health_server =
-        tokio::spawn(axum::serve(listener, health.router().merge(metrics.router())).into_future());
+    let health_server = tokio::spawn(
+        axum::serve(listener, health.router().merge(metrics::router(&metrics))).into_future(),
+    );
     let mut outcome = Ok(());
     tokio::select! {
         _ = shutdown => info!("shutting down"),
@@ -205,7 +206,7 @@ pub async fn run(
 /// Runs the controllers while we lead (always, without leader election) until asked to stop.
 async fn run_controllers(
     client: Client,
-    metrics: metrics::Metrics,
+    metrics: crate::k8s::metrics::Metrics,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
@@ -294,7 +295,7 @@ async fn run_controllers(
 /// Mirrors the election into the `leader` gauge until the election ends.
 async fn follow_leadership(
     mut is_leader: tokio::sync::watch::Receiver<bool>,
-    metrics: metrics::Metrics,
+    metrics: crate::k8s::metrics::Metrics,
 ) {
     loop {
         metrics.set_leader(*is_leader.borrow_and_update());
@@ -309,7 +310,7 @@ async fn follow_leadership(
 async fn start_webhook(
     client: &Client,
     cfg: &WebhookConfig,
-    metrics: &metrics::Metrics,
+    metrics: &crate::k8s::metrics::Metrics,
 ) -> Result<axum_server::Handle<SocketAddr>, Error> {
     use crate::webhook::{self, Error as WebhookError, registration::Endpoint};
     let listener = std::net::TcpListener::bind(cfg.addr).map_err(|source| WebhookError::Io {
@@ -362,7 +363,9 @@ async fn start_webhook(
             source,
         })?;
     let serve_handle = handle.clone();
-    let router = webhook::router(client.clone(), metrics.clone());
+    let (cluster, rollout_watch) = webhook::Cluster::new(client.clone());
+    tokio::spawn(rollout_watch);
+    let router = webhook::router(cluster, metrics.clone());
     metrics.set_certificate_expiry(bundle.not_after.as_second());
     tokio::spawn(async move {
         if let Err(err) = server

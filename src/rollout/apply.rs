@@ -8,43 +8,49 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::{
-    deref::{self, TrafficRead},
     observe::RolloutObserved,
-    plan::{BatchReleaseAction, FinalizerAction, HoldAction, PlannedEvent, RolloutPlan},
+    plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan},
 };
-use crate::k8s::written::Written;
+use crate::k8s::written::{Written, key};
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    api::{BatchRelease, LeaderWorkerSet, Rollout, rollout::RolloutStatus},
     k8s::{
         apply::{ApiError, Applier, Propagation, status_patch},
-        events::{EventSpec, Events},
+        error::{Categorized, Category},
+        events::Events,
+        metrics::ControllerMetrics,
     },
     lws::{hold::RELEASE_FIELD_MANAGER, labels},
-    rollout::{names::FINALIZER, plan::routing},
+    rollout::names::FINALIZER,
     traffic,
 };
-
-/// The key `Written` records an object under.
-pub fn key<K: kube::Resource<DynamicType = ()>>(namespace: &str, name: &str) -> String {
-    format!("{}/{namespace}/{name}", K::kind(&()))
-}
 
 /// Field manager of the Rollout controller's writes.
 pub const FIELD_MANAGER: &str = "lws-rollout-rollout";
 
-/// What the apply did that the next reconcile cares about.
-#[derive(Debug, Default)]
-pub struct Applied {
-    /// Traffic objects were written (the grace period starts now).
-    pub traffic_changed: bool,
+/// Why a Rollout reconcile could not finish, with its category (`k8s::error`).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A write of the Rollout, its BatchRelease or the hold failed.
+    #[error(transparent)]
+    Api(#[from] ApiError),
+    /// A traffic write failed. Always looked at again soon: a patch of a user's object computed
+    /// from a read that went stale meanwhile is refused (422) by its resourceVersion test, and
+    /// the next reconcile re-reads and re-plans it.
+    #[error("traffic: {0}")]
+    Traffic(ApiError),
 }
 
-/// An event of a plan as the events kit publishes it.
-pub fn event_spec(e: &PlannedEvent) -> EventSpec {
-    if e.warning {
-        EventSpec::warning(e.reason, e.message.clone())
-    } else {
-        EventSpec::normal(e.reason, e.message.clone())
+impl Categorized for Error {
+    fn category(&self) -> Category {
+        match self {
+            Error::Api(err) => err.category(),
+            Error::Traffic(_) => Category::Transient,
+        }
+    }
+
+    fn object_gone(&self) -> bool {
+        matches!(self, Error::Api(err) if err.object_gone())
     }
 }
 
@@ -62,19 +68,35 @@ fn finalizers_patch(rollout: &Rollout, add: bool) -> serde_json::Value {
     json!({"metadata": {"finalizers": finalizers, "resourceVersion": rollout.resource_version()}})
 }
 
-/// Carries `plan` out for the Rollout in `obs`.
+/// What the apply writes with: the client, the Event publisher, the record of our writes the
+/// cache has not shown yet, and the metrics a status write feeds.
+pub struct Writers<'a> {
+    /// The client, with the Rollout controller's field manager.
+    pub applier: &'a Applier,
+    /// The Event publisher.
+    pub events: &'a Events,
+    /// Our writes the cache has not shown yet.
+    pub written: &'a Written,
+    /// Step transitions are recorded when a status write carries one.
+    pub metrics: &'a ControllerMetrics,
+}
+
+/// Carries `plan` (decided at `now`) out for the Rollout in `obs`.
 pub async fn apply(
-    applier: &Applier,
-    events: &Events,
-    written: &Written,
+    w: &Writers<'_>,
     obs: &RolloutObserved,
-    read: &TrafficRead,
     plan: &RolloutPlan,
-) -> Result<Applied, ApiError> {
+    now: k8s_openapi::jiff::Timestamp,
+) -> Result<(), Error> {
+    let Writers {
+        applier,
+        events,
+        written,
+        metrics,
+    } = *w;
     let rollout = &obs.rollout;
     let ns = rollout.namespace().unwrap_or_default();
     let name = rollout.name_any();
-    let mut applied = Applied::default();
     let mut metadata_written = false;
     if plan.finalizer == FinalizerAction::Add
         && !rollout.finalizers().iter().any(|f| f == FINALIZER)
@@ -98,7 +120,7 @@ pub async fn apply(
         // The status write below carries the resourceVersion we read, which these writes just
         // made stale: it would fail with a conflict. The Rollout's watch event for these writes
         // starts the next reconcile, which plans the rest from the updated object.
-        return Ok(applied);
+        return Ok(());
     }
     match &plan.batch_release {
         BatchReleaseAction::Keep => {}
@@ -120,14 +142,10 @@ pub async fn apply(
                 .await?;
         }
     }
-    if let (Some(intent), Some(objects), Some(routing_ref)) =
-        (&plan.traffic, &read.objects, routing::routing(obs))
-    {
-        let traffic_plan = traffic::plan::plan(routing_ref, intent, objects, &deref::owner(obs));
-        if !traffic_plan.writes.is_empty() {
-            traffic::apply::apply(applier.client(), &ns, &traffic_plan.writes).await?;
-            applied.traffic_changed = true;
-        }
+    if !plan.traffic_writes.is_empty() {
+        traffic::apply::apply(applier.client(), &ns, &plan.traffic_writes)
+            .await
+            .map_err(Error::Traffic)?;
     }
     if plan.hold == HoldAction::Release
         && let Some(workload) = &obs.workload
@@ -148,7 +166,7 @@ pub async fn apply(
     // for.
     let publish = async {
         for event in &plan.events {
-            events.publish(rollout, &event_spec(event)).await;
+            events.publish(rollout, event).await;
         }
     };
     let write = async {
@@ -163,6 +181,7 @@ pub async fn apply(
                 &rollout.resource_version().unwrap_or_default(),
                 patched.resource_version().as_deref(),
             );
+            record_step(metrics, rollout.status.as_ref(), &plan.status, now);
         }
         Ok::<(), ApiError>(())
     };
@@ -175,5 +194,103 @@ pub async fn apply(
             .merge_patch::<Rollout>(&ns, &name, &finalizers_patch(rollout, false))
             .await?;
     }
-    Ok(applied)
+    Ok(())
+}
+
+/// Where a Rollout's release stands: (step index, step state, since when).
+fn step_position(
+    status: &RolloutStatus,
+) -> Option<(i32, &str, Option<k8s_openapi::jiff::Timestamp>)> {
+    let common = status
+        .canary_status
+        .as_ref()
+        .map(|c| &c.common)
+        .or(status.blue_green_status.as_ref().map(|b| &b.common))?;
+    (!common.current_step_state.is_empty()).then(|| {
+        (
+            common.current_step_index,
+            common.current_step_state.as_str(),
+            common.last_update_time.as_ref().map(|t| t.0),
+        )
+    })
+}
+
+/// Records a release step transition in `metrics` when a Rollout's status moved from `before`
+/// to `after` (written at `now`): a new step index or state. The time spent in the state left
+/// counts from its `lastUpdateTime`.
+pub fn record_step(
+    metrics: &ControllerMetrics,
+    before: Option<&RolloutStatus>,
+    after: &RolloutStatus,
+    now: k8s_openapi::jiff::Timestamp,
+) {
+    {
+        let Some((index, state, _)) = step_position(after) else {
+            return;
+        };
+        let old = before.and_then(step_position);
+        if old.is_some_and(|(i, s, _)| i == index && s == state) {
+            return;
+        }
+        let left = old.and_then(|(_, s, since)| {
+            let seconds = now.duration_since(since?).as_secs_f64();
+            Some((s, seconds.max(0.0)))
+        });
+        metrics.step_transition(left, state);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `name{labels}` in `text`, if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn a_rollout_step_change_is_a_transition_with_the_time_spent_in_the_state_left() {
+        use crate::api::rollout::{CanaryStatus, CommonStatus};
+        use k8s_openapi::{apimachinery::pkg::apis::meta::v1::Time, jiff::Timestamp};
+        let at = |secs: i64| Timestamp::from_second(secs).expect("valid");
+        let status = |index: i32, state: &str, since: i64| RolloutStatus {
+            canary_status: Some(CanaryStatus {
+                common: CommonStatus {
+                    current_step_index: index,
+                    current_step_state: state.into(),
+                    last_update_time: Some(Time(at(since))),
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let m = crate::k8s::metrics::Metrics::new();
+        let c = m.controller("rollout");
+        let upgrade = status(1, "StepUpgrade", 100);
+        record_step(&c, None, &upgrade, at(100));
+        // The same position rewritten (a message, a count) is no transition.
+        record_step(&c, Some(&upgrade), &status(1, "StepUpgrade", 100), at(101));
+        let paused = status(1, "StepPaused", 130);
+        record_step(&c, Some(&upgrade), &paused, at(130));
+        // No step yet, or none any more: nothing to record.
+        record_step(&c, Some(&paused), &RolloutStatus::default(), at(140));
+        let text = m.encode();
+        let series = |state: &str| {
+            format!(
+                r#"lws_rollout_release_step_transitions_total{{controller="rollout",state="{state}"}}"#
+            )
+        };
+        assert_eq!(sample(&text, &series("StepUpgrade")), Some(1.0));
+        assert_eq!(sample(&text, &series("StepPaused")), Some(1.0));
+        assert_eq!(
+            sample(
+                &text,
+                r#"lws_rollout_release_step_duration_seconds_sum{controller="rollout",state="StepUpgrade"}"#
+            ),
+            Some(30.0)
+        );
+    }
 }

@@ -17,29 +17,28 @@ use kube::{
         reflector::{ObjectRef, Store},
     },
 };
-use tracing::{Instrument, info_span};
 
 use super::{apply, deref, observe, plan};
-use crate::k8s::written;
 use crate::{
     api::{BatchRelease, LeaderWorkerSet, Rollout},
     k8s::{
-        apply::{ApiError, Applier},
-        backoff::Backoff,
-        error::Category,
+        apply::Applier,
         events::Events,
-        watch::{self, SharedCache, store_ready},
+        metrics::ControllerMetrics,
+        runner::Runner,
+        watch::{SharedCache, store_ready},
+        written,
     },
-    manager::metrics::ControllerMetrics,
 };
+
+pub use super::apply::Error;
 
 /// Shared state of the reconciler.
 pub struct Context {
     applier: Applier,
     events: Events,
     stores: observe::Stores,
-    backoff: Backoff<Rollout>,
-    metrics: ControllerMetrics,
+    runner: Runner<Rollout>,
     written: written::Written,
 }
 
@@ -54,8 +53,6 @@ pub struct Caches<'a> {
     /// LWS ControllerRevisions (read, not subscribed).
     pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
 }
-
-const CACHE_WAIT: Duration = Duration::from_secs(2);
 
 /// Runs the controller until `shutdown` completes.
 pub fn run(
@@ -74,8 +71,7 @@ pub fn run(
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
-        backoff: Backoff::new("rollout"),
-        metrics: metrics.clone(),
+        runner: Runner::new("rollout", metrics.clone()),
         written: written::Written::default(),
     });
     let rollouts = stores.rollouts.clone();
@@ -127,55 +123,45 @@ fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
         .collect()
 }
 
-async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
-    let timer = ctx
-        .metrics
-        .started(&ObjectRef::from_obj(rollout.as_ref()).to_string());
-    let result = reconcile_once(rollout, ctx.clone()).await;
-    ctx.metrics.finished(timer);
-    result
+async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !plan::accept::ours(&rollout) {
+        // Another controller's Rollout (a Deployment's, stored under Kruise's CRD): not a
+        // single write from us, not even a finalizer.
+        return Ok(Action::await_change());
+    }
+    let s = &ctx.stores;
+    let caches = [
+        store_ready(&s.rollouts),
+        store_ready(&s.batch_releases),
+        store_ready(&s.lws),
+        store_ready(&s.revisions),
+    ];
+    ctx.runner
+        .reconcile(&rollout, caches, steps(&rollout, &ctx))
+        .await
 }
 
-async fn reconcile_once(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, ApiError> {
-    let span = info_span!(
-        "rollout",
-        namespace = rollout.namespace(),
-        name = rollout.name_any()
-    );
-    async move {
-        if !plan::accept::ours(&rollout) {
-            // Another controller's Rollout (a Deployment's, stored under Kruise's CRD): not a
-            // single write from us, not even a finalizer.
-            return Ok(Action::await_change());
-        }
-        if !caches_ready(&ctx).await {
-            return Ok(Action::requeue(Duration::from_secs(1)));
-        }
-        let mut observed = observe::observe(&ctx.stores, &rollout);
-        if let Some(wait) = cache_behind(&ctx, &observed) {
-            // The watch event of our own last write is on its way and starts the next
-            // reconcile; planning from the version it replaced would only repeat that write.
-            return Ok(Action::requeue(wait));
-        }
-        let read = deref::traffic(&ctx.applier, &mut observed).await?;
-        let now = k8s_openapi::jiff::Timestamp::now();
-        let plan = plan::plan(&observed, now);
-        apply::apply(
-            &ctx.applier,
-            &ctx.events,
-            &ctx.written,
-            &observed,
-            &read,
-            &plan,
-        )
-        .await?;
-        ctx.backoff.succeeded(&rollout);
-        Ok(plan
-            .requeue_after
-            .map_or_else(Action::await_change, Action::requeue))
+/// The steps of one reconcile: observe → deref → plan → apply.
+async fn steps(rollout: &Rollout, ctx: &Context) -> Result<Action, Error> {
+    let mut observed = observe::observe(&ctx.stores, rollout);
+    if let Some(wait) = cache_behind(ctx, &observed) {
+        // The watch event of our own last write is on its way and starts the next
+        // reconcile; planning from the version it replaced would only repeat that write.
+        return Ok(Action::requeue(wait));
     }
-    .instrument(span)
-    .await
+    deref::traffic(&ctx.applier, &mut observed).await?;
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let plan = plan::plan(&observed, now);
+    let writers = apply::Writers {
+        applier: &ctx.applier,
+        events: &ctx.events,
+        written: &ctx.written,
+        metrics: ctx.runner.metrics(),
+    };
+    apply::apply(&writers, &observed, &plan, now).await?;
+    Ok(plan
+        .requeue_after
+        .map_or_else(Action::await_change, Action::requeue))
 }
 
 /// Whether the cache still holds a version of the Rollout or its BatchRelease that our last
@@ -189,33 +175,15 @@ fn cache_behind(ctx: &Context, obs: &observe::RolloutObserved) -> Option<Duratio
         .map_or("", |b| b.resource_version.as_str());
     ctx.written
         .stale(
-            &apply::key::<Rollout>(&ns, &name),
+            &written::key::<Rollout>(&ns, &name),
             &r.resource_version().unwrap_or_default(),
         )
         .or_else(|| {
             ctx.written
-                .stale(&apply::key::<BatchRelease>(&ns, &name), br)
+                .stale(&written::key::<BatchRelease>(&ns, &name), br)
         })
 }
 
-async fn caches_ready(ctx: &Context) -> bool {
-    let s = &ctx.stores;
-    watch::ready(
-        [
-            store_ready(&s.rollouts),
-            store_ready(&s.batch_releases),
-            store_ready(&s.lws),
-            store_ready(&s.revisions),
-        ],
-        CACHE_WAIT,
-    )
-    .await
-}
-
-fn error_policy(rollout: Arc<Rollout>, err: &ApiError, ctx: Arc<Context>) -> Action {
-    // A refusal here (a stale traffic patch, a conflict with an approval) is fixed by looking
-    // again, never by waiting for the object to change.
-    let category = Category::Transient;
-    ctx.metrics.failed(category.metric_label());
-    ctx.backoff.failed(&rollout, err, category)
+fn error_policy(rollout: Arc<Rollout>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.runner.error_policy(rollout.as_ref(), err)
 }

@@ -1,11 +1,10 @@
 //! What the Rollout plan looks at: plain data the observe step fills from reflector stores.
 //! Nothing here talks to the API server; tests build these structs by hand.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 use crate::api::batchrelease::{BatchReleaseSpec, BatchReleaseStatus};
 use crate::api::rollout::Rollout;
-use crate::batchrelease::progress::CanaryCounts;
+use crate::release::progress::CanaryCounts;
+use crate::traffic::observe::{OwnerInfo, TrafficObserved};
 
 /// Everything one Rollout reconcile decides from.
 #[derive(Clone, Debug, Default)]
@@ -20,8 +19,9 @@ pub struct RolloutObserved {
     /// must not act (one Rollout per workload). The observe step picks the oldest by
     /// creationTimestamp, then name, so exactly one Rollout wins.
     pub conflicting_rollout: Option<String>,
-    /// What the traffic layer read back from the cluster.
-    pub traffic: ObservedTraffic,
+    /// The objects `trafficRoutings[0]` names, as `rollout::deref` read them (users' objects,
+    /// not cached); `None` without trafficRoutings (or before the read).
+    pub traffic: Option<TrafficObserved>,
 }
 
 /// The stable LWS, reduced to what the plan needs.
@@ -80,20 +80,19 @@ pub struct BatchReleaseSummary {
     pub status: BatchReleaseStatus,
     /// Its canary LWS, when it exists: the LWS it controls named for the revision its status
     /// says it releases. The plan reads batch readiness off it directly,
-    /// one watch hop before the BatchRelease's status says the same (`batchrelease::progress`).
+    /// one watch hop before the BatchRelease's status says the same (`release::progress`).
     pub canary: Option<CanaryCounts>,
 }
 
-/// The traffic layer's read-back for this Rollout's `trafficRoutings[0]`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ObservedTraffic {
-    /// The cluster's Services/routes already match the intent the *stored* status asks for
-    /// (`plan::routing::intent_for` of the stored status; `true` when that is `None`).
-    pub ready: bool,
-    /// When the traffic layer last changed a traffic object (grace periods count from here).
-    pub last_change: Option<Time>,
-    /// Objects `trafficRoutings` names that do not exist, e.g. `Service vllm`.
-    pub missing: Vec<String>,
+/// The Rollout as owner of the canary Service and Ingress.
+pub fn owner(rollout: &Rollout) -> OwnerInfo {
+    use kube::ResourceExt;
+    OwnerInfo {
+        api_version: "rollouts.kruise.io/v1beta1".into(),
+        kind: "Rollout".into(),
+        name: rollout.name_any(),
+        uid: rollout.metadata.uid.clone().unwrap_or_default(),
+    }
 }
 
 /// The reflector stores the Rollout controller reads (shared with the other controllers).
@@ -109,7 +108,7 @@ pub struct Stores {
     pub revisions: kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
 }
 
-/// Fills everything but the traffic read-back (a fresh read: see `rollout::deref`).
+/// Fills everything but the traffic objects (a fresh read: see `rollout::deref`).
 pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let ns = rollout.namespace().unwrap_or_default();
@@ -139,10 +138,7 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
         workload,
         batch_release,
         conflicting_rollout: owner_of_workload(stores, rollout),
-        traffic: ObservedTraffic {
-            ready: true,
-            ..Default::default()
-        },
+        traffic: None,
     }
 }
 
@@ -154,7 +150,7 @@ fn canary_of(
 ) -> Option<CanaryCounts> {
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let revision = br.status.as_ref()?.update_revision.as_deref()?;
-    let name = crate::batchrelease::canary::canary_name(stable, revision);
+    let name = crate::release::names::canary_name(stable, revision);
     let lws = stores
         .lws
         .get(&ObjectRef::new(&name).within(&br.namespace()?))?;

@@ -17,6 +17,6 @@ pub mod service;
 pub mod write;
 
 #[cfg(test)]
-mod fixtures;
+pub(crate) mod fixtures;
 #[cfg(test)]
 mod round_trip_tests;

@@ -4,8 +4,7 @@
 use axum::{Json, extract::State};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::{
-    Api, Client, ResourceExt,
-    api::ListParams,
+    Api, ResourceExt,
     core::{
         DynamicObject,
         admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation},
@@ -14,7 +13,7 @@ use kube::{
 use tracing::warn;
 
 use crate::{
-    api::{leaderworkerset::LeaderWorkerSet, rollout::Rollout},
+    api::leaderworkerset::LeaderWorkerSet,
     lws::{admission, hold, labels, revision},
 };
 
@@ -45,14 +44,14 @@ fn typed(obj: Option<&DynamicObject>) -> Option<LeaderWorkerSet> {
 
 /// Handles one defaulting AdmissionReview: upstream's defaults, and the release hold.
 pub async fn mutate(
-    State(client): State<Client>,
+    State(cluster): State<super::Cluster>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request = match request(review) {
         Ok(r) => r,
         Err(answer) => return Json(*answer),
     };
-    let hold = match release_hold(&client, &request).await {
+    let hold = match release_hold(&cluster, &request).await {
         Ok(hold) => hold,
         // Without knowing whether a Rollout controls this LWS, letting a template change
         // through could roll every stable group: refuse, the client retries.
@@ -73,7 +72,7 @@ pub async fn mutate(
 /// The hold annotation this UPDATE must carry ([`hold::decide`]), reading the Rollouts of the
 /// namespace and the revision the groups run.
 async fn release_hold(
-    client: &Client,
+    cluster: &super::Cluster,
     request: &AdmissionRequest<DynamicObject>,
 ) -> Result<Option<String>, kube::Error> {
     if request.operation != Operation::Update {
@@ -86,16 +85,14 @@ async fn release_hold(
         return Ok(None);
     };
     let namespace = new.namespace().unwrap_or_default();
-    let rollouts = Api::<Rollout>::namespaced(client.clone(), &namespace)
-        .list(&ListParams::default())
-        .await?;
-    let controlled = rollouts.items.iter().any(|r| hold::controls(r, &new));
+    let rollouts = cluster.rollouts_in(&namespace).await?;
+    let controlled = rollouts.iter().any(|r| hold::controls(r, &new));
     if !controlled {
         return Ok(None);
     }
     // What the groups run: the leader StatefulSet's revision label; the old spec's revision
     // when there is no StatefulSet yet.
-    let running = Api::<StatefulSet>::namespaced(client.clone(), &namespace)
+    let running = Api::<StatefulSet>::namespaced(cluster.client.clone(), &namespace)
         .get_opt(&new.name_any())
         .await?
         .and_then(|sts| sts.labels().get(labels::REVISION).cloned());

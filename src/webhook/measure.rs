@@ -10,7 +10,7 @@ use axum::{
     response::Response,
 };
 
-use crate::manager::metrics::Metrics;
+use crate::k8s::metrics::Metrics;
 
 /// AdmissionReview answers are small; a larger one is not ours to count precisely.
 const MAX_ANSWER: usize = 4 << 20;

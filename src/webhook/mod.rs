@@ -51,9 +51,65 @@ impl From<secret::SecretError> for Error {
     }
 }
 
-/// Routes of the webhook server; `client` answers the questions admission needs the cluster
+/// What the endpoints ask the cluster: a client, and every Rollout from a cache this replica
+/// keeps (a watch started with the server), so an LWS or Rollout admission reads memory instead
+/// of listing the namespace's Rollouts on every request.
+#[derive(Clone)]
+pub struct Cluster {
+    /// The client (the leader StatefulSet's revision when a hold starts).
+    pub client: kube::Client,
+    /// Every Rollout.
+    pub rollouts: kube::runtime::reflector::Store<crate::api::rollout::Rollout>,
+}
+
+/// How long an admission waits for the Rollout cache's first list (right after the start)
+/// before it lists the Rollouts itself.
+const CACHE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+impl Cluster {
+    /// The cache of Rollouts for `client`, and the watch that fills it (spawn it).
+    pub fn new(client: kube::Client) -> (Self, impl std::future::Future<Output = ()> + Send) {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        let (rollouts, writer) = reflector::store();
+        let api = kube::Api::<crate::api::rollout::Rollout>::all(client.clone());
+        let watch = reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .for_each(|_| async {});
+        (Self { client, rollouts }, watch)
+    }
+
+    /// The Rollouts of `namespace`: from the cache once it has listed, else (the first
+    /// seconds after a start) from the API server.
+    pub async fn rollouts_in(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<crate::api::rollout::Rollout>, kube::Error> {
+        use kube::ResourceExt;
+        if tokio::time::timeout(CACHE_WAIT, self.rollouts.wait_until_ready())
+            .await
+            .is_ok_and(|r| r.is_ok())
+        {
+            return Ok(self
+                .rollouts
+                .state()
+                .iter()
+                .filter(|r| r.namespace().as_deref() == Some(namespace))
+                .map(|r| r.as_ref().clone())
+                .collect());
+        }
+        Ok(
+            kube::Api::<crate::api::rollout::Rollout>::namespaced(self.client.clone(), namespace)
+                .list(&kube::api::ListParams::default())
+                .await?
+                .items,
+        )
+    }
+}
+
+/// Routes of the webhook server; `cluster` answers the questions admission needs the cluster
 /// for (does a Rollout control this LWS?); every request is counted in `metrics`.
-pub fn router(client: kube::Client, metrics: crate::manager::metrics::Metrics) -> Router {
+pub fn router(cluster: Cluster, metrics: crate::k8s::metrics::Metrics) -> Router {
     Router::new()
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
@@ -63,7 +119,7 @@ pub fn router(client: kube::Client, metrics: crate::manager::metrics::Metrics) -
             metrics,
             measure::record,
         ))
-        .with_state(client)
+        .with_state(cluster)
 }
 
 /// TLS settings for `certs`, using the ring provider the Kubernetes client uses too.
@@ -102,7 +158,7 @@ pub async fn keep_certificate_current(
     source: CertificateSource,
     mut current: certs::Bundle,
     tls: axum_server::tls_rustls::RustlsConfig,
-    metrics: crate::manager::metrics::Metrics,
+    metrics: crate::k8s::metrics::Metrics,
 ) {
     use futures::StreamExt;
     use k8s_openapi::{api::core::v1::Secret, jiff::Timestamp};

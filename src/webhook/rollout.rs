@@ -4,8 +4,7 @@
 
 use axum::{Json, extract::State};
 use kube::{
-    Api, Client, ResourceExt,
-    api::ListParams,
+    ResourceExt,
     core::{
         DynamicObject,
         admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
@@ -27,7 +26,7 @@ fn typed(obj: Option<&DynamicObject>) -> Option<Rollout> {
 
 /// Handles one validating AdmissionReview.
 pub async fn validate(
-    State(client): State<Client>,
+    State(cluster): State<super::Cluster>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
@@ -54,11 +53,8 @@ pub async fn validate(
         return Json(AdmissionResponse::from(&request).into_review());
     }
     let namespace = new.namespace().unwrap_or_default();
-    let others = match Api::<Rollout>::namespaced(client, &namespace)
-        .list(&ListParams::default())
-        .await
-    {
-        Ok(list) => list.items,
+    let others = match cluster.rollouts_in(&namespace).await {
+        Ok(list) => list,
         Err(err) => {
             warn!(error = %err, "cannot list Rollouts for admission");
             return Json(

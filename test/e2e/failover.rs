@@ -193,5 +193,34 @@ async fn fail_over(
     wait_for(&lws_api, "fo", Duration::from_secs(60), ready(1))
         .await
         .context("the third leader reconciles")?;
+
+    // A holder that cannot renew (here another identity took the Lease from under it; an
+    // API-server outage looks the same from inside) stops with its designed exit: code 3, one
+    // line saying why, no backtrace.
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    leases
+        .patch(
+            "lws-rollout",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(
+                json!({"spec": {"holderIdentity": "someone-else", "renewTime": now}}),
+            ),
+        )
+        .await?;
+    let status = managers[2].exited(Duration::from_secs(40)).await?;
+    assert_eq!(status.code(), Some(3), "lost lease exit code: {status}");
+    let log = std::fs::read_to_string(&managers[2].log)?;
+    assert!(
+        log.contains("lost the leader lease"),
+        "{}",
+        managers[2].log_tail()
+    );
+    assert!(
+        !log.contains("stack backtrace") && !log.contains("Stack backtrace"),
+        "a designed exit prints no backtrace: {}",
+        managers[2].log_tail()
+    );
     Ok(())
 }

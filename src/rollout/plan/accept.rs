@@ -9,8 +9,9 @@ use crate::api::rollout::{Rollout, RolloutStatus};
 use crate::rollout::names::{condition, event, reason};
 use crate::rollout::observe::RolloutObserved;
 
-use super::{Draft, HoldAction, PlannedEvent, status};
+use super::{Draft, HoldAction, status};
 use crate::api::rollout::phase;
+use crate::k8s::events::EventSpec;
 
 /// Whether this controller looks at `rollout` at all: only Rollouts of a LeaderWorkerSet are
 /// ours. Any other was stored under Kruise Rollout's CRD before ours replaced it and belongs to
@@ -74,7 +75,7 @@ pub fn refuse(d: &mut Draft<'_>, why: &'static str, msg: &str) {
         .as_ref()
         .and_then(|s| status::condition(s, condition::ACCEPTED).cloned());
     if stored.as_ref().is_none_or(|c| c.message != msg) {
-        d.event(PlannedEvent::warning(event::NOT_ACCEPTED, msg));
+        d.event(EventSpec::warning(event::NOT_ACCEPTED, msg));
     }
     // A Rollout this controller does not run must not keep the workload held; with a
     // conflict the hold belongs to the Rollout that does run.

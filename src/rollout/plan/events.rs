@@ -4,7 +4,7 @@
 use crate::api::rollout::RolloutStatus;
 use crate::rollout::names::event;
 
-use super::PlannedEvent;
+use crate::k8s::events::EventSpec;
 
 /// Events for what changed between the stored and the new status: phase, finalising step, and
 /// one per step-state move, through the states `visited` in between (a reconcile that runs
@@ -15,13 +15,13 @@ pub fn transition_events(
     visited: &[(i32, String)],
     new: &RolloutStatus,
     steps: usize,
-) -> Vec<PlannedEvent> {
+) -> Vec<EventSpec> {
     let default = RolloutStatus::default();
     let old = stored.unwrap_or(&default);
     let mut events = Vec::new();
     let phase_of = |s: &RolloutStatus| s.phase.clone().unwrap_or_default();
     if phase_of(old) != phase_of(new) {
-        events.push(PlannedEvent::normal(
+        events.push(EventSpec::normal(
             event::PROGRESSING,
             format!("phase {} -> {}", phase_of(old), phase_of(new)),
         ));
@@ -47,14 +47,14 @@ pub fn transition_events(
         path.dedup();
         for hop in path.windows(2) {
             let ((fi, fs), (ti, ts)) = (hop[0], hop[1]);
-            events.push(PlannedEvent::normal(
+            events.push(EventSpec::normal(
                 event::PROGRESSING,
                 format!("step({fi}/{steps}) {fs} -> step({ti}/{steps}) {ts}"),
             ));
         }
     }
     if of != nf && !nf.is_empty() {
-        events.push(PlannedEvent::normal(
+        events.push(EventSpec::normal(
             event::PROGRESSING,
             format!(
                 "finalising step {} -> {nf}",

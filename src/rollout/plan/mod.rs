@@ -29,6 +29,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::api::batchrelease::BatchRelease;
 use crate::api::rollout::RolloutStatus;
+use crate::k8s::events::EventSpec;
 use crate::rollout::observe::RolloutObserved;
 use crate::traffic::intent::TrafficIntent;
 
@@ -42,6 +43,8 @@ pub struct RolloutPlan {
     /// Where traffic should be; `None` leaves traffic objects alone (no `trafficRoutings`, or
     /// no release under way).
     pub traffic: Option<TrafficIntent>,
+    /// The writes that bring the traffic objects there, in order (`traffic::plan`).
+    pub traffic_writes: Vec<crate::traffic::write::Write>,
     /// The hold on the stable LWS.
     pub hold: HoldAction,
     /// The Rollout's own finalizer.
@@ -49,7 +52,7 @@ pub struct RolloutPlan {
     /// New value for the `rollouts.kruise.io/hash` annotation, when it differs.
     pub hash_annotation: Option<String>,
     /// Events to publish on the Rollout.
-    pub events: Vec<PlannedEvent>,
+    pub events: Vec<EventSpec>,
     /// Reconcile again after this long (pause durations and grace periods only; everything
     /// else is woken by watch events).
     pub requeue_after: Option<Duration>,
@@ -89,37 +92,6 @@ pub enum FinalizerAction {
     Remove,
 }
 
-/// An Event to publish.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PlannedEvent {
-    /// `Warning` rather than `Normal`.
-    pub warning: bool,
-    /// One of the `names::event` constants.
-    pub reason: &'static str,
-    /// Human-readable text.
-    pub message: String,
-}
-
-impl PlannedEvent {
-    /// A Normal event.
-    pub fn normal(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            warning: false,
-            reason,
-            message: message.into(),
-        }
-    }
-
-    /// A Warning event.
-    pub fn warning(reason: &'static str, message: impl Into<String>) -> Self {
-        Self {
-            warning: true,
-            reason,
-            message: message.into(),
-        }
-    }
-}
-
 /// The plan being built: the new status plus the actions decided so far.
 #[derive(Clone, Debug)]
 pub struct Draft<'a> {
@@ -129,6 +101,8 @@ pub struct Draft<'a> {
     pub now: Timestamp,
     /// The strategy hash of the Rollout's current spec.
     pub hash: String,
+    /// What the traffic objects say about the stored status's traffic.
+    pub traffic: routing::TrafficState,
     /// The plan so far.
     pub plan: RolloutPlan,
     /// Step states this reconcile passed through on its way to the new status (index, state):
@@ -143,7 +117,7 @@ impl Draft<'_> {
     }
 
     /// Adds an event.
-    pub fn event(&mut self, event: PlannedEvent) {
+    pub fn event(&mut self, event: EventSpec) {
         self.plan.events.push(event);
     }
 
@@ -174,6 +148,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             status,
             batch_release: BatchReleaseAction::Keep,
             traffic: None,
+            traffic_writes: Vec::new(),
             hold: HoldAction::Keep,
             finalizer: FinalizerAction::Keep,
             hash_annotation: (stored_hash != Some(&hash)).then(|| hash.clone()),
@@ -181,6 +156,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             requeue_after: None,
         },
         hash,
+        traffic: routing::observed(obs),
         visited: Vec::new(),
     };
     phase::run(&mut draft);
@@ -196,6 +172,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
     } else {
         routing::intent_for(obs, &draft.plan.status)
     };
+    draft.plan.traffic_writes = routing::writes(obs, &draft.traffic, draft.plan.traffic.as_ref());
     draft.plan.events.extend(events::transition_events(
         obs.rollout.status.as_ref(),
         &draft.visited,

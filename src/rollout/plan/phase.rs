@@ -3,6 +3,7 @@
 //! Cancelling → Completed) → Healthy; Disabling → Disabled; Terminating. Refusals are in
 //! `accept`.
 
+use crate::k8s::events::EventSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::rollout::{CanaryStatus, CommonStatus, RolloutStatus, phase, step_state as st};
@@ -11,9 +12,7 @@ use crate::rollout::observe::StableWorkload;
 
 use super::accept;
 use super::finalise::{self, Reason};
-use super::{
-    BatchReleaseAction, Draft, FinalizerAction, HoldAction, PlannedEvent, routing, status, steps,
-};
+use super::{BatchReleaseAction, Draft, FinalizerAction, HoldAction, routing, status, steps};
 
 /// A release is under way: the webhook held the stable LWS and its template moved on.
 fn in_progressing(w: &StableWorkload) -> bool {
@@ -114,7 +113,7 @@ pub fn run(d: &mut Draft<'_>) {
     if phase_is(&d.plan.status, phase::DISABLING) {
         if finalise::run(d, Reason::Disabled) {
             set_phase(d, phase::DISABLED, message::DISABLED);
-            d.event(PlannedEvent::normal(
+            d.event(EventSpec::normal(
                 event::DISABLED,
                 "Rollout is disabled; the workload was released and traffic restored",
             ));
@@ -199,7 +198,7 @@ fn workload_not_found(d: &mut Draft<'_>) {
         .as_ref()
         .and_then(|s| s.message.clone());
     if stored.as_deref() != Some(message::WORKLOAD_NOT_FOUND) {
-        d.event(PlannedEvent::warning(
+        d.event(EventSpec::warning(
             event::WORKLOAD_NOT_FOUND,
             format!(
                 "LeaderWorkerSet {} not found",
@@ -315,7 +314,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                     );
                     status::set_condition(d.status(), condition::SUCCEEDED, "True", "", "", now);
                     d.status().phase = Some(phase::HEALTHY.into());
-                    d.event(PlannedEvent::normal(event::SUCCEEDED, message::COMPLETED));
+                    d.event(EventSpec::normal(event::SUCCEEDED, message::COMPLETED));
                 }
                 return;
             }
@@ -334,7 +333,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                     // a cancelled release as progressing forever.
                     let done = completed_status(d, w, true);
                     d.plan.status.canary_status = Some(done);
-                    d.event(PlannedEvent::normal(event::CANCELLED, message::CANCELED));
+                    d.event(EventSpec::normal(event::CANCELLED, message::CANCELED));
                 }
                 return;
             }
@@ -383,7 +382,7 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         });
     }
     if let Some(r) = routing::routing(d.obs)
-        && !d.obs.traffic.missing.is_empty()
+        && !d.traffic.missing.is_empty()
     {
         routing::report_missing(d);
         // Users' traffic objects are not watched: look again after a grace period, or the
@@ -434,7 +433,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     let rolled_back = c.common.stable_revision.as_deref() == Some(w.update_revision.as_str())
         && c.canary_revision != w.update_revision;
     if rolled_back && c.common.finalising_step.is_empty() {
-        d.event(PlannedEvent::normal(
+        d.event(EventSpec::normal(
             event::PROGRESSING,
             "workload has been rollback, then rollout is canceled",
         ));
@@ -453,7 +452,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     }
     if c.canary_revision != w.update_revision {
         if c.common.finalising_step.is_empty() {
-            d.event(PlannedEvent::normal(
+            d.event(EventSpec::normal(
                 event::PROGRESSING,
                 "workload continuous publishing canaryRevision, then restart publishing",
             ));
@@ -531,7 +530,7 @@ fn terminating(d: &mut Draft<'_>) {
         );
         d.plan.finalizer = FinalizerAction::Remove;
         if !done_before {
-            d.event(PlannedEvent::normal(
+            d.event(EventSpec::normal(
                 event::TERMINATED,
                 "finalising done; the workload was released and traffic restored",
             ));

@@ -9,13 +9,114 @@
 //! matches routes nothing through the split (Kruise restores the Services first).
 
 use crate::api::rollout::{CanaryStep, RolloutStatus, TrafficRoutingRef, phase, step_state};
-use crate::batchrelease::{canary::canary_name, replicas::desired_groups};
+use crate::k8s::events::EventSpec;
+use crate::release::{groups::desired_groups, names::canary_name};
 use crate::rollout::observe::RolloutObserved;
-use crate::traffic::intent::{CanaryRoute, TrafficIntent};
+use crate::rollout::observe::owner;
+use crate::traffic::{
+    intent::{CanaryRoute, TrafficIntent},
+    plan::TrafficPlan,
+    write::{Problem, Write},
+};
 
 use super::Draft;
 use super::finalise::{self, TrafficStage};
 use super::status;
+
+/// What the traffic objects say about the traffic the *stored* status asks for, worked out once
+/// per plan from the objects `rollout::deref` read.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrafficState {
+    /// The objects already match what the stored status asks for (`true` when it asks
+    /// nothing, or there is nothing to read).
+    pub ready: bool,
+    /// Objects `trafficRoutings` names that do not exist, e.g. `Service vllm`.
+    pub missing: Vec<String>,
+    /// The stored status's intent and the traffic plan for it, reused when the new status asks
+    /// the same.
+    stored: Option<(TrafficIntent, TrafficPlan)>,
+}
+
+impl Default for TrafficState {
+    fn default() -> Self {
+        Self {
+            ready: true,
+            missing: Vec::new(),
+            stored: None,
+        }
+    }
+}
+
+/// The [`TrafficState`] of the objects in `obs`.
+pub fn observed(obs: &RolloutObserved) -> TrafficState {
+    let (Some(routing_ref), Some(objects)) = (routing(obs), obs.traffic.as_ref()) else {
+        return TrafficState::default();
+    };
+    let stored = obs.rollout.status.clone().unwrap_or_default();
+    let Some(intent) = intent_for(obs, &stored) else {
+        // Nothing asked yet (a release about to start): what a release needs must exist.
+        return TrafficState {
+            missing: named_but_absent(routing_ref, objects),
+            ..TrafficState::default()
+        };
+    };
+    let plan = crate::traffic::plan::plan(routing_ref, &intent, objects, &owner(&obs.rollout));
+    TrafficState {
+        ready: plan.in_place,
+        missing: plan
+            .problems
+            .iter()
+            .filter_map(|p| match p {
+                Problem::Missing(t) => Some(format!("{} {}", t.kind, t.name)),
+                _ => None,
+            })
+            .collect(),
+        stored: Some((intent, plan)),
+    }
+}
+
+/// The objects `routing_ref` names that are not there (`Service vllm`, `HTTPRoute vllm`).
+fn named_but_absent(
+    routing_ref: &TrafficRoutingRef,
+    objects: &crate::traffic::observe::TrafficObserved,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    if objects.stable_service.is_none() {
+        out.push(format!("Service {}", routing_ref.service));
+    }
+    if let Some(name) = routing_ref
+        .gateway
+        .as_ref()
+        .and_then(|g| g.http_route_name.as_deref())
+        && objects.http_route.is_none()
+    {
+        out.push(format!("HTTPRoute {name}"));
+    }
+    if let Some(ing) = &routing_ref.ingress
+        && objects.ingress.is_none()
+    {
+        out.push(format!("Ingress {}", ing.name));
+    }
+    out
+}
+
+/// The writes that bring the traffic objects in `obs` to `intent` (the stored intent's plan
+/// when it asks the same; nothing without an intent or objects).
+pub fn writes(
+    obs: &RolloutObserved,
+    state: &TrafficState,
+    intent: Option<&TrafficIntent>,
+) -> Vec<Write> {
+    let (Some(intent), Some(routing_ref), Some(objects)) =
+        (intent, routing(obs), obs.traffic.as_ref())
+    else {
+        return Vec::new();
+    };
+    match &state.stored {
+        Some((stored, plan)) if stored == intent => plan.writes.clone(),
+        _ => crate::traffic::plan::plan(routing_ref, intent, objects, &owner(&obs.rollout)).writes,
+    }
+}
 
 /// Kruise's default `gracePeriodSeconds`.
 pub const DEFAULT_GRACE_SECONDS: i32 = 3;
@@ -143,25 +244,23 @@ pub fn settled(d: &mut Draft<'_>) -> bool {
         .unwrap_or(DEFAULT_GRACE_SECONDS)
         .max(0);
     let wait = std::time::Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(1));
-    if !d.obs.traffic.missing.is_empty() {
+    if !d.traffic.missing.is_empty() {
         report_missing(d);
         d.requeue(wait);
         return false;
     }
     let stored = d.obs.rollout.status.clone().unwrap_or_default();
     let wanted = intent_for(d.obs, &d.plan.status);
-    if wanted != intent_for(d.obs, &stored) || !d.obs.traffic.ready {
+    if wanted != intent_for(d.obs, &stored) || !d.traffic.ready {
         d.requeue(wait);
         return false;
     }
-    // Without a read-back of the last change (e.g. right after a restart), the stored step's
-    // lastUpdateTime stands in: the plan sets it whenever it moves to a state with new traffic.
-    let since = d.obs.traffic.last_change.clone().or_else(|| {
-        stored
-            .canary_status
-            .as_ref()
-            .and_then(|c| c.common.last_update_time.clone())
-    });
+    // The grace counts from the stored step's lastUpdateTime: the plan sets it whenever it
+    // moves to a state with new traffic, in the same reconcile that writes that traffic.
+    let since = stored
+        .canary_status
+        .as_ref()
+        .and_then(|c| c.common.last_update_time.clone());
     match status::remaining(since.as_ref(), i64::from(grace), d.now) {
         Some(left) => {
             d.requeue(left);
@@ -175,7 +274,7 @@ pub fn settled(d: &mut Draft<'_>) -> bool {
 pub fn report_missing(d: &mut Draft<'_>) {
     let message = format!(
         "trafficRoutings: {} not found",
-        d.obs.traffic.missing.join(", ")
+        d.traffic.missing.join(", ")
     );
     let stored = d
         .obs
@@ -184,7 +283,7 @@ pub fn report_missing(d: &mut Draft<'_>) {
         .as_ref()
         .and_then(|s| s.message.clone());
     if stored.as_deref() != Some(message.as_str()) {
-        d.event(super::PlannedEvent::warning(
+        d.event(EventSpec::warning(
             crate::rollout::names::event::TRAFFIC_ROUTING_NOT_FOUND,
             message.clone(),
         ));

@@ -16,15 +16,15 @@ use crate::api::batchrelease::{
     BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
 };
 use crate::api::rollout::{CanaryStep, Rollout, step_state as st};
-use crate::batchrelease::{
-    names::batch_state,
-    progress::{BatchProgress, progress},
-    replicas::desired_groups,
+use crate::release::{
+    groups::desired_groups,
+    progress::{BatchProgress, batch_state, progress},
 };
 use crate::rollout::names::event;
 use crate::rollout::observe::BatchReleaseSummary;
 
-use super::{BatchReleaseAction, Draft, PlannedEvent, routing, status};
+use super::{BatchReleaseAction, Draft, routing, status};
+use crate::k8s::events::EventSpec;
 
 /// Kruise's `NextBatchIndex`: the step after `current`, or -1 after the last.
 pub fn natural_next(current: i32, steps: usize) -> i32 {
@@ -181,7 +181,7 @@ pub fn plan_changed(d: &mut Draft<'_>) {
     jump(d);
 }
 
-/// The BatchRelease's current batch as its canary LWS shows it (`batchrelease::progress`, the
+/// The BatchRelease's current batch as its canary LWS shows it (`release::progress`, the
 /// rule the BatchRelease controller publishes), with the batch's 0-based index; `None` while
 /// there is no batch to run or no canary for the revision this Rollout releases.
 pub fn batch_progress(d: &Draft<'_>, br: &BatchReleaseSummary) -> Option<(i32, BatchProgress)> {
@@ -357,7 +357,7 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
                                 .as_ref()
                                 .and_then(|s| s.message.as_deref());
                             if stored != Some(message.as_str()) {
-                                d.event(PlannedEvent::warning(event::CANARY_NOT_READY, why));
+                                d.event(EventSpec::warning(event::CANARY_NOT_READY, why));
                             }
                         }
                     }
@@ -372,7 +372,7 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
     };
     status::progressing_message(d.status(), message, now);
     if ready {
-        d.event(PlannedEvent::normal(
+        d.event(EventSpec::normal(
             event::PROGRESSING,
             format!("upgrade step({index}) canary pods with new versions done"),
         ));

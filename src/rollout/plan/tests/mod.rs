@@ -96,7 +96,7 @@ fn whole_canary_release_three_steps_with_approval() {
             .unwrap()
             .events
             .iter()
-            .any(|e| e.message == "upgrade step(1) canary pods with new versions done")
+            .any(|e| e.note == "upgrade step(1) canary pods with new versions done")
     );
     w.until("step 1 paused", at_state("StepPaused", 1));
     assert_eq!(weight(&w), Some(5));
@@ -169,13 +169,21 @@ fn whole_canary_release_three_steps_with_approval() {
         .filter(|s| !s.is_empty())
         .collect();
     order.dedup();
-    assert_eq!(order, ["ResumeWorkload", "ReleaseWorkloadControl", "END"]);
+    assert_eq!(
+        order,
+        [
+            "ResumeWorkload",
+            "FinalisingStepRouteTrafficToStable",
+            "ReleaseWorkloadControl",
+            "END"
+        ]
+    );
     // Every step transition published an event.
     let transitions = w
         .plans
         .iter()
         .flat_map(|p| &p.events)
-        .filter(|e| e.message.contains(" -> step("))
+        .filter(|e| e.note.contains(" -> step("))
         .count();
     assert!(transitions >= 10, "{transitions} step-transition events");
     let last = w.reconcile();
@@ -369,7 +377,7 @@ fn third_template_mid_release_restarts_the_canary_on_it() {
     assert!(
         p.events
             .iter()
-            .any(|e| e.message.contains("continuous publishing"))
+            .any(|e| e.note.contains("continuous publishing"))
     );
     assert_eq!(weight(&w), Some(0));
     w.until("restarted", |w| w.canary().canary_revision == "rev3");
@@ -621,7 +629,8 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
         assert!(
             p.events
                 .iter()
-                .any(|e| e.warning && e.reason == event::NOT_ACCEPTED),
+                .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                    && e.reason == event::NOT_ACCEPTED),
             "{what}"
         );
         let again = w.reconcile();
@@ -860,21 +869,11 @@ fn grace_period_is_honoured_after_each_traffic_change() {
 }
 
 #[test]
-fn without_a_traffic_read_back_the_grace_counts_from_the_stored_step_time() {
-    let mut w = started(three_steps());
-    w.approve();
-    w.until("step 2 traffic", at_state("StepTrafficRouting", 2));
-    w.reconcile();
-    w.obs.traffic.last_change = None;
-    let p = w.reconcile();
-    assert_eq!(w.at().1, "StepTrafficRouting");
-    assert!(p.requeue_after.is_some_and(|d| d <= Duration::from_secs(3)));
-}
-
-#[test]
 fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
     let mut w = started(three_steps());
     w.approve();
+    // Approved at once: the route the pause was entered with still has its grace period.
+    w.advance(3);
     w.reconcile();
     assert_eq!(w.at().1, "StepUpgrade");
     assert_eq!(
@@ -898,21 +897,22 @@ fn previous_weight_is_kept_while_adding_groups_only_if_its_groups_are_ready() {
 fn a_missing_service_or_route_gives_a_condition_and_an_event() {
     let mut w = World::new(three_steps());
     w.reconcile();
-    w.obs.traffic.missing = vec!["HTTPRoute vllm".into()];
+    let route = w.obs.traffic.as_mut().unwrap().http_route.take();
     w.change_template("rev2");
     let p = w.reconcile();
     assert_eq!(
         w.status().message.as_deref(),
-        Some("trafficRoutings: HTTPRoute vllm not found")
+        Some("trafficRoutings: HTTPRoute route not found")
     );
     let c = status::condition(&w.status(), condition::PROGRESSING)
         .unwrap()
         .clone();
-    assert_eq!(c.message, "trafficRoutings: HTTPRoute vllm not found");
+    assert_eq!(c.message, "trafficRoutings: HTTPRoute route not found");
     assert!(
         p.events
             .iter()
-            .any(|e| e.warning && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == event::TRAFFIC_ROUTING_NOT_FOUND)
     );
     // Traffic objects are not watched: only a requeue notices the user creating them.
     assert!(p.requeue_after.is_some(), "polls for the missing object");
@@ -924,7 +924,7 @@ fn a_missing_service_or_route_gives_a_condition_and_an_event() {
         "waits for it"
     );
     assert!(p.requeue_after.is_some(), "still polls");
-    w.obs.traffic.missing.clear();
+    w.obs.traffic.as_mut().unwrap().http_route = route;
     w.advance(10);
     w.reconcile();
     assert_eq!(status::progressing_reason(&w.status()), reason::IN_ROLLING);
@@ -980,7 +980,10 @@ fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_a
         p.status, stored,
         "a group created but not ready changes nothing a reader acts on: no status write"
     );
-    // The group becomes ready: the same reconcile moves on, whatever the BatchRelease says.
+    // The group becomes ready (after the grace period every state change of a step without
+    // traffic waits, while the split comes down): the same reconcile moves on, whatever the
+    // BatchRelease says.
+    w.advance(3);
     canary.ready = 2;
     w.obs.batch_release.as_mut().unwrap().canary = Some(canary);
     let p = plan(&w.obs, w.now);
@@ -1001,8 +1004,8 @@ fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_a
     let moves: Vec<&str> = p
         .events
         .iter()
-        .filter(|e| e.message.contains(" -> step("))
-        .map(|e| e.message.as_str())
+        .filter(|e| e.note.contains(" -> step("))
+        .map(|e| e.note.as_str())
         .collect();
     assert!(moves.len() >= 3, "{moves:?}");
 }

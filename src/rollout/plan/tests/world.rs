@@ -5,22 +5,20 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus};
 use crate::api::rollout::{
-    CanaryStep, CanaryStrategy, GatewayTrafficRouting, ObjectRef, Rollout, RolloutPause,
-    RolloutSpec, RolloutStrategy, TrafficRoutingRef,
+    CanaryStep, CanaryStrategy, ObjectRef, Rollout, RolloutPause, RolloutSpec, RolloutStrategy,
+    TrafficRoutingRef,
 };
-use crate::batchrelease::{progress::CanaryCounts, replicas::desired_groups};
+use crate::release::{groups::desired_groups, progress::CanaryCounts};
 use crate::rollout::names;
 use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, StableWorkload};
-use crate::rollout::plan::{
-    BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan, plan, routing,
-};
-use crate::traffic::intent::TrafficIntent;
+use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan, plan};
+use crate::traffic::{fixtures, intent::TrafficIntent, observe::TrafficObserved};
 
 pub fn t0() -> Timestamp {
     Timestamp::from_second(1_795_327_200).unwrap()
@@ -61,13 +59,10 @@ pub fn rollout(steps: Vec<CanaryStep>) -> Rollout {
                 paused: false,
                 canary: Some(CanaryStrategy {
                     steps,
+                    // The traffic fixtures' Service `svc` and HTTPRoute `route`.
                     traffic_routings: Some(vec![TrafficRoutingRef {
-                        service: "vllm".into(),
                         grace_period_seconds: Some(3),
-                        gateway: Some(GatewayTrafficRouting {
-                            http_route_name: Some("vllm".into()),
-                        }),
-                        ..TrafficRoutingRef::default()
+                        ..crate::traffic::fixtures::gateway_routing()
                     }]),
                     enable_extra_workload_for_canary: true,
                     ..CanaryStrategy::default()
@@ -107,7 +102,8 @@ pub fn stable() -> StableWorkload {
 pub struct World {
     pub obs: RolloutObserved,
     pub now: Timestamp,
-    /// What the traffic objects currently express.
+    /// The last traffic the plans asked for (the objects themselves are in `obs.traffic`,
+    /// changed by executing each plan's writes).
     pub traffic: Option<TrafficIntent>,
     /// The canary's groups become ready as soon as the BatchRelease asks for them.
     pub canary_healthy: bool,
@@ -123,6 +119,11 @@ impl World {
             obs: RolloutObserved {
                 rollout: rollout(steps),
                 workload: Some(stable()),
+                traffic: Some(TrafficObserved {
+                    stable_service: Some(fixtures::service(serde_json::json!({"app": "vllm"}))),
+                    http_route: Some(fixtures::simple_route()),
+                    ..TrafficObserved::default()
+                }),
                 ..RolloutObserved::default()
             },
             now: t0(),
@@ -189,9 +190,6 @@ impl World {
 
     /// One reconcile: plan, then apply its effects.
     pub fn reconcile(&mut self) -> RolloutPlan {
-        let stored = self.obs.rollout.status.clone().unwrap_or_default();
-        self.obs.traffic.ready = routing::intent_for(&self.obs, &stored) == self.traffic
-            || routing::intent_for(&self.obs, &stored).is_none();
         let p = plan(&self.obs, self.now);
         // No hidden state: a restarted manager given the same cluster decides the same.
         assert_eq!(
@@ -215,9 +213,11 @@ impl World {
             FinalizerAction::Remove => self.obs.rollout.metadata.finalizers = None,
             FinalizerAction::Keep => {}
         }
-        if p.traffic.is_some() && p.traffic != self.traffic {
+        if let Some(objects) = self.obs.traffic.as_mut() {
+            fixtures::execute(objects, &p.traffic_writes);
+        }
+        if p.traffic.is_some() {
             self.traffic = p.traffic.clone();
-            self.obs.traffic.last_change = Some(Time(self.now));
         }
         if p.hold == HoldAction::Release
             && let Some(w) = self.obs.workload.as_mut()

@@ -7,8 +7,7 @@
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::names::batch_state;
-use super::replicas::batch_ready;
+use super::groups::batch_ready;
 use crate::api::leaderworkerset::LeaderWorkerSet;
 
 /// What of a canary LWS the batch state depends on.
@@ -80,6 +79,16 @@ pub fn progress(
         updated: c.replicas,
         ready: c.ready,
     }
+}
+
+/// `status.canaryStatus.batchState` values.
+pub mod batch_state {
+    /// The canary is being scaled to the batch.
+    pub const UPGRADING: &str = "Upgrading";
+    /// Waiting for the batch's groups to be ready.
+    pub const VERIFYING: &str = "Verifying";
+    /// The batch is ready.
+    pub const READY: &str = "Ready";
 }
 
 #[cfg(test)]

@@ -1,0 +1,425 @@
+//! The Prometheus metrics registry every part of the process writes into (the manager serves it
+//! at `/metrics` on the health port, in the OpenMetrics text format).
+//!
+//! One registry per process, created before anything else and never replaced: the controllers
+//! of a new leadership term, the webhooks and the election all write into the same families,
+//! so a scrape during a leader change sees continuous counters and never fails. Every name
+//! starts with `lws_rollout_`; counters end in `_total`, durations are histograms in seconds.
+
+use std::{
+    collections::HashMap,
+    sync::{Arc, Mutex},
+    time::Instant,
+};
+
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::{Registry, Unit},
+};
+
+/// See [`ControllerMetrics::queued`].
+const QUEUE_STALE: std::time::Duration = std::time::Duration::from_secs(300);
+
+/// The content type of the OpenMetrics text format [`Metrics::encode`] writes.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Labels naming a controller (`lws`, `rollout`, `batchrelease`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ControllerLabels {
+    /// The controller.
+    pub controller: String,
+}
+
+/// Labels of a failed reconcile: the controller and the error category (`spec`, `blocked`,
+/// `transient`), so a spec error users must fix is told apart from an API hiccup.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// The controller.
+    pub controller: String,
+    /// The error category.
+    pub category: String,
+}
+
+/// Labels of an admission request: the endpoint path and what came of it (`allowed`,
+/// `patched`, `denied`, `error`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WebhookLabels {
+    /// The endpoint path, e.g. `/mutate-pod`.
+    pub endpoint: String,
+    /// The outcome.
+    pub outcome: String,
+}
+
+/// Labels of a release step transition: the controller and the state entered.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StepLabels {
+    /// The controller.
+    pub controller: String,
+    /// The step state entered (e.g. `StepUpgrade`, `StepPaused`, `Completed`).
+    pub state: String,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// Reconciles take from under a millisecond (nothing to do) to seconds (an API server under
+/// load): 1 ms doubling to ~16 s.
+fn duration_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+/// Admission must answer within the webhook timeout (10 s); most answers take well under a
+/// millisecond: 100 µs doubling to ~3 s.
+fn webhook_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 16))
+}
+
+/// A release step lasts from seconds to days (a manual approval): 1 s quadrupling to ~3 days.
+fn step_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 4.0, 10))
+}
+
+/// Every metric of the process; cheap to clone (the families are shared).
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    queue_depth: Family<ControllerLabels, Gauge>,
+    queued: Arc<Mutex<HashMap<String, HashMap<String, Instant>>>>,
+    webhook_requests: Family<WebhookLabels, Counter>,
+    webhook_duration: HistogramFamily<WebhookLabels>,
+    leader: Gauge,
+    leader_transitions: Counter,
+    cert_expiry: Gauge,
+    step_transitions: Family<StepLabels, Counter>,
+    step_duration: HistogramFamily<StepLabels>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A registry with every family registered (and no samples yet).
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("lws_rollout");
+        let reconciles = Family::<ControllerLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles run, per controller",
+            reconciles.clone(),
+        );
+        let reconcile_errors = Family::<ErrorLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, per controller and error category",
+            reconcile_errors.clone(),
+        );
+        let reconcile_duration: HistogramFamily<ControllerLabels> =
+            Family::new_with_constructor(duration_histogram);
+        registry.register_with_unit(
+            "reconcile_duration",
+            "How long reconciles take, per controller",
+            Unit::Seconds,
+            reconcile_duration.clone(),
+        );
+        let queue_depth = Family::<ControllerLabels, Gauge>::default();
+        registry.register(
+            "queue_depth",
+            "Objects a watch event has queued for reconciling that no reconcile has started on yet",
+            queue_depth.clone(),
+        );
+        let webhook_requests = Family::<WebhookLabels, Counter>::default();
+        registry.register(
+            "webhook_requests",
+            "Admission requests, per endpoint and outcome (allowed, patched, denied, error)",
+            webhook_requests.clone(),
+        );
+        let webhook_duration: HistogramFamily<WebhookLabels> =
+            Family::new_with_constructor(webhook_histogram);
+        registry.register_with_unit(
+            "webhook_request_duration",
+            "How long admission requests take to answer, per endpoint and outcome",
+            Unit::Seconds,
+            webhook_duration.clone(),
+        );
+        let leader = Gauge::default();
+        registry.register(
+            "leader",
+            "1 while this replica runs the controllers (holds the leader Lease), else 0",
+            leader.clone(),
+        );
+        let leader_transitions = Counter::default();
+        registry.register(
+            "leader_transitions",
+            "Times this replica became the leader",
+            leader_transitions.clone(),
+        );
+        let cert_expiry = Gauge::default();
+        registry.register_with_unit(
+            "webhook_certificate_expiry_timestamp",
+            "When the webhook serving certificate in use expires (Unix time)",
+            Unit::Seconds,
+            cert_expiry.clone(),
+        );
+        let step_transitions = Family::<StepLabels, Counter>::default();
+        registry.register(
+            "release_step_transitions",
+            "Release step state transitions, per controller and state entered",
+            step_transitions.clone(),
+        );
+        let step_duration: HistogramFamily<StepLabels> =
+            Family::new_with_constructor(step_histogram);
+        registry.register_with_unit(
+            "release_step_duration",
+            "How long a release step stayed in a state, per controller and state left",
+            Unit::Seconds,
+            step_duration.clone(),
+        );
+        Self {
+            registry: Arc::new(registry),
+            reconciles,
+            reconcile_errors,
+            reconcile_duration,
+            queue_depth,
+            queued: Arc::default(),
+            webhook_requests,
+            webhook_duration,
+            leader,
+            leader_transitions,
+            cert_expiry,
+            step_transitions,
+            step_duration,
+        }
+    }
+
+    /// The text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &self.registry);
+        out
+    }
+
+    /// The handle a controller records its work with.
+    pub fn controller(&self, name: &str) -> ControllerMetrics {
+        ControllerMetrics {
+            metrics: self.clone(),
+            labels: ControllerLabels {
+                controller: name.into(),
+            },
+        }
+    }
+
+    /// Records whether this replica leads now; counts each time it becomes the leader.
+    pub fn set_leader(&self, leading: bool) {
+        let was = self.leader.set(i64::from(leading));
+        if leading && was == 0 {
+            self.leader_transitions.inc();
+        }
+    }
+
+    /// Records the expiry of the webhook serving certificate in use (Unix seconds).
+    pub fn set_certificate_expiry(&self, not_after_unix: i64) {
+        self.cert_expiry.set(not_after_unix);
+    }
+
+    /// Records one admission request.
+    pub fn webhook_request(&self, endpoint: &str, outcome: &str, seconds: f64) {
+        let labels = WebhookLabels {
+            endpoint: endpoint.into(),
+            outcome: outcome.into(),
+        };
+        self.webhook_requests.get_or_create(&labels).inc();
+        self.webhook_duration
+            .get_or_create(&labels)
+            .observe(seconds);
+    }
+}
+
+/// One controller's view of the metrics.
+#[derive(Clone, Debug)]
+pub struct ControllerMetrics {
+    metrics: Metrics,
+    labels: ControllerLabels,
+}
+
+/// A reconcile in progress; [`ControllerMetrics::finished`] records it.
+#[derive(Debug)]
+pub struct ReconcileTimer {
+    started: Instant,
+}
+
+impl ControllerMetrics {
+    /// A watch event queued `key` (`namespace/name`) for reconciling. A key queued again
+    /// before its reconcile starts counts once, as the controller's queue holds it once.
+    /// Callers queue only objects still in their cache: the controller never reconciles a
+    /// deleted object, so its key would never leave.
+    pub fn queued(&self, key: String) {
+        self.update_queue(|queue| {
+            queue.entry(key).or_insert_with(Instant::now);
+        });
+    }
+
+    /// A reconcile of `key` starts: it leaves the queue.
+    pub fn started(&self, key: &str) -> ReconcileTimer {
+        self.update_queue(|queue| {
+            queue.remove(key);
+        });
+        ReconcileTimer {
+            started: Instant::now(),
+        }
+    }
+
+    fn update_queue(&self, change: impl FnOnce(&mut HashMap<String, Instant>)) {
+        let mut queued = self.metrics.queued.lock().expect("not poisoned");
+        let queue = queued.entry(self.labels.controller.clone()).or_default();
+        change(queue);
+        // An object deleted between its event and its reconcile is never reconciled: after
+        // QUEUE_STALE (far beyond any debounce or backoff) it no longer counts as waiting.
+        queue.retain(|_, since| since.elapsed() < QUEUE_STALE);
+        self.metrics
+            .queue_depth
+            .get_or_create(&self.labels)
+            .set(queue.len() as i64);
+    }
+
+    /// A reconcile ended (successfully or not: failures are counted by [`Self::failed`]).
+    pub fn finished(&self, timer: ReconcileTimer) {
+        self.metrics.reconciles.get_or_create(&self.labels).inc();
+        self.metrics
+            .reconcile_duration
+            .get_or_create(&self.labels)
+            .observe(timer.started.elapsed().as_secs_f64());
+    }
+
+    /// A reconcile failed with an error of `category`.
+    pub fn failed(&self, category: &str) {
+        self.metrics
+            .reconcile_errors
+            .get_or_create(&ErrorLabels {
+                controller: self.labels.controller.clone(),
+                category: category.into(),
+            })
+            .inc();
+    }
+
+    /// A release step entered `state` after `seconds` in the previous state `left` (when
+    /// known).
+    pub fn step_transition(&self, left: Option<(&str, f64)>, state: &str) {
+        self.metrics
+            .step_transitions
+            .get_or_create(&StepLabels {
+                controller: self.labels.controller.clone(),
+                state: state.into(),
+            })
+            .inc();
+        if let Some((left, seconds)) = left {
+            self.metrics
+                .step_duration
+                .get_or_create(&StepLabels {
+                    controller: self.labels.controller.clone(),
+                    state: left.into(),
+                })
+                .observe(seconds);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the sample `name{labels}` in `text`, if present.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
+    #[test]
+    fn names_follow_prometheus_conventions() {
+        let m = Metrics::new();
+        let c = m.controller("lws");
+        c.queued("ns/a".into());
+        let t = c.started("ns/a");
+        c.finished(t);
+        c.failed("transient");
+        m.webhook_request("/mutate-pod", "patched", 0.001);
+        m.set_leader(true);
+        m.set_certificate_expiry(1_900_000_000);
+        c.step_transition(Some(("StepUpgrade", 3.0)), "StepPaused");
+        let text = m.encode();
+        for series in [
+            r#"lws_rollout_reconciles_total{controller="lws"}"#,
+            r#"lws_rollout_reconcile_errors_total{controller="lws",category="transient"}"#,
+            r#"lws_rollout_reconcile_duration_seconds_count{controller="lws"}"#,
+            r#"lws_rollout_webhook_requests_total{endpoint="/mutate-pod",outcome="patched"}"#,
+            r#"lws_rollout_webhook_request_duration_seconds_count{endpoint="/mutate-pod",outcome="patched"}"#,
+            "lws_rollout_leader",
+            "lws_rollout_leader_transitions_total",
+            r#"lws_rollout_release_step_transitions_total{controller="lws",state="StepPaused"}"#,
+            r#"lws_rollout_release_step_duration_seconds_count{controller="lws",state="StepUpgrade"}"#,
+        ] {
+            assert_eq!(sample(&text, series), Some(1.0), "{series} in\n{text}");
+        }
+        assert_eq!(
+            sample(
+                &text,
+                "lws_rollout_webhook_certificate_expiry_timestamp_seconds"
+            ),
+            Some(1.9e9)
+        );
+        assert_eq!(
+            sample(&text, r#"lws_rollout_queue_depth{controller="lws"}"#),
+            Some(0.0)
+        );
+        assert!(text.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+    }
+
+    #[test]
+    fn queue_depth_counts_distinct_waiting_objects() {
+        let m = Metrics::new();
+        let c = m.controller("lws");
+        let depth =
+            |m: &Metrics| sample(&m.encode(), r#"lws_rollout_queue_depth{controller="lws"}"#);
+        c.queued("ns/a".into());
+        c.queued("ns/a".into());
+        c.queued("ns/b".into());
+        assert_eq!(depth(&m), Some(2.0));
+        let _t = c.started("ns/a");
+        assert_eq!(depth(&m), Some(1.0));
+        // Another controller's queue is its own.
+        m.controller("rollout").queued("ns/a".into());
+        assert_eq!(depth(&m), Some(1.0));
+    }
+
+    #[test]
+    fn becoming_leader_again_counts_a_transition_but_renewing_does_not() {
+        let m = Metrics::new();
+        m.set_leader(true);
+        m.set_leader(true);
+        m.set_leader(false);
+        m.set_leader(true);
+        let text = m.encode();
+        assert_eq!(
+            sample(&text, "lws_rollout_leader_transitions_total"),
+            Some(2.0)
+        );
+        assert_eq!(sample(&text, "lws_rollout_leader"), Some(1.0));
+    }
+}
