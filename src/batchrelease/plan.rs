@@ -33,7 +33,8 @@ pub struct BatchReleasePlan {
     /// The canary LWS as it should be (server-side applied unless `canary_in_place`).
     pub apply_canary: Option<LeaderWorkerSet>,
     /// The observed canary already carries every field of `apply_canary`: applying it would
-    /// change nothing, so it is not written (the benchmark counted ~7 such writes per step).
+    /// change nothing, so it is not written (a release step would otherwise repeat it for every
+    /// event of the canary's groups).
     pub canary_in_place: bool,
     /// Delete these canary LWSes (by name).
     pub delete_canaries: Vec<String>,

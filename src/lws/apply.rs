@@ -241,8 +241,8 @@ pub async fn remove_stale_workers(
 /// A reconcile that runs before the LWS watch has delivered our last status write (the pod and
 /// StatefulSet events that trigger it travel on other streams) compares against the status as
 /// cached, sees a difference and writes the very same status again, with its condition event
-/// again. The benchmark's S2 measured 6% of all status patches as such repeats (80 of 1,328 at
-/// 60 LWS). An entry lives until a reconcile finds the cache at a newer LWS or already showing
+/// again (a measurable share of all status patches in a rolling update: docs/performance.md).
+/// An entry lives until a reconcile finds the cache at a newer LWS or already showing
 /// that status (normally the very next one, woken by the write); after a restart it is gone
 /// and the status is simply written once more.
 ///
@@ -315,8 +315,8 @@ pub const STATUS_PACE: Duration = Duration::from_secs(3);
 /// (ready, updated, replicas), and this LWS's status was written less than [`STATUS_PACE`]
 /// ago. Each group a rolling update replaces moves the counters four or five times (its
 /// leader goes, the StatefulSet controller recreates it, its workers are created, it comes
-/// back ready): written one by one that was ~4.3 status writes per group in the benchmark's
-/// S2, against ~2 by upstream, whose single-worker queue merges them by being slow. The
+/// back ready): written one by one that was about twice upstream's status writes per group,
+/// whose single-worker queue merges them by being slow (docs/performance.md). The
 /// write that waits is made by the reconcile the requeue brings (or an earlier one), from the
 /// world as it is then, so it is never lost, only merged. Everything a reader acts on is
 /// written at once: conditions (Argo CD health, `kubectl wait`, the condition events, and the
@@ -351,8 +351,8 @@ fn counters_wait(
 /// worker StatefulSet or restarted a group planned the status from the groups as they were
 /// before: the counters it would write (the new group not counted yet, the restarted one still
 /// ready) are out of date at once, and the watch event of that very write (the StatefulSet
-/// added, the leader pod deleting) brings the next reconcile, which writes them right. The
-/// benchmark's S2 wrote one such status per group replaced. A blocked LWS writes its condition
+/// added, the leader pod deleting) brings the next reconcile, which writes them right: without
+/// this, every group replaced cost one such status write. A blocked LWS writes its condition
 /// at once.
 fn status_waits(blocked: bool, groups_changed: bool) -> bool {
     groups_changed && !blocked

@@ -30,7 +30,7 @@ use crate::{
 /// How long a leader's urgent trigger is not repeated. A leader pod changes two or three times
 /// before its worker StatefulSet reaches the cache (scheduled, running, ready), and each change
 /// would otherwise cut the window again and, with the StatefulSet cache a moment behind our own
-/// create, repeat the create (a 409 each: the benchmark saw ~100 in S1). Past this the leader
+/// create, repeat the create (a 409 each). Past this the leader
 /// may be urgent once more, in case its reconcile failed.
 const URGENT_ONCE: Duration = Duration::from_secs(2);
 
