@@ -2,8 +2,8 @@
 //! names, so existing Rollout manifests and `kubectl get rollout` output carry over.
 //!
 //! Phases, step states and finalising steps are plain strings in the schema, as upstream's CRD
-//! has them; the accepted values are the constants in [`phase`], [`step_state`] and
-//! [`finalising_step`]. Validations that upstream checks in its webhook and CEL can express are
+//! has them, and enums here ([`Phase`], [`StepState`], [`FinalisingStep`]) that read and write
+//! Kruise's exact strings and keep an unknown value visible. Validations that upstream checks in its webhook and CEL can express are
 //! CEL rules here.
 
 // `printcolumn(...)` entries repeat keys like `type_`; that is the derive's syntax, not a mistake.
@@ -327,9 +327,9 @@ pub struct RolloutStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Option<Vec<RolloutCondition>>,
-    /// One of [`phase`].
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<String>,
+    /// `Initial`, `Healthy`, `Progressing`, `Terminating`, `Disabling` or `Disabled`.
+    #[serde(default, skip_serializing_if = "Phase::is_unset")]
+    pub phase: Phase,
     /// Human-readable state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -338,7 +338,7 @@ pub struct RolloutStatus {
     pub current_step_index: Option<i32>,
     /// Mirror of the sub-status step state, for `kubectl get`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub current_step_state: Option<String>,
+    pub current_step_state: Option<StepState>,
 }
 
 /// Status fields shared by canary and blue-green releases.
@@ -370,12 +370,14 @@ pub struct CommonStatus {
     /// Step to go to next; writable by users to jump, -1 after the last step.
     #[serde(default)]
     pub next_step_index: i32,
-    /// One of [`finalising_step`], while finalising.
+    /// The finalising step (`FinalisingStepRouteTrafficToStable`, `ResumeWorkload`, …, `END`);
+    /// empty while not finalising.
     #[serde(default)]
-    pub finalising_step: String,
-    /// One of [`step_state`].
+    pub finalising_step: FinalisingStep,
+    /// `BeforeStepUpgrade`, `StepUpgrade`, `StepTrafficRouting`, `StepMetricsAnalysis`,
+    /// `StepPaused`, `StepReady` or `Completed`.
     #[serde(default)]
-    pub current_step_state: String,
+    pub current_step_state: StepState,
     /// Human-readable state of the step.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
@@ -443,54 +445,150 @@ pub struct RolloutCondition {
     pub message: String,
 }
 
-/// Values of `status.phase`.
-pub mod phase {
-    /// Just created; workload not seen yet.
-    pub const INITIAL: &str = "Initial";
-    /// No release in progress.
-    pub const HEALTHY: &str = "Healthy";
-    /// A release is in progress.
-    pub const PROGRESSING: &str = "Progressing";
-    /// Being deleted.
-    pub const TERMINATING: &str = "Terminating";
-    /// Being disabled.
-    pub const DISABLING: &str = "Disabling";
-    /// Disabled.
-    pub const DISABLED: &str = "Disabled";
+/// An enum of Kruise's exact strings. Reading never fails: a value this version does not know
+/// (hand-edited, or written by another controller) is kept as [`Unknown`](Phase::Unknown) and
+/// written back as it was, so one odd status never stops the Rollout watch; the plan handles
+/// `Unknown` in an arm of its own, visibly (an Event), never in a catch-all. The empty string
+/// is [`Unset`](Phase::Unset) (Kruise's "not set yet"). The CRD keeps the field a plain string.
+macro_rules! kruise_strings {
+    ($(#[$meta:meta])* $name:ident { $($(#[$vmeta:meta])* $variant:ident = $text:literal,)+ }) => {
+        $(#[$meta])*
+        #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+        pub enum $name {
+            /// The empty string: not set yet.
+            #[default]
+            Unset,
+            $($(#[$vmeta])* $variant,)+
+            /// A value this version does not know, kept as it was written.
+            Unknown(String),
+        }
+
+        impl $name {
+            /// Kruise's string.
+            pub fn as_str(&self) -> &str {
+                match self {
+                    Self::Unset => "",
+                    $(Self::$variant => $text,)+
+                    Self::Unknown(s) => s,
+                }
+            }
+
+            /// The value a string names (never fails: see [`Self::Unknown`]).
+            pub fn parse(s: &str) -> Self {
+                match s {
+                    "" => Self::Unset,
+                    $($text => Self::$variant,)+
+                    other => Self::Unknown(other.to_string()),
+                }
+            }
+
+            /// The empty string (for `skip_serializing_if`).
+            pub fn is_unset(&self) -> bool {
+                *self == Self::Unset
+            }
+        }
+
+        impl From<&str> for $name {
+            fn from(s: &str) -> Self {
+                Self::parse(s)
+            }
+        }
+
+        /// Compares with Kruise's string exactly (tests and fixtures read so).
+        impl PartialEq<&str> for $name {
+            fn eq(&self, other: &&str) -> bool {
+                self.as_str() == *other
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                Ok(Self::parse(&String::deserialize(d)?))
+            }
+        }
+
+        impl schemars::JsonSchema for $name {
+            fn inline_schema() -> bool {
+                true
+            }
+
+            fn schema_name() -> std::borrow::Cow<'static, str> {
+                "String".into()
+            }
+
+            fn json_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                <String as schemars::JsonSchema>::json_schema(generator)
+            }
+        }
+    };
 }
 
-/// Values of `currentStepState`.
-pub mod step_state {
-    /// Before the step's pods are upgraded.
-    pub const BEFORE_STEP_UPGRADE: &str = "BeforeStepUpgrade";
-    /// Upgrading the step's pods.
-    pub const STEP_UPGRADE: &str = "StepUpgrade";
-    /// Applying the step's traffic.
-    pub const STEP_TRAFFIC_ROUTING: &str = "StepTrafficRouting";
-    /// Metrics analysis (a no-op upstream).
-    pub const STEP_METRICS_ANALYSIS: &str = "StepMetricsAnalysis";
-    /// Paused after the step.
-    pub const STEP_PAUSED: &str = "StepPaused";
-    /// Step done.
-    pub const STEP_READY: &str = "StepReady";
-    /// All steps done.
-    pub const COMPLETED: &str = "Completed";
+kruise_strings! {
+    /// `status.phase`.
+    Phase {
+        /// Just created; workload not seen yet.
+        Initial = "Initial",
+        /// No release in progress.
+        Healthy = "Healthy",
+        /// A release is in progress.
+        Progressing = "Progressing",
+        /// Being deleted.
+        Terminating = "Terminating",
+        /// Being disabled.
+        Disabling = "Disabling",
+        /// Disabled.
+        Disabled = "Disabled",
+    }
 }
 
-/// Values of `finalisingStep` (the inconsistent prefixes are upstream's).
-pub mod finalising_step {
-    /// Blue-green: all traffic to the new version.
-    pub const ROUTE_TRAFFIC_TO_NEW: &str = "FinalisingStepRouteTrafficToNew";
-    /// All traffic back to stable.
-    pub const ROUTE_TRAFFIC_TO_STABLE: &str = "FinalisingStepRouteTrafficToStable";
-    /// Restore the stable Service's selector.
-    pub const RESTORE_STABLE_SERVICE: &str = "RestoreStableService";
-    /// Delete the canary Service.
-    pub const REMOVE_CANARY_SERVICE: &str = "RemoveCanaryService";
-    /// Let the workload roll.
-    pub const RESUME_WORKLOAD: &str = "ResumeWorkload";
-    /// Give up control of the workload.
-    pub const RELEASE_WORKLOAD_CONTROL: &str = "ReleaseWorkloadControl";
-    /// Done.
-    pub const END: &str = "END";
+kruise_strings! {
+    /// `currentStepState`.
+    StepState {
+        /// Before the step's pods are upgraded.
+        BeforeStepUpgrade = "BeforeStepUpgrade",
+        /// Upgrading the step's pods.
+        StepUpgrade = "StepUpgrade",
+        /// Applying the step's traffic.
+        StepTrafficRouting = "StepTrafficRouting",
+        /// Metrics analysis (a no-op upstream).
+        StepMetricsAnalysis = "StepMetricsAnalysis",
+        /// Paused after the step.
+        StepPaused = "StepPaused",
+        /// Step done.
+        StepReady = "StepReady",
+        /// All steps done.
+        Completed = "Completed",
+    }
+}
+
+kruise_strings! {
+    /// `finalisingStep` (the inconsistent prefixes are upstream's).
+    FinalisingStep {
+        /// Blue-green: all traffic to the new version.
+        RouteTrafficToNew = "FinalisingStepRouteTrafficToNew",
+        /// All traffic back to stable.
+        RouteTrafficToStable = "FinalisingStepRouteTrafficToStable",
+        /// Restore the stable Service's selector.
+        RestoreStableService = "RestoreStableService",
+        /// Delete the canary Service.
+        RemoveCanaryService = "RemoveCanaryService",
+        /// Let the workload roll.
+        ResumeWorkload = "ResumeWorkload",
+        /// Give up control of the workload.
+        ReleaseWorkloadControl = "ReleaseWorkloadControl",
+        /// Done.
+        End = "END",
+    }
 }

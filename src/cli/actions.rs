@@ -6,7 +6,7 @@ use kube::ResourceExt;
 use serde_json::{Value, json};
 
 use super::Refusal;
-use crate::api::{LeaderWorkerSet, Rollout, rollout::CanaryStep, rollout::step_state};
+use crate::api::{LeaderWorkerSet, Rollout, rollout::CanaryStep, rollout::StepState};
 
 /// `rollout approve`: the status merge patch kubectl-kruise sends (no resourceVersion, so it
 /// never conflicts), refused unless the step waits for approval (`StepPaused`).
@@ -17,22 +17,26 @@ pub fn approve_patch(rollout: &Rollout) -> Result<Value, Refusal> {
         status.and_then(|s| s.canary_status.as_ref()),
         status.and_then(|s| s.blue_green_status.as_ref()),
     ) {
-        (Some(c), _) => ("canaryStatus", c.common.current_step_state.as_str()),
-        (None, Some(b)) => ("blueGreenStatus", b.common.current_step_state.as_str()),
+        (Some(c), _) => ("canaryStatus", &c.common.current_step_state),
+        (None, Some(b)) => ("blueGreenStatus", &b.common.current_step_state),
         (None, None) => {
             return Err(Refusal::State(
                 "cannot approve: the Rollout has no release status yet".into(),
             ));
         }
     };
-    if state != step_state::STEP_PAUSED {
+    if *state != StepState::StepPaused {
         return Err(Refusal::State(format!(
             "cannot approve: the current step is {}, not {} (nothing waits for approval)",
-            if state.is_empty() { "<none>" } else { state },
-            step_state::STEP_PAUSED
+            if state.is_unset() {
+                "<none>"
+            } else {
+                state.as_str()
+            },
+            StepState::StepPaused
         )));
     }
-    Ok(json!({"status": {field: {"currentStepState": step_state::STEP_READY}}}))
+    Ok(json!({"status": {field: {"currentStepState": StepState::StepReady}}}))
 }
 
 /// `rollout pause`: `spec.strategy.paused: true` (merge patch, as kubectl-kruise).

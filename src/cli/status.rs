@@ -13,7 +13,7 @@ use super::actions::steps;
 use crate::{
     api::{
         LeaderWorkerSet, Rollout,
-        rollout::{CanaryStep, RolloutStatus, finalising_step, phase, step_state},
+        rollout::{CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState},
     },
     release::groups::desired_groups,
     rollout::names::{STABLE_REVISION, condition},
@@ -36,8 +36,8 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
         return Verdict::Failed("the Rollout was deleted".into());
     };
     let status = rollout.status.clone().unwrap_or_default();
-    let phase = status.phase.as_deref().unwrap_or_default();
-    if rollout.metadata.deletion_timestamp.is_some() || phase == phase::TERMINATING {
+    let phase = &status.phase;
+    if rollout.metadata.deletion_timestamp.is_some() || *phase == Phase::Terminating {
         return Verdict::Failed("the Rollout is being deleted".into());
     }
     if let Some(c) = find_condition(&status, condition::ACCEPTED).filter(|c| c.status == "False") {
@@ -46,7 +46,7 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
             c.reason, c.message
         ));
     }
-    if rollout.spec.disabled || phase == phase::DISABLED || phase == phase::DISABLING {
+    if rollout.spec.disabled || matches!(phase, Phase::Disabled | Phase::Disabling) {
         return Verdict::Failed("the Rollout is disabled: the workload updates without it".into());
     }
     if status.observed_generation != rollout.metadata.generation {
@@ -57,7 +57,7 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
             .get(STABLE_REVISION)
             .is_some_and(|v| !v.is_empty())
     });
-    if phase != phase::HEALTHY || held {
+    if *phase != Phase::Healthy || held {
         return Verdict::Waiting;
     }
     match find_condition(&status, condition::SUCCEEDED) {
@@ -126,10 +126,10 @@ pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
         index,
         total: steps.len(),
         state: common
-            .map(|c| c.0.current_step_state.clone())
+            .map(|c| c.0.current_step_state.to_string())
             .unwrap_or_default(),
         finalising: common
-            .map(|c| c.0.finalising_step.clone())
+            .map(|c| c.0.finalising_step.to_string())
             .unwrap_or_default(),
         canary_ready: common.map_or(0, |c| c.1),
         canary_replicas: common.map_or(0, |c| c.2),
@@ -163,8 +163,8 @@ pub fn step_traffic(step: Option<&CanaryStep>) -> String {
 /// before that the step's traffic is where it is going, shown with an arrow.
 fn traffic_applied(state: &str) -> bool {
     !matches!(
-        state,
-        step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE | ""
+        StepState::parse(state),
+        StepState::BeforeStepUpgrade | StepState::StepUpgrade | StepState::Unset
     )
 }
 
@@ -174,7 +174,11 @@ fn traffic_applied(state: &str) -> bool {
 pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
     let status = rollout.status.clone().unwrap_or_default();
     let view = step_view(rollout, lws);
-    let phase = status.phase.as_deref().unwrap_or("<no status>");
+    let phase = if status.phase.is_unset() {
+        "<no status>"
+    } else {
+        status.phase.as_str()
+    };
     let mut parts = vec![phase.to_string()];
     if rollout.spec.strategy.paused {
         parts[0].push_str(" (paused)");
@@ -184,11 +188,11 @@ pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
         step.push(' ');
         step.push_str(&view.state);
     }
-    let idle = phase == phase::HEALTHY || view.index == 0;
+    let idle = status.phase == Phase::Healthy || view.index == 0;
     if !idle
-        && view.state == step_state::COMPLETED
+        && view.state == StepState::Completed.as_str()
         && !view.finalising.is_empty()
-        && view.finalising != finalising_step::END
+        && view.finalising != FinalisingStep::End.as_str()
     {
         step.push_str(&format!(" finalising {}", view.finalising));
     }

@@ -28,7 +28,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use crate::api::rollout::{CanaryStep, Rollout, RolloutStrategy, TrafficRoutingRef, phase};
+use crate::api::rollout::{CanaryStep, Phase, Rollout, RolloutStrategy, TrafficRoutingRef};
 
 /// One refused field: its path and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -134,8 +134,8 @@ fn conflict(r: &Rollout, others: &[Rollout]) -> Option<Refusal> {
 
 /// Kruise: while a release runs, what it is built on must not move under it.
 fn immutable_while_releasing(old: &Rollout, new: &Rollout) -> Vec<Refusal> {
-    let stored_phase = old.status.as_ref().and_then(|s| s.phase.as_deref());
-    if !matches!(stored_phase, Some(phase::PROGRESSING | phase::TERMINATING)) {
+    let stored_phase = old.status.as_ref().map(|s| &s.phase);
+    if !matches!(stored_phase, Some(Phase::Progressing | Phase::Terminating)) {
         return Vec::new();
     }
     let mut out = Vec::new();
@@ -865,7 +865,7 @@ mod tests {
         let stored = |phase: &str| {
             let mut r = rollout("vllm", json!({}));
             r.status = Some(crate::api::rollout::RolloutStatus {
-                phase: Some(phase.into()),
+                phase: phase.into(),
                 ..Default::default()
             });
             r

@@ -206,7 +206,7 @@ fn step_position(
         .as_ref()
         .map(|c| &c.common)
         .or(status.blue_green_status.as_ref().map(|b| &b.common))?;
-    (!common.current_step_state.is_empty()).then(|| {
+    (!common.current_step_state.is_unset()).then(|| {
         (
             common.current_step_index,
             common.current_step_state.as_str(),

@@ -71,6 +71,9 @@ pub mod event {
     pub const WORKLOAD_NOT_FOUND: &str = "WorkloadNotFound";
     /// Unsupported workload, style, or a second Rollout for one workload.
     pub const NOT_ACCEPTED: &str = "NotAccepted";
+    /// The stored status holds a phase, step state or finalising step this version does not
+    /// know (hand-edited, or written by another controller); the message says what was done.
+    pub const UNKNOWN_STATE: &str = "UnknownState";
 }
 
 /// Status messages, Kruise's exact text (`kubectl get rollout` shows them).

@@ -212,7 +212,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
         };
         set_disabled(true).await?;
         let disabled = wait_rollout(&ns, "vllm", "Disabled", |r| {
-            r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Disabled")
+            r.status.as_ref().map(|s| s.phase.as_str()) == Some("Disabled")
         })
         .await?;
         // Kruise's own reading of a release disabled at a pause (its script's rule).
@@ -225,7 +225,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
         );
         set_disabled(false).await?;
         let enabled = wait_rollout(&ns, "vllm", "Healthy again", |r| {
-            r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+            r.status.as_ref().map(|s| s.phase.as_str()) == Some("Healthy")
                 && r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation
         })
         .await?;

@@ -393,7 +393,7 @@ async fn story(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     let web = ns.api::<Rollout>().get("web").await?;
     ensure!(web.finalizers() == ["rollouts.kruise.io/rollout"]);
     ensure!(
-        web.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Progressing"),
+        web.status.as_ref().map(|s| s.phase.as_str()) == Some("Progressing"),
         "{:?}",
         web.status
     );

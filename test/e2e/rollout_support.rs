@@ -141,7 +141,7 @@ pub async fn release_setup(ns: &TestNs, lws: &Value, rollout: &Value) -> anyhow:
 pub fn phase(r: &Rollout) -> String {
     r.status
         .as_ref()
-        .and_then(|s| s.phase.clone())
+        .map(|s| s.phase.to_string())
         .unwrap_or_default()
 }
 
@@ -153,7 +153,7 @@ pub fn step(r: &Rollout) -> (i32, String) {
         .map(|c| {
             (
                 c.common.current_step_index,
-                c.common.current_step_state.clone(),
+                c.common.current_step_state.to_string(),
             )
         })
         .unwrap_or_default()
@@ -164,7 +164,7 @@ pub fn finalising(r: &Rollout) -> String {
     r.status
         .as_ref()
         .and_then(|s| s.canary_status.as_ref())
-        .map(|c| c.common.finalising_step.clone())
+        .map(|c| c.common.finalising_step.to_string())
         .unwrap_or_default()
 }
 

@@ -18,7 +18,7 @@ use kube::{
     api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{LeaderWorkerSet, Rollout, rollout::phase};
+use lws_rollout::api::{LeaderWorkerSet, Rollout, rollout::Phase};
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
@@ -177,7 +177,10 @@ pub async fn create_rollout(ns: &TestNs, r: &Rollout) -> anyhow::Result<()> {
     let api = ns.api::<Rollout>();
     api.create(&PostParams::default(), r).await?;
     let name = r.metadata.name.clone().unwrap_or_default();
-    wait_rollout(ns, &name, "Healthy", |r| phase_of(r) == phase::HEALTHY).await?;
+    wait_rollout(ns, &name, "Healthy", |r| {
+        phase_of(r) == Phase::Healthy.as_str()
+    })
+    .await?;
     Ok(())
 }
 
@@ -185,7 +188,7 @@ pub async fn create_rollout(ns: &TestNs, r: &Rollout) -> anyhow::Result<()> {
 pub fn phase_of(r: &Rollout) -> &str {
     r.status
         .as_ref()
-        .and_then(|s| s.phase.as_deref())
+        .map(|s| s.phase.as_str())
         .unwrap_or_default()
 }
 
@@ -197,7 +200,7 @@ pub fn step_of(r: &Rollout) -> (i32, String) {
         .map(|c| {
             (
                 c.common.current_step_index,
-                c.common.current_step_state.clone(),
+                c.common.current_step_state.to_string(),
             )
         })
         .unwrap_or_default()
@@ -240,14 +243,15 @@ pub async fn wait_rollout(
 /// At step `index`, paused for approval.
 pub fn paused_at(index: i32) -> impl Fn(&Rollout) -> bool + Send + 'static {
     move |r: &Rollout| {
-        phase_of(r) == phase::PROGRESSING && step_of(r) == (index, "StepPaused".to_string())
+        phase_of(r) == Phase::Progressing.as_str()
+            && step_of(r) == (index, "StepPaused".to_string())
     }
 }
 
 /// The release is over: Healthy, and the LWS no longer held.
 pub async fn wait_released(ns: &TestNs, name: &str, lws: &str) -> anyhow::Result<Rollout> {
     let r = wait_rollout(ns, name, "Healthy after the release", |r| {
-        phase_of(r) == phase::HEALTHY && step_of(r).1 == "Completed"
+        phase_of(r) == Phase::Healthy.as_str() && step_of(r).1 == "Completed"
     })
     .await?;
     wait_for(

@@ -76,7 +76,7 @@ fn cancel_disable_refusal_and_deletion_fail() {
         matches!(verdict(Some(&refused), Some(&lws(4, None))), Verdict::Failed(m) if m.contains("UnsupportedStrategy"))
     );
     let mut terminating = rollout(progressing(1, "StepPaused", 1));
-    terminating.status.as_mut().unwrap().phase = Some("Terminating".into());
+    terminating.status.as_mut().unwrap().phase = "Terminating".into();
     assert!(matches!(
         verdict(Some(&terminating), Some(&lws(4, None))),
         Verdict::Failed(_)

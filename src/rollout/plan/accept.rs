@@ -10,7 +10,7 @@ use crate::rollout::names::{condition, event, reason};
 use crate::rollout::observe::RolloutObserved;
 
 use super::{Draft, HoldAction, status};
-use crate::api::rollout::phase;
+use crate::api::rollout::Phase;
 use crate::k8s::events::EventSpec;
 
 /// Whether this controller looks at `rollout` at all: only Rollouts of a LeaderWorkerSet are
@@ -23,8 +23,8 @@ pub fn ours(rollout: &Rollout) -> bool {
 /// Whether `status` shows a release of this Rollout in flight (started, not yet finalised).
 pub fn releasing(status: &RolloutStatus) -> bool {
     matches!(
-        status.phase.as_deref(),
-        Some(phase::PROGRESSING | phase::DISABLING | phase::TERMINATING)
+        status.phase,
+        Phase::Progressing | Phase::Disabling | Phase::Terminating
     )
 }
 
@@ -86,6 +86,6 @@ pub fn refuse(d: &mut Draft<'_>, why: &'static str, msg: &str) {
     let now = d.now;
     status::set_condition(d.status(), condition::ACCEPTED, "False", why, msg, now);
     let s = d.status();
-    s.phase = Some(phase::INITIAL.into());
+    s.phase = Phase::Initial;
     s.message = Some(msg.into());
 }

@@ -1,7 +1,7 @@
 //! Events derived from what changed between the stored and the new status, so they need no
 //! memory of earlier reconciles.
 
-use crate::api::rollout::RolloutStatus;
+use crate::api::rollout::{RolloutStatus, StepState};
 use crate::rollout::names::event;
 
 use crate::k8s::events::EventSpec;
@@ -12,14 +12,14 @@ use crate::k8s::events::EventSpec;
 /// and publishes three Events).
 pub fn transition_events(
     stored: Option<&RolloutStatus>,
-    visited: &[(i32, String)],
+    visited: &[(i32, StepState)],
     new: &RolloutStatus,
     steps: usize,
 ) -> Vec<EventSpec> {
     let default = RolloutStatus::default();
     let old = stored.unwrap_or(&default);
     let mut events = Vec::new();
-    let phase_of = |s: &RolloutStatus| s.phase.clone().unwrap_or_default();
+    let phase_of = |s: &RolloutStatus| s.phase.clone();
     if phase_of(old) != phase_of(new) {
         events.push(EventSpec::normal(
             event::PROGRESSING,
@@ -40,10 +40,10 @@ pub fn transition_events(
     };
     let (oi, os, of) = sub(old);
     let (ni, ns, nf) = sub(new);
-    if (oi, &os) != (ni, &ns) && !ns.is_empty() {
-        let mut path: Vec<(i32, &str)> = vec![(oi, os.as_str())];
-        path.extend(visited.iter().map(|(i, s)| (*i, s.as_str())));
-        path.push((ni, ns.as_str()));
+    if (oi, &os) != (ni, &ns) && !ns.is_unset() {
+        let mut path: Vec<(i32, &StepState)> = vec![(oi, &os)];
+        path.extend(visited.iter().map(|(i, s)| (*i, s)));
+        path.push((ni, &ns));
         path.dedup();
         for hop in path.windows(2) {
             let ((fi, fs), (ti, ts)) = (hop[0], hop[1]);
@@ -53,12 +53,12 @@ pub fn transition_events(
             ));
         }
     }
-    if of != nf && !nf.is_empty() {
+    if of != nf && !nf.is_unset() {
         events.push(EventSpec::normal(
             event::PROGRESSING,
             format!(
                 "finalising step {} -> {nf}",
-                if of.is_empty() { "(none)" } else { &of }
+                if of.is_unset() { "(none)" } else { of.as_str() }
             ),
         ));
     }

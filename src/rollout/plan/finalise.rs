@@ -16,8 +16,9 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::batchrelease::FinalizingPolicy;
-use crate::api::rollout::{RolloutStatus, finalising_step as fs, phase};
-use crate::rollout::names::reason;
+use crate::api::rollout::{FinalisingStep, Phase, RolloutStatus};
+use crate::k8s::events::EventSpec;
+use crate::rollout::names::{event, reason};
 use crate::rollout::observe::RolloutObserved;
 
 use super::{BatchReleaseAction, Draft, HoldAction, routing, status, steps};
@@ -37,36 +38,43 @@ pub enum Reason {
     Continuous,
 }
 
+static SUCCESS_ORDER: [FinalisingStep; 5] = [
+    FinalisingStep::ResumeWorkload,
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::RestoreStableService,
+    FinalisingStep::RemoveCanaryService,
+    FinalisingStep::ReleaseWorkloadControl,
+];
+static CANCEL_ORDER: [FinalisingStep; 5] = [
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::ResumeWorkload,
+    FinalisingStep::ReleaseWorkloadControl,
+    FinalisingStep::RestoreStableService,
+    FinalisingStep::RemoveCanaryService,
+];
+static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::ReleaseWorkloadControl,
+];
+
 /// The order of finalising steps for a reason.
-pub fn order(reason: Reason) -> &'static [&'static str] {
+pub fn order(reason: Reason) -> &'static [FinalisingStep] {
     match reason {
-        Reason::Success => &[
-            fs::RESUME_WORKLOAD,
-            fs::ROUTE_TRAFFIC_TO_STABLE,
-            fs::RESTORE_STABLE_SERVICE,
-            fs::REMOVE_CANARY_SERVICE,
-            fs::RELEASE_WORKLOAD_CONTROL,
-        ],
-        Reason::Rollback | Reason::Disabled | Reason::Deleting => &[
-            fs::ROUTE_TRAFFIC_TO_STABLE,
-            fs::RESUME_WORKLOAD,
-            fs::RELEASE_WORKLOAD_CONTROL,
-            fs::RESTORE_STABLE_SERVICE,
-            fs::REMOVE_CANARY_SERVICE,
-        ],
-        Reason::Continuous => &[fs::ROUTE_TRAFFIC_TO_STABLE, fs::RELEASE_WORKLOAD_CONTROL],
+        Reason::Success => &SUCCESS_ORDER,
+        Reason::Rollback | Reason::Disabled | Reason::Deleting => &CANCEL_ORDER,
+        Reason::Continuous => &CONTINUOUS_ORDER,
     }
 }
 
-/// The step after `current` ("" = not started yet gives the first; the last gives `END`).
-pub fn next(reason: Reason, current: &str) -> &'static str {
+/// The step after `current` (`Unset` = not started yet gives the first; the last gives `END`).
+pub fn next(reason: Reason, current: &FinalisingStep) -> FinalisingStep {
     let order = order(reason);
-    if current.is_empty() {
-        return order[0];
+    if current.is_unset() {
+        return order[0].clone();
     }
-    match order.iter().position(|s| *s == current) {
-        Some(i) if i + 1 < order.len() => order[i + 1],
-        _ => fs::END,
+    match order.iter().position(|s| s == current) {
+        Some(i) if i + 1 < order.len() => order[i + 1].clone(),
+        _ => FinalisingStep::End,
     }
 }
 
@@ -75,7 +83,7 @@ pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason
     if obs.rollout.metadata.deletion_timestamp.is_some() {
         return Some(Reason::Deleting);
     }
-    if status.phase.as_deref() == Some(phase::DISABLING) {
+    if status.phase == Phase::Disabling {
         return Some(Reason::Disabled);
     }
     match status::progressing_reason(status) {
@@ -85,7 +93,7 @@ pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason
             if status
                 .canary_status
                 .as_ref()
-                .is_some_and(|c| !c.common.finalising_step.is_empty()) =>
+                .is_some_and(|c| !c.common.finalising_step.is_unset()) =>
         {
             Some(Reason::Continuous)
         }
@@ -108,11 +116,15 @@ pub enum TrafficStage {
 
 /// The traffic stage of `step` in the order for `reason`. A disable or delete with no release
 /// in flight (no BatchRelease) only restores.
-pub fn traffic_stage(reason: Reason, step: &str, batch_release_exists: bool) -> TrafficStage {
+pub fn traffic_stage(
+    reason: Reason,
+    step: &FinalisingStep,
+    batch_release_exists: bool,
+) -> TrafficStage {
     if matches!(reason, Reason::Disabled | Reason::Deleting) && !batch_release_exists {
         return TrafficStage::Restored;
     }
-    if step == fs::END {
+    if *step == FinalisingStep::End {
         return if reason == Reason::Continuous {
             TrafficStage::ToStable
         } else {
@@ -120,13 +132,13 @@ pub fn traffic_stage(reason: Reason, step: &str, batch_release_exists: bool) -> 
         };
     }
     let order = order(reason);
-    let at = |s: &str| order.iter().position(|x| *x == s);
+    let at = |s: &FinalisingStep| order.iter().position(|x| x == s);
     let Some(pos) = at(step) else {
         return TrafficStage::Step;
     };
     match (
-        at(fs::ROUTE_TRAFFIC_TO_STABLE),
-        at(fs::RESTORE_STABLE_SERVICE),
+        at(&FinalisingStep::RouteTrafficToStable),
+        at(&FinalisingStep::RestoreStableService),
     ) {
         (Some(route), _) if pos < route => TrafficStage::Step,
         (_, Some(restore)) if pos >= restore => TrafficStage::Restored,
@@ -140,28 +152,37 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
     for _ in 0..order(why).len() + 2 {
         let now = d.now;
         let canary = status::canary(d.status());
-        if canary.common.finalising_step.is_empty() {
-            canary.common.finalising_step = next(why, "").to_string();
+        if canary.common.finalising_step.is_unset() {
+            canary.common.finalising_step = next(why, &FinalisingStep::Unset);
             canary.common.last_update_time = Some(Time(now));
         }
         let step = canary.common.finalising_step.clone();
-        if step == fs::END {
-            return true;
-        }
-        let done = match step.as_str() {
-            fs::ROUTE_TRAFFIC_TO_STABLE
-            | fs::RESTORE_STABLE_SERVICE
-            | fs::REMOVE_CANARY_SERVICE => routing::settled(d),
-            fs::RESUME_WORKLOAD => resume_workload(d, why),
-            fs::RELEASE_WORKLOAD_CONTROL => {
+        let done = match &step {
+            FinalisingStep::End => return true,
+            FinalisingStep::RouteTrafficToStable
+            | FinalisingStep::RestoreStableService
+            | FinalisingStep::RemoveCanaryService => routing::settled(d),
+            FinalisingStep::ResumeWorkload => resume_workload(d, why),
+            FinalisingStep::ReleaseWorkloadControl => {
                 if d.obs.batch_release.is_some() {
                     d.plan.batch_release = BatchReleaseAction::Delete;
                 }
                 d.obs.batch_release.is_none()
             }
-            _ => {
-                // Unknown value (hand-edited status): start the order again, as Kruise does.
-                status::canary(d.status()).common.finalising_step = next(why, "").to_string();
+            // Not a step of this order (a blue-green step) or a value this version does not
+            // know (hand-edited): start the order again, as Kruise does, and say so.
+            other @ (FinalisingStep::Unset
+            | FinalisingStep::RouteTrafficToNew
+            | FinalisingStep::Unknown(_)) => {
+                d.event(EventSpec::warning(
+                    event::UNKNOWN_STATE,
+                    format!(
+                        "finalisingStep \"{other}\" is not a step of this finalising order; \
+                         starting the order again"
+                    ),
+                ));
+                status::canary(d.status()).common.finalising_step =
+                    next(why, &FinalisingStep::Unset);
                 continue;
             }
         };
@@ -169,9 +190,9 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
             return false;
         }
         let canary = status::canary(d.status());
-        canary.common.finalising_step = next(why, &step).to_string();
+        canary.common.finalising_step = next(why, &step);
         canary.common.last_update_time = Some(Time(now));
-        if canary.common.finalising_step == fs::END {
+        if canary.common.finalising_step == FinalisingStep::End {
             return true;
         }
     }

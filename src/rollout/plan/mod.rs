@@ -107,7 +107,7 @@ pub struct Draft<'a> {
     pub plan: RolloutPlan,
     /// Step states this reconcile passed through on its way to the new status (index, state):
     /// one reconcile may run several states, and each still gets its Event.
-    pub visited: Vec<(i32, String)>,
+    pub visited: Vec<(i32, crate::api::rollout::StepState)>,
 }
 
 impl Draft<'_> {

@@ -6,7 +6,9 @@
 use crate::k8s::events::EventSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use crate::api::rollout::{CanaryStatus, CommonStatus, RolloutStatus, phase, step_state as st};
+use crate::api::rollout::{
+    CanaryStatus, CommonStatus, FinalisingStep, Phase, RolloutStatus, StepState,
+};
 use crate::rollout::names::{self, condition, event, message, reason};
 use crate::rollout::observe::StableWorkload;
 
@@ -29,20 +31,20 @@ fn rollout_id(w: &StableWorkload, rollback: bool) -> String {
     })
 }
 
-fn phase_is(status: &RolloutStatus, p: &str) -> bool {
-    status.phase.as_deref() == Some(p)
+fn phase_is(status: &RolloutStatus, p: Phase) -> bool {
+    status.phase == p
 }
 
-fn set_phase(d: &mut Draft<'_>, p: &str, msg: &str) {
+fn set_phase(d: &mut Draft<'_>, p: Phase, msg: &str) {
     let s = d.status();
-    s.phase = Some(p.into());
+    s.phase = p;
     s.message = Some(msg.into());
 }
 
 /// Enters a finalising phase (Disabling) from another phase: its finalising order starts from
 /// the top (see [`restart_finalising_order`]).
-fn start_finalising(d: &mut Draft<'_>, to: &str, msg: &str) {
-    if !phase_is(&d.plan.status, to) {
+fn start_finalising(d: &mut Draft<'_>, to: Phase, msg: &str) {
+    if !phase_is(&d.plan.status, to.clone()) {
         restart_finalising_order(d);
     }
     set_phase(d, to, msg);
@@ -55,9 +57,9 @@ fn start_finalising(d: &mut Draft<'_>, to: &str, msg: &str) {
 /// the LWS. Every step checks the cluster, so starting again from the top is always safe.
 fn restart_finalising_order(d: &mut Draft<'_>) {
     if let Some(c) = d.status().canary_status.as_mut()
-        && !c.common.finalising_step.is_empty()
+        && !c.common.finalising_step.is_unset()
     {
-        c.common.finalising_step.clear();
+        c.common.finalising_step = FinalisingStep::Unset;
     }
 }
 
@@ -91,7 +93,7 @@ pub fn run(d: &mut Draft<'_>) {
     if let Some((why, msg)) = refusal {
         // Never leave a release half done: finish it as a disable would, then refuse.
         if releasing {
-            start_finalising(d, phase::DISABLING, message::DISABLING);
+            start_finalising(d, Phase::Disabling, message::DISABLING);
             if !finalise::run(d, Reason::Disabled) {
                 return;
             }
@@ -101,18 +103,18 @@ pub fn run(d: &mut Draft<'_>) {
     }
     status::remove_condition(d.status(), condition::ACCEPTED);
     if obs.rollout.spec.disabled
-        && !phase_is(&d.plan.status, phase::DISABLED)
-        && !phase_is(&d.plan.status, phase::DISABLING)
+        && !phase_is(&d.plan.status, Phase::Disabled)
+        && !phase_is(&d.plan.status, Phase::Disabling)
     {
-        if phase_is(&d.plan.status, phase::PROGRESSING) {
-            start_finalising(d, phase::DISABLING, message::DISABLING);
+        if phase_is(&d.plan.status, Phase::Progressing) {
+            start_finalising(d, Phase::Disabling, message::DISABLING);
         } else {
-            set_phase(d, phase::DISABLED, message::DISABLED);
+            set_phase(d, Phase::Disabled, message::DISABLED);
         }
     }
-    if phase_is(&d.plan.status, phase::DISABLING) {
+    if phase_is(&d.plan.status, Phase::Disabling) {
         if finalise::run(d, Reason::Disabled) {
-            set_phase(d, phase::DISABLED, message::DISABLED);
+            set_phase(d, Phase::Disabled, message::DISABLED);
             d.event(EventSpec::normal(
                 event::DISABLED,
                 "Rollout is disabled; the workload was released and traffic restored",
@@ -120,8 +122,26 @@ pub fn run(d: &mut Draft<'_>) {
         }
         return;
     }
-    if d.plan.status.phase.as_deref().unwrap_or("").is_empty() {
-        d.status().phase = Some(phase::INITIAL.into());
+    match d.plan.status.phase.clone() {
+        Phase::Unset => d.status().phase = Phase::Initial,
+        Phase::Unknown(value) => {
+            // Hand-edited, or written by another controller: say so, and start from Kruise's
+            // first phase (a release in flight is picked up again from the workload's hold).
+            d.event(EventSpec::warning(
+                event::UNKNOWN_STATE,
+                format!(
+                    "status.phase \"{value}\" is not a phase this controller knows; starting \
+                     again from Initial"
+                ),
+            ));
+            d.status().phase = Phase::Initial;
+        }
+        Phase::Initial
+        | Phase::Healthy
+        | Phase::Progressing
+        | Phase::Terminating
+        | Phase::Disabling
+        | Phase::Disabled => {}
     }
     let Some(workload) = obs.workload.as_ref() else {
         if !obs.rollout.spec.disabled {
@@ -129,7 +149,7 @@ pub fn run(d: &mut Draft<'_>) {
         }
         return;
     };
-    if phase_is(&d.plan.status, phase::DISABLED) {
+    if phase_is(&d.plan.status, Phase::Disabled) {
         if obs.rollout.spec.disabled {
             // A disabled Rollout holds nothing, whatever set the hold.
             if workload.hold.is_some() {
@@ -141,7 +161,7 @@ pub fn run(d: &mut Draft<'_>) {
         // workload rolled by itself), so nothing of its step may linger in canaryStatus —
         // Argo CD's health reads a stale StepPaused as a release in progress. The status
         // starts again as Kruise's first sight of a workload: completed on its last step.
-        set_phase(d, phase::HEALTHY, message::HEALTHY);
+        set_phase(d, Phase::Healthy, message::HEALTHY);
         if workload.status_current() {
             d.plan.status.canary_status = Some(completed_status(d, workload, false));
             d.status().message = Some(message::WORKLOAD_COMPLETED.into());
@@ -161,12 +181,12 @@ pub fn run(d: &mut Draft<'_>) {
         c.common.observed_rollout_id = Some(rollout_id(workload, false));
         c.common.observed_workload_generation = Some(workload.generation);
     }
-    if phase_is(&d.plan.status, phase::INITIAL) {
-        set_phase(d, phase::HEALTHY, message::HEALTHY);
+    if phase_is(&d.plan.status, Phase::Initial) {
+        set_phase(d, Phase::Healthy, message::HEALTHY);
     }
-    if phase_is(&d.plan.status, phase::HEALTHY) {
+    if phase_is(&d.plan.status, Phase::Healthy) {
         if in_progressing(workload) {
-            d.status().phase = Some(phase::PROGRESSING.into());
+            d.status().phase = Phase::Progressing;
             let now = d.now;
             status::set_condition(
                 d.status(),
@@ -183,7 +203,7 @@ pub fn run(d: &mut Draft<'_>) {
             return;
         }
     }
-    if phase_is(&d.plan.status, phase::PROGRESSING) {
+    if phase_is(&d.plan.status, Phase::Progressing) {
         progressing(d, workload);
     }
 }
@@ -211,7 +231,7 @@ fn workload_not_found(d: &mut Draft<'_>) {
     }
     d.plan.status = RolloutStatus {
         observed_generation: d.obs.rollout.metadata.generation,
-        phase: Some(phase::INITIAL.into()),
+        phase: Phase::Initial,
         message: Some(message::WORKLOAD_NOT_FOUND.into()),
         canary_status: Some(CanaryStatus::default()),
         ..RolloutStatus::default()
@@ -229,7 +249,7 @@ fn healthy(d: &mut Draft<'_>, w: &StableWorkload) {
         .status
         .canary_status
         .as_ref()
-        .is_none_or(|c| c.canary_revision.is_empty() && c.common.current_step_state.is_empty());
+        .is_none_or(|c| c.canary_revision.is_empty() && c.common.current_step_state.is_unset());
     if empty {
         d.plan.status.canary_status = Some(completed_status(d, w, false));
         d.status().message = Some(message::WORKLOAD_COMPLETED.into());
@@ -248,7 +268,7 @@ fn completed_status(d: &Draft<'_>, w: &StableWorkload, rollback: bool) -> Canary
             stable_revision: Some(w.current_revision.clone()),
             current_step_index: last,
             next_step_index: steps::natural_next(last, n),
-            current_step_state: st::COMPLETED.into(),
+            current_step_state: StepState::Completed,
             rollout_hash: Some(d.hash.clone()),
             ..CommonStatus::default()
         },
@@ -313,7 +333,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                         now,
                     );
                     status::set_condition(d.status(), condition::SUCCEEDED, "True", "", "", now);
-                    d.status().phase = Some(phase::HEALTHY.into());
+                    d.status().phase = Phase::Healthy;
                     d.event(EventSpec::normal(event::SUCCEEDED, message::COMPLETED));
                 }
                 return;
@@ -328,7 +348,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                         now,
                     );
                     status::set_condition(d.status(), condition::SUCCEEDED, "False", "", "", now);
-                    d.status().phase = Some(phase::HEALTHY.into());
+                    d.status().phase = Phase::Healthy;
                     // Kruise leaves the stale step state (#339): Argo CD would then show
                     // a cancelled release as progressing forever.
                     let done = completed_status(d, w, true);
@@ -338,7 +358,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                 return;
             }
             reason::COMPLETED => {
-                d.status().phase = Some(phase::HEALTHY.into());
+                d.status().phase = Phase::Healthy;
                 return;
             }
             _ => {
@@ -362,7 +382,7 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     let fresh = d.plan.status.canary_status.as_ref().is_none_or(|c| {
         c.canary_revision != w.update_revision
             || c.common.current_step_index != 1
-            || c.common.current_step_state != st::BEFORE_STEP_UPGRADE
+            || c.common.current_step_state != StepState::BeforeStepUpgrade
     });
     if fresh {
         d.plan.status.canary_status = Some(CanaryStatus {
@@ -373,7 +393,7 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
                 stable_revision: w.hold.clone(),
                 current_step_index: 1,
                 next_step_index: steps::natural_next(1, n),
-                current_step_state: st::BEFORE_STEP_UPGRADE.into(),
+                current_step_state: StepState::BeforeStepUpgrade,
                 last_update_time: Some(Time(now)),
                 ..CommonStatus::default()
             },
@@ -432,7 +452,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     };
     let rolled_back = c.common.stable_revision.as_deref() == Some(w.update_revision.as_str())
         && c.canary_revision != w.update_revision;
-    if rolled_back && c.common.finalising_step.is_empty() {
+    if rolled_back && c.common.finalising_step.is_unset() {
         d.event(EventSpec::normal(
             event::PROGRESSING,
             "workload has been rollback, then rollout is canceled",
@@ -451,7 +471,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         return false;
     }
     if c.canary_revision != w.update_revision {
-        if c.common.finalising_step.is_empty() {
+        if c.common.finalising_step.is_unset() {
             d.event(EventSpec::normal(
                 event::PROGRESSING,
                 "workload continuous publishing canaryRevision, then restart publishing",
@@ -478,7 +498,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         steps::plan_changed(d);
         return false;
     }
-    if c.common.current_step_state == st::COMPLETED {
+    if c.common.current_step_state == StepState::Completed {
         status::progressing(
             d.status(),
             "True",
@@ -505,9 +525,9 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
 /// Deletion: Terminating, finalise, then drop the finalizer.
 fn terminating(d: &mut Draft<'_>) {
     let now = d.now;
-    if !phase_is(&d.plan.status, phase::TERMINATING) {
+    if !phase_is(&d.plan.status, Phase::Terminating) {
         restart_finalising_order(d);
-        d.status().phase = Some(phase::TERMINATING.into());
+        d.status().phase = Phase::Terminating;
         status::set_condition(
             d.status(),
             condition::TERMINATING,

@@ -8,7 +8,7 @@
 //! only if the groups that route was given for are still ready; a step without traffic or
 //! matches routes nothing through the split (Kruise restores the Services first).
 
-use crate::api::rollout::{CanaryStep, RolloutStatus, TrafficRoutingRef, phase, step_state};
+use crate::api::rollout::{CanaryStep, Phase, RolloutStatus, StepState, TrafficRoutingRef};
 use crate::k8s::events::EventSpec;
 use crate::release::{groups::desired_groups, names::canary_name};
 use crate::rollout::observe::RolloutObserved;
@@ -158,8 +158,8 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
     if canary.canary_revision.is_empty() {
         return None;
     }
-    let stage = match status.phase.as_deref() {
-        Some(phase::PROGRESSING | phase::DISABLING | phase::TERMINATING) => {
+    let stage = match status.phase {
+        Phase::Progressing | Phase::Disabling | Phase::Terminating => {
             match finalise::reason_of(obs, status) {
                 Some(reason) => finalise::traffic_stage(
                     reason,
@@ -211,8 +211,8 @@ fn step_intent(
         return TrafficIntent::Restored;
     }
     let ready = canary.canary_ready_replicas;
-    let route = match canary.common.current_step_state.as_str() {
-        step_state::BEFORE_STEP_UPGRADE | step_state::STEP_UPGRADE => index
+    let route = match canary.common.current_step_state {
+        StepState::BeforeStepUpgrade | StepState::StepUpgrade => index
             .checked_sub(2)
             .and_then(|prev| steps.get(prev))
             .filter(|prev| has_traffic(prev))

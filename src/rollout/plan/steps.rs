@@ -15,7 +15,7 @@ use kube::{Resource, ResourceExt};
 use crate::api::batchrelease::{
     BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
 };
-use crate::api::rollout::{CanaryStep, Rollout, step_state as st};
+use crate::api::rollout::{CanaryStep, Rollout, StepState};
 use crate::release::{
     groups::desired_groups,
     progress::{BatchProgress, batch_state, progress},
@@ -128,11 +128,10 @@ pub fn jump(d: &mut Draft<'_>) -> bool {
     c.common.current_step_index = target;
     c.common.next_step_index = natural_next(target, n);
     c.common.current_step_state = if step_groups(&steps[idx], replicas) == c.canary_replicas {
-        st::STEP_TRAFFIC_ROUTING
+        StepState::StepTrafficRouting
     } else {
-        st::BEFORE_STEP_UPGRADE
-    }
-    .to_string();
+        StepState::BeforeStepUpgrade
+    };
     c.common.last_update_time = Some(Time(now));
     true
 }
@@ -174,7 +173,7 @@ pub fn plan_changed(d: &mut Draft<'_>) {
     c.common.rollout_hash = Some(hash);
     c.common.last_update_time = Some(Time(now));
     if c.common.next_step_index == target {
-        c.common.current_step_state = st::STEP_READY.to_string();
+        c.common.current_step_state = StepState::StepReady;
         return;
     }
     c.common.next_step_index = target;
@@ -267,56 +266,66 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
         if !routing::has_traffic(step) && !routing::settled(d) {
             return false;
         }
-        let next_state = match state.as_str() {
-            st::BEFORE_STEP_UPGRADE => {
+        let next_state = match &state {
+            StepState::BeforeStepUpgrade => {
                 if routing::has_traffic(step) && !routing::settled(d) {
                     return false;
                 }
-                st::STEP_UPGRADE
+                StepState::StepUpgrade
             }
-            st::STEP_UPGRADE => {
+            StepState::StepUpgrade => {
                 if !upgrade(d, index, n) {
                     return false;
                 }
                 status::canary(d.status()).common.pod_template_hash = update_revision.clone();
-                st::STEP_TRAFFIC_ROUTING
+                StepState::StepTrafficRouting
             }
-            st::STEP_TRAFFIC_ROUTING => {
+            StepState::StepTrafficRouting => {
                 if !routing::settled(d) {
                     return false;
                 }
-                st::STEP_METRICS_ANALYSIS
+                StepState::StepMetricsAnalysis
             }
             // Kruise leaves lastUpdateTime alone here, so a pause counts from the end of
             // traffic routing.
-            st::STEP_METRICS_ANALYSIS => {
-                status::canary(d.status()).common.current_step_state = st::STEP_PAUSED.into();
+            StepState::StepMetricsAnalysis => {
+                status::canary(d.status()).common.current_step_state = StepState::StepPaused;
                 continue;
             }
-            st::STEP_PAUSED => {
+            StepState::StepPaused => {
                 if !pause_over(d, step, index, n) {
                     return false;
                 }
-                st::STEP_READY
+                StepState::StepReady
             }
-            st::STEP_READY => {
+            StepState::StepReady => {
                 let c = status::canary(d.status());
                 c.common.last_update_time = Some(Time(now));
                 if usize::try_from(index).unwrap_or(0) < n {
                     c.common.current_step_index = index + 1;
                     c.common.next_step_index = natural_next(index + 1, n);
-                    c.common.current_step_state = st::BEFORE_STEP_UPGRADE.into();
+                    c.common.current_step_state = StepState::BeforeStepUpgrade;
                     continue;
                 }
-                c.common.current_step_state = st::COMPLETED.into();
+                c.common.current_step_state = StepState::Completed;
                 return true;
             }
-            st::COMPLETED => return true,
-            // Anything else (hand-edited): start the step again.
-            _ => st::BEFORE_STEP_UPGRADE,
+            StepState::Completed => return true,
+            // No state (a hand-edited status) or one this version does not know: start the
+            // step again, and say so.
+            other @ (StepState::Unset | StepState::Unknown(_)) => {
+                d.event(EventSpec::warning(
+                    event::UNKNOWN_STATE,
+                    format!(
+                        "currentStepState \"{other}\" is not a step state this controller \
+                         knows; starting step {index} again"
+                    ),
+                ));
+                StepState::BeforeStepUpgrade
+            }
         };
         let c = status::canary(d.status());
-        c.common.current_step_state = next_state.to_string();
+        c.common.current_step_state = next_state;
         c.common.last_update_time = Some(Time(now));
     }
     false

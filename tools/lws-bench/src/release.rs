@@ -394,11 +394,11 @@ fn start_watches(
                 .as_ref()
                 .map(|c| Step {
                     index: c.common.current_step_index,
-                    state: c.common.current_step_state.clone(),
-                    phase: status.phase.clone().unwrap_or_default(),
+                    state: c.common.current_step_state.to_string(),
+                    phase: status.phase.to_string(),
                 })
                 .unwrap_or_else(|| Step {
-                    phase: status.phase.clone().unwrap_or_default(),
+                    phase: status.phase.to_string(),
                     ..Default::default()
                 });
             let observed = status.observed_generation == r.metadata.generation;

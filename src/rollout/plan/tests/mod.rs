@@ -8,7 +8,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use self::world::{World, pct, step, three_steps};
-use crate::api::rollout::finalising_step as fs;
+use crate::api::rollout::{FinalisingStep, StepState};
 use crate::rollout::names::{condition, event, reason};
 use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, plan, status};
 use crate::traffic::intent::{CanaryRoute, TrafficIntent};
@@ -37,7 +37,7 @@ fn at_state(state: &'static str, index: i32) -> impl Fn(&World) -> bool {
 fn started(steps: Vec<crate::api::rollout::CanaryStep>) -> World {
     let mut w = World::new(steps);
     w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(w.status().phase.as_str(), "Healthy");
     w.change_template("rev2");
     w.until("step 1 paused", at_state("StepPaused", 1));
     w
@@ -49,7 +49,7 @@ fn whole_canary_release_three_steps_with_approval() {
     let p = w.reconcile();
     assert_eq!(p.finalizer, FinalizerAction::Add);
     assert!(p.hash_annotation.is_some());
-    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(w.status().phase.as_str(), "Healthy");
     assert_eq!(
         w.status().message.as_deref(),
         Some("workload deployment is completed")
@@ -63,7 +63,7 @@ fn whole_canary_release_three_steps_with_approval() {
 
     w.change_template("rev2");
     let p = w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Progressing"));
+    assert_eq!(w.status().phase.as_str(), "Progressing");
     assert_eq!(
         cond(&w, condition::PROGRESSING),
         Some(("True".into(), reason::INITIALIZING.into()))
@@ -105,7 +105,10 @@ fn whole_canary_release_three_steps_with_approval() {
         Some("Rollout is in step(1/3), and you need manually confirm to enter the next step")
     );
     // Argo CD: Suspended = StepPaused + Progressing; top-level mirrors for kubectl get.
-    assert_eq!(w.status().current_step_state.as_deref(), Some("StepPaused"));
+    assert_eq!(
+        w.status().current_step_state.as_ref().map(|s| s.as_str()),
+        Some("StepPaused")
+    );
     assert_eq!(w.status().current_step_index, Some(1));
     assert_eq!(w.canary().canary_replicas, 1);
     assert_eq!(w.canary().canary_ready_replicas, 1);
@@ -137,9 +140,7 @@ fn whole_canary_release_three_steps_with_approval() {
         "step 3 has no traffic: split taken down"
     );
     assert_eq!(w.canary().canary_replicas, 4);
-    w.until("healthy", |w| {
-        w.status().phase.as_deref() == Some("Healthy")
-    });
+    w.until("healthy", |w| w.status().phase == "Healthy");
     assert_eq!(
         cond(&w, condition::PROGRESSING),
         Some(("False".into(), reason::COMPLETED.into()))
@@ -165,7 +166,7 @@ fn whole_canary_release_three_steps_with_approval() {
         .plans
         .iter()
         .filter_map(|p| p.status.canary_status.as_ref())
-        .map(|c| c.common.finalising_step.clone())
+        .map(|c| c.common.finalising_step.to_string())
         .filter(|s| !s.is_empty())
         .collect();
     order.dedup();
@@ -235,9 +236,7 @@ fn success_releases_the_hold_first_and_moves_traffic_only_when_the_stable_groups
         w.obs.batch_release.is_some(),
         "canary still there while traffic moves"
     );
-    w.until("healthy", |w| {
-        w.status().phase.as_deref() == Some("Healthy")
-    });
+    w.until("healthy", |w| w.status().phase == "Healthy");
 }
 
 #[test]
@@ -330,7 +329,7 @@ fn rollback_cancels_traffic_to_stable_first_then_removes_the_canary() {
     assert_eq!(p.hold, HoldAction::Keep);
     let mut deleted_with_weight = None;
     for _ in 0..20 {
-        if w.status().phase.as_deref() == Some("Healthy") {
+        if w.status().phase == "Healthy" {
             break;
         }
         let p = w.reconcile();
@@ -346,7 +345,7 @@ fn rollback_cancels_traffic_to_stable_first_then_removes_the_canary() {
         Some(Some(0)),
         "canary removed only after weight 0"
     );
-    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(w.status().phase.as_str(), "Healthy");
     assert_eq!(
         cond(&w, condition::SUCCEEDED).map(|c| c.0),
         Some("False".into())
@@ -409,9 +408,7 @@ fn rollback_during_a_reset_cancels_and_cleans_up() {
     w.change_template("rev3");
     w.reconcile();
     w.change_template("rev1");
-    w.until("healthy", |w| {
-        w.status().phase.as_deref() == Some("Healthy")
-    });
+    w.until("healthy", |w| w.status().phase == "Healthy");
     assert_eq!(
         cond(&w, condition::SUCCEEDED).map(|c| c.0),
         Some("False".into())
@@ -427,15 +424,13 @@ fn disabling_mid_release_releases_the_workload_and_restores_traffic() {
     let mut w = started(three_steps());
     w.obs.rollout.spec.disabled = true;
     w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Disabling"));
+    assert_eq!(w.status().phase.as_str(), "Disabling");
     assert_eq!(
         w.status().message.as_deref(),
         Some("Disabling rollout, release resources")
     );
     assert_eq!(weight(&w), Some(0));
-    w.until("disabled", |w| {
-        w.status().phase.as_deref() == Some("Disabled")
-    });
+    w.until("disabled", |w| w.status().phase == "Disabled");
     assert_eq!(w.status().message.as_deref(), Some("Rollout is disabled"));
     assert_eq!(w.traffic, Some(TrafficIntent::Restored));
     assert!(w.obs.batch_release.is_none());
@@ -447,10 +442,10 @@ fn disabling_mid_release_releases_the_workload_and_restores_traffic() {
         HoldAction::Release,
         "a disabled Rollout holds nothing"
     );
-    assert_eq!(w.status().phase.as_deref(), Some("Disabled"));
+    assert_eq!(w.status().phase.as_str(), "Disabled");
     w.obs.rollout.spec.disabled = false;
     w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+    assert_eq!(w.status().phase.as_str(), "Healthy");
 }
 
 #[test]
@@ -458,7 +453,7 @@ fn deleting_mid_release_finalises_then_drops_the_finalizer() {
     let mut w = started(three_steps());
     w.obs.rollout.metadata.deletion_timestamp = Some(Time(w.now));
     w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Terminating"));
+    assert_eq!(w.status().phase.as_str(), "Terminating");
     assert_eq!(
         cond(&w, condition::TERMINATING),
         Some(("True".into(), reason::IN_TERMINATING.into()))
@@ -499,12 +494,10 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
     /// finalising step left); the next template is changed but not yet reconciled.
     fn after_a_disabled_release(w: &mut World) {
         disable(w);
-        w.until("disabled", |w| {
-            w.status().phase.as_deref() == Some("Disabled")
-        });
+        w.until("disabled", |w| w.status().phase == "Disabled");
         w.obs.rollout.spec.disabled = false;
         w.reconcile();
-        assert_eq!(w.status().phase.as_deref(), Some("Healthy"));
+        assert_eq!(w.status().phase.as_str(), "Healthy");
         assert_eq!(w.canary().common.finalising_step, "");
         w.change_template("rev3");
     }
@@ -515,14 +508,16 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
         w.approve();
         w.until("step 2 paused", at_state("StepPaused", 2));
         w.approve();
-        w.until("resume", |w| w.at().2 == fs::RESUME_WORKLOAD);
+        w.until("resume", |w| {
+            w.at().2 == FinalisingStep::ResumeWorkload.as_str()
+        });
         let mut status = w.status();
         status
             .canary_status
             .as_mut()
             .unwrap()
             .common
-            .finalising_step = fs::RESTORE_STABLE_SERVICE.into();
+            .finalising_step = FinalisingStep::RestoreStableService;
         w.obs.rollout.status = Some(status);
     }
     type Case = (&'static str, fn(&mut World), fn(&mut World));
@@ -550,9 +545,7 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
         let mut finished = false;
         for _ in 0..20 {
             let p = w.reconcile();
-            if p.finalizer == FinalizerAction::Remove
-                || w.status().phase.as_deref() == Some("Disabled")
-            {
+            if p.finalizer == FinalizerAction::Remove || w.status().phase == "Disabled" {
                 finished = true;
                 break;
             }
@@ -621,7 +614,7 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
             "{what}"
         );
         assert!(c.message.contains(text), "{what}: {}", c.message);
-        assert_eq!(w.status().phase.as_deref(), Some("Initial"), "{what}");
+        assert_eq!(w.status().phase.as_str(), "Initial", "{what}");
         assert!(
             w.status().canary_status.is_some(),
             "{what}: Argo CD indexes canaryStatus"
@@ -696,8 +689,8 @@ fn a_refused_rollout_disabled_or_deleted_leaves_the_running_release_alone() {
             assert_eq!(p.batch_release, BatchReleaseAction::Keep, "{what}");
             if what == "deleted" {
                 assert_ne!(
-                    other.status().phase.as_deref(),
-                    Some("Terminating"),
+                    other.status().phase.as_str(),
+                    "Terminating",
                     "{what}: nothing to finalise"
                 );
                 if round == 0 {
@@ -751,13 +744,11 @@ fn re_enabled_after_a_disable_mid_release_reads_completed() {
     let mut w = started(three_steps());
     assert_eq!(w.canary().common.current_step_state, "StepPaused");
     w.obs.rollout.spec.disabled = true;
-    w.until("disabled", |w| {
-        w.status().phase.as_deref() == Some("Disabled")
-    });
+    w.until("disabled", |w| w.status().phase == "Disabled");
     w.obs.rollout.spec.disabled = false;
     w.reconcile();
     let s = w.status();
-    assert_eq!(s.phase.as_deref(), Some("Healthy"));
+    assert_eq!(s.phase.as_str(), "Healthy");
     let c = w.canary();
     assert_eq!(
         (
@@ -769,8 +760,8 @@ fn re_enabled_after_a_disable_mid_release_reads_completed() {
     );
     assert_eq!(c.canary_revision, "rev2", "the template the LWS rolled to");
     assert_eq!(
-        (s.current_step_index, s.current_step_state.as_deref()),
-        (Some(3), Some("Completed"))
+        (s.current_step_index, s.current_step_state),
+        (Some(3), Some(StepState::Completed))
     );
     assert_eq!(
         s.message.as_deref(),
@@ -786,7 +777,7 @@ fn missing_workload_resets_to_initial_and_cleans_up() {
     let mut w = started(three_steps());
     w.obs.workload = None;
     let p = w.reconcile();
-    assert_eq!(w.status().phase.as_deref(), Some("Initial"));
+    assert_eq!(w.status().phase.as_str(), "Initial");
     assert_eq!(w.status().message.as_deref(), Some("Workload Not Found"));
     assert_eq!(p.batch_release, BatchReleaseAction::Delete);
     assert_eq!(p.traffic, Some(TrafficIntent::Restored));
@@ -1008,4 +999,95 @@ fn a_ready_canary_moves_the_step_before_the_batch_release_says_so_and_progress_a
         .map(|e| e.note.as_str())
         .collect();
     assert!(moves.len() >= 3, "{moves:?}");
+}
+
+/// Kruise's strings round-trip exactly, and a value this version does not know is kept as
+/// written (a status is never unreadable because of it).
+#[test]
+fn states_read_and_write_kruises_exact_strings_and_keep_unknown_values() {
+    use crate::api::rollout::{Phase, RolloutStatus};
+    let json = serde_json::json!({
+        "phase": "Progressing",
+        "currentStepState": "StepPaused",
+        "canaryStatus": {"currentStepIndex": 1, "nextStepIndex": 2,
+            "currentStepState": "StepWhatever", "finalisingStep": "FinalisingStepRouteTrafficToStable",
+            "podTemplateHash": "", "canaryRevision": "r", "canaryReplicas": 1, "canaryReadyReplicas": 1},
+    });
+    let status: RolloutStatus = serde_json::from_value(json.clone()).unwrap();
+    assert_eq!(status.phase, Phase::Progressing);
+    assert_eq!(status.current_step_state, Some(StepState::StepPaused));
+    let c = status.canary_status.clone().unwrap();
+    assert_eq!(
+        c.common.current_step_state,
+        StepState::Unknown("StepWhatever".into())
+    );
+    assert_eq!(
+        c.common.finalising_step,
+        FinalisingStep::RouteTrafficToStable
+    );
+    let back = serde_json::to_value(&status).unwrap();
+    assert_eq!(back["canaryStatus"]["currentStepState"], "StepWhatever");
+    assert_eq!(
+        back["canaryStatus"]["finalisingStep"],
+        json["canaryStatus"]["finalisingStep"]
+    );
+    assert_eq!(back["phase"], "Progressing");
+    assert_eq!(FinalisingStep::End.as_str(), "END");
+    let empty: RolloutStatus = serde_json::from_value(serde_json::json!({})).unwrap();
+    assert_eq!(empty.phase, Phase::Unset);
+    assert!(serde_json::to_value(&empty).unwrap().get("phase").is_none());
+}
+
+/// An unknown stored phase, step state or finalising step is handled in an arm of its own:
+/// a Warning Event says what was found and what was done, and the machine goes on from a
+/// known place — never a silent branch.
+#[test]
+fn unknown_stored_states_are_reported_and_recovered_from() {
+    use crate::api::rollout::Phase;
+    let warned = |p: &crate::rollout::plan::RolloutPlan, text: &str| {
+        p.events.iter().any(|e| {
+            e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == event::UNKNOWN_STATE
+                && e.note.contains(text)
+        })
+    };
+    // A phase nobody knows: Initial again, then Healthy.
+    let mut w = World::new(three_steps());
+    w.reconcile();
+    let mut s = w.status();
+    s.phase = Phase::Unknown("Sideways".into());
+    w.obs.rollout.status = Some(s);
+    let p = w.reconcile();
+    assert!(warned(&p, "status.phase \"Sideways\""), "{:#?}", p.events);
+    assert_eq!(w.status().phase, Phase::Healthy);
+
+    // A step state nobody knows, mid-release: the step starts again.
+    let mut w = started(three_steps());
+    let mut s = w.status();
+    s.canary_status.as_mut().unwrap().common.current_step_state =
+        StepState::Unknown("StepWhatever".into());
+    w.obs.rollout.status = Some(s);
+    let p = w.reconcile();
+    assert!(
+        warned(&p, "currentStepState \"StepWhatever\""),
+        "{:#?}",
+        p.events
+    );
+    w.until("step 1 paused again", at_state("StepPaused", 1));
+
+    // A finalising step nobody knows, while cancelling: the order starts again and finishes.
+    let mut w = started(three_steps());
+    w.change_template("rev1");
+    w.reconcile();
+    let mut s = w.status();
+    s.canary_status.as_mut().unwrap().common.finalising_step =
+        FinalisingStep::Unknown("Elsewhere".into());
+    w.obs.rollout.status = Some(s);
+    let p = w.reconcile();
+    assert!(
+        warned(&p, "finalisingStep \"Elsewhere\""),
+        "{:#?}",
+        p.events
+    );
+    w.until("cancelled", |w| w.status().phase == Phase::Healthy);
 }

@@ -147,9 +147,9 @@ impl World {
         let c = self.canary();
         (
             c.common.current_step_index,
-            c.common.current_step_state,
-            c.common.finalising_step,
-            self.status().phase.unwrap_or_default(),
+            c.common.current_step_state.to_string(),
+            c.common.finalising_step.to_string(),
+            self.status().phase.to_string(),
         )
     }
 
