@@ -341,15 +341,16 @@ impl ControllerMetrics {
     }
 }
 
+/// The value of the sample `name{labels}` in an encoded `text`, if present (tests).
+#[cfg(test)]
+pub(crate) fn sample(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The value of the sample `name{labels}` in `text`, if present.
-    fn sample(text: &str, series: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    }
 
     #[test]
     fn names_follow_prometheus_conventions() {

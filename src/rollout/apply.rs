@@ -243,12 +243,7 @@ pub fn record_step(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The value of the sample `name{labels}` in `text`, if present.
-    fn sample(text: &str, series: &str) -> Option<f64> {
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
-    }
+    use crate::k8s::metrics::sample;
 
     #[test]
     fn a_rollout_step_change_is_a_transition_with_the_time_spent_in_the_state_left() {
