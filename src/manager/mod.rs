@@ -271,6 +271,7 @@ async fn run_controllers(
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
             pods: &caches.pods,
+            workloads: &mut caches.workloads,
         },
         metrics.controller("batchrelease"),
         stopped(&stop_all),

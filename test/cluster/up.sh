@@ -332,6 +332,30 @@ EOF
   fi
 fi
 
+# --- Kueue (opt-in: LWS_CLUSTER_KUEUE=1; docs/kueue.md) ---------------------------------------
+# Kueue's LeaderWorkerSet integration needs the LWS CRD when it starts (else it defers its
+# controller with a backoff of up to minutes), so our CRDs go in first. Asked for and failing
+# is a failed start: the caller wanted Kueue.
+mkdir -p "$STATE/kueue"
+if [ "${LWS_CLUSTER_KUEUE:-0}" = 1 ]; then
+  log "kueue: installing the LWS CRDs, then starting Kueue (test/kueue/start.sh)"
+  install_crds "$BIN/kubectl"
+  "$REPO/test/kueue/start.sh" "$STATE" || die "Kueue did not start (LWS_CLUSTER_KUEUE=1); see $STATE/logs/kueue.log"
+  # One ResourceFlavor per node pool (the nodes' cloud.google.com/gke-nodepool label), so a
+  # ClusterQueue's nvidia.com/gpu quota is quota of real (fake) node capacity.
+  for pool in $(seq 0 $(( (NODES + 1) / 2 - 1 ))); do
+    cat <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: pool-$pool}
+spec: {nodeLabels: {cloud.google.com/gke-nodepool: pool-$pool}}
+---
+EOF
+  done | kubectl apply --server-side -f - >/dev/null
+else
+  echo "not requested (LWS_CLUSTER_KUEUE=${LWS_CLUSTER_KUEUE:-unset})" >"$STATE/kueue/skipped"
+fi
+
 cat >"$STATE/env" <<EOF
 export KUBECONFIG=$KUBECONFIG_FILE
 export PATH=$BIN:\$PATH
