@@ -221,7 +221,10 @@ mod tests {
             ),
             (
                 None,
-                &[(QUOTA_RESERVED, "True", "Quota reserved in ClusterQueue cq"), (ADMITTED, "True", "")],
+                &[
+                    (QUOTA_RESERVED, "True", "Quota reserved in ClusterQueue cq"),
+                    (ADMITTED, "True", ""),
+                ],
                 None,
             ),
             (
@@ -237,7 +240,14 @@ mod tests {
             (Some(false), &[], Some("deactivated")),
             (
                 None,
-                &[(QUOTA_RESERVED, "False", ""), (EVICTED, "True", "Preempted to accommodate a higher priority Workload")],
+                &[
+                    (QUOTA_RESERVED, "False", ""),
+                    (
+                        EVICTED,
+                        "True",
+                        "Preempted to accommodate a higher priority Workload",
+                    ),
+                ],
                 Some("Preempted to accommodate a higher priority Workload"),
             ),
         ];

@@ -242,8 +242,15 @@ mod tests {
         keep_kueue_labels(&mut canary, &created);
         assert_eq!(canary.labels(), created.labels());
         let mut wanted = desired_canary(&br, &stable, "vllm-canary-x", 2, None);
-        keep_kueue_labels(&mut wanted, &desired_canary(&br, &plain, "vllm-canary-x", 1, None));
-        assert_eq!(wanted.labels().len(), 1, "no queue added to a canary made without one");
+        keep_kueue_labels(
+            &mut wanted,
+            &desired_canary(&br, &plain, "vllm-canary-x", 1, None),
+        );
+        assert_eq!(
+            wanted.labels().len(),
+            1,
+            "no queue added to a canary made without one"
+        );
     }
 
     #[test]

@@ -157,16 +157,13 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
             *count += 1;
         }
     }
-    let workloads = lws
-        .labels()
-        .get(QUEUE_LABEL)
-        .map(|queue| {
-            let found = stores.workloads.get(
-                lws.metadata.namespace.as_deref().unwrap_or_default(),
-                lws.metadata.uid.as_deref().unwrap_or_default(),
-            );
-            (queue.clone(), found)
-        });
+    let workloads = lws.labels().get(QUEUE_LABEL).map(|queue| {
+        let found = stores.workloads.get(
+            lws.metadata.namespace.as_deref().unwrap_or_default(),
+            lws.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        (queue.clone(), found)
+    });
     ready
         .into_iter()
         .enumerate()
@@ -187,10 +184,18 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
 
 /// Why group `index` of an LWS in `queue` waits for Kueue, from its Workload among `found`
 /// (the LWS's); `None` when the Workload is admitted (the group waits for something else).
-pub fn kueue_wait(queue: &str, found: &[std::sync::Arc<Workload>], index: i32) -> Option<KueueWait> {
+pub fn kueue_wait(
+    queue: &str,
+    found: &[std::sync::Arc<Workload>],
+    index: i32,
+) -> Option<KueueWait> {
     match found.iter().find(|w| w.group_index() == Some(index)) {
         Some(wl) => wl.admission_wait().map(|why| KueueWait {
-            queue: wl.spec.queue_name.clone().unwrap_or_else(|| queue.to_string()),
+            queue: wl
+                .spec
+                .queue_name
+                .clone()
+                .unwrap_or_else(|| queue.to_string()),
             why,
         }),
         None => Some(KueueWait {

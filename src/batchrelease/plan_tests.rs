@@ -359,11 +359,8 @@ fn a_group_that_waits_for_kueue_says_so_in_kueues_words() {
     let mut stored = br(Some(1), None);
     stored.status = Some(p.status.clone());
     let p2 = plan(&observed(stored, vec![c]), now());
-    assert!(
-        p2.events
-            .iter()
-            .any(|e| e.reason == event::CANARY_NOT_READY && e.message.ends_with("LocalQueue gpu-team doesn't exist"))
-    );
+    assert!(p2.events.iter().any(|e| e.reason == event::CANARY_NOT_READY
+        && e.message.ends_with("LocalQueue gpu-team doesn't exist")));
 }
 
 #[test]
@@ -386,7 +383,10 @@ fn a_canary_keeps_the_kueue_queue_it_was_created_with() {
     fresh.stable = Some(stable_in_queue);
     let wanted = plan(&fresh, now()).apply_canary.unwrap();
     assert_eq!(
-        wanted.labels().get(crate::api::kueue::QUEUE_LABEL).map(String::as_str),
+        wanted
+            .labels()
+            .get(crate::api::kueue::QUEUE_LABEL)
+            .map(String::as_str),
         Some("gpu-team")
     );
 }

@@ -13,7 +13,9 @@ use anyhow::{Context, bail};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
     Api,
-    api::{ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
+    api::{
+        ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+    },
 };
 use lws_rollout::api::kueue::{ADMISSION_GATE, JOB_UID_LABEL, Workload, condition};
 use serde_json::{Value, json};
@@ -48,7 +50,12 @@ pub fn kueue_missing() -> Option<String> {
     Some(
         std::fs::read_to_string(dir.join("kueue/skipped"))
             .map(|s| s.trim().to_string())
-            .unwrap_or_else(|_| format!("no Kueue in {} (LWS_CLUSTER_KUEUE=1 starts it)", dir.display())),
+            .unwrap_or_else(|_| {
+                format!(
+                    "no Kueue in {} (LWS_CLUSTER_KUEUE=1 starts it)",
+                    dir.display()
+                )
+            }),
     )
 }
 
@@ -65,7 +72,10 @@ pub fn kueue_or_skip(test: &str) -> bool {
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind), plural)
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", kind),
+        plural,
+    )
 }
 
 /// A ClusterQueue of the test's own (`e2e-<namespace>`) with `gpus` of `nvidia.com/gpu` quota
@@ -114,7 +124,11 @@ impl Queues {
         let patch = json!({"spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
             "flavors": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}});
         self.api
-            .patch(&self.cluster_queue, &PatchParams::default(), &Patch::Merge(&patch))
+            .patch(
+                &self.cluster_queue,
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
             .await?;
         Ok(())
     }
@@ -160,7 +174,8 @@ where
         cluster_queue: queues.cluster_queue.clone(),
         api: queues.api.clone(),
     };
-    let outcome = futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(test(queues))).await;
+    let outcome =
+        futures::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(test(queues))).await;
     cleanup.delete().await;
     match outcome {
         Ok(r) => r,
@@ -207,9 +222,14 @@ pub async fn wait_workloads(
     what: &str,
     cond: impl Fn(&[std::sync::Arc<Workload>]) -> bool,
 ) -> anyhow::Result<Vec<std::sync::Arc<Workload>>> {
-    wait_for_all(&ns.api::<Workload>(), &format!("{JOB_UID_LABEL}={uid}"), WAIT, cond)
-        .await
-        .with_context(|| format!("Workloads: {what}"))
+    wait_for_all(
+        &ns.api::<Workload>(),
+        &format!("{JOB_UID_LABEL}={uid}"),
+        WAIT,
+        cond,
+    )
+    .await
+    .with_context(|| format!("Workloads: {what}"))
 }
 
 /// Group indexes of the admitted Workloads among `w`.
@@ -256,7 +276,10 @@ pub fn assert_group_gated(pods: &[Pod], lws: &str, group: i32) -> anyhow::Result
     }
     for p in of_group {
         let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
-        if !gated(p) || phase != Some("Pending") || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some() {
+        if !gated(p)
+            || phase != Some("Pending")
+            || p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+        {
             bail!(
                 "pod {} of group {group} is not held by Kueue's gate: phase {phase:?}, gates {:?}",
                 p.metadata.name.as_deref().unwrap_or_default(),

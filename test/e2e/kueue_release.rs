@@ -1,0 +1,326 @@
+//! Canary releases of an LWS under a real Kueue: the canary LWS waits in the stable LWS's
+//! LocalQueue (so it is admitted against the same quota), a canary group Kueue cannot admit
+//! holds its step with a Rollout message and Event that say so in Kueue's words, rollback,
+//! disable and delete free the canary's quota, and the stable groups are never re-admitted
+//! (no stable pod restarts, the same Workloads throughout). docs/kueue.md.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, ensure};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind};
+use lws_rollout::api::{LeaderWorkerSet, Rollout, kueue::QUEUE_LABEL};
+use serde_json::{Value, json};
+
+use crate::{
+    harness::{TestNs, wait_for, wait_for_all, with_ns},
+    kueue_support::{
+        QUEUE, WAIT, admitted, assert_group_gated, kueue_or_skip, queued_lws, uid_of,
+        wait_workloads, with_queues,
+    },
+    lws_support::{NAME, available_with, pods_of, uids},
+    rollout_support::{
+        CANARY_LABEL, STABLE, approve, canaries, condition, create_rollout, finished, rollout,
+        set_disabled, step, the_canary, wait_event, wait_paused_at, wait_rollout,
+    },
+};
+
+/// Steps of one canary group each time: 1 group (pause), 2 groups (pause), all.
+fn steps() -> Value {
+    json!([
+        {"replicas": 1, "pause": {}},
+        {"replicas": 2, "pause": {}},
+        {"replicas": "100%"}
+    ])
+}
+
+/// The stable LWS ([`STABLE`], 2 groups of 2 pods, a GPU a pod) on `image`, in [`QUEUE`].
+fn stable(image: &str) -> Value {
+    queued_lws(STABLE, 2, 2, image)
+}
+
+fn on_image(lws: &Value, image: &str) -> Value {
+    let mut lws = lws.clone();
+    for t in ["leaderTemplate", "workerTemplate"] {
+        lws["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"][0]["image"] = json!(image);
+    }
+    lws
+}
+
+/// Names and uids of the stable LWS's Workloads.
+async fn stable_workloads(ns: &TestNs, uid: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(crate::kueue_support::workloads(ns, uid)
+        .await?
+        .into_iter()
+        .map(|w| {
+            (
+                w.metadata.name.unwrap_or_default(),
+                w.metadata.uid.unwrap_or_default(),
+            )
+        })
+        .collect())
+}
+
+/// The ClusterQueue's `status.admittedWorkloads`, once it equals `want`.
+async fn wait_admitted_count(ns: &TestNs, cq: &str, want: i64) -> anyhow::Result<()> {
+    let res = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "ClusterQueue"),
+        "clusterqueues",
+    );
+    let api: Api<DynamicObject> = Api::all_with(ns.client.clone(), &res);
+    wait_for(&api, cq, WAIT, move |o: Option<&DynamicObject>| {
+        o.is_some_and(|o| o.data["status"]["admittedWorkloads"].as_i64() == Some(want))
+    })
+    .await
+    .with_context(|| format!("ClusterQueue {cq} admits {want} Workloads"))?;
+    Ok(())
+}
+
+/// The stable LWS (available, every group admitted) and a Rollout of [`steps`] reading Healthy.
+/// Returns the stable LWS's uid.
+async fn setup(ns: &TestNs, v1: &Value) -> anyhow::Result<String> {
+    crate::lws_support::apply(ns, v1).await?;
+    wait_for(&ns.api(), STABLE, WAIT, available_with(2, 2)).await?;
+    let uid = uid_of(ns, STABLE).await?;
+    wait_workloads(ns, &uid, "stable admitted", |w| admitted(w) == [0, 1]).await?;
+    create_rollout(ns, &rollout(steps(), None)).await?;
+    wait_rollout(ns, "Healthy", |r| {
+        r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+    })
+    .await?;
+    Ok(uid)
+}
+
+/// What the stable side must never lose to a release: its pods (no restart, no re-admission)
+/// and its Workloads (the same objects, still admitted).
+struct StableUntouched {
+    pods: BTreeMap<String, String>,
+    workloads: BTreeMap<String, String>,
+    uid: String,
+}
+
+impl StableUntouched {
+    async fn record(ns: &TestNs, uid: &str) -> anyhow::Result<Self> {
+        Ok(Self {
+            pods: uids(ns, STABLE).await?,
+            workloads: stable_workloads(ns, uid).await?,
+            uid: uid.to_string(),
+        })
+    }
+
+    async fn check(&self, ns: &TestNs, when: &str) -> anyhow::Result<()> {
+        ensure!(
+            uids(ns, STABLE).await? == self.pods,
+            "{when}: a stable pod was replaced"
+        );
+        ensure!(
+            stable_workloads(ns, &self.uid).await? == self.workloads,
+            "{when}: the stable Workloads changed"
+        );
+        let w = crate::kueue_support::workloads(ns, &self.uid).await?;
+        ensure!(
+            w.iter().all(|w| w.admission_wait().is_none()),
+            "{when}: a stable Workload is not admitted: {w:#?}"
+        );
+        Ok(())
+    }
+}
+
+/// Quota for the stable groups plus one canary group: the canary LWS carries the queue, its
+/// first group is admitted from the same LocalQueue; the second cannot be, and the release
+/// holds at step 2 saying why (Rollout condition and Event, from the Workload); a rollback
+/// removes the canary and its Workloads, and the stable side never moves.
+#[tokio::test]
+async fn kueue_canary_waits_in_the_stable_queue_and_says_why() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_canary_waits_in_the_stable_queue_and_says_why") {
+        return Ok(());
+    }
+    with_ns("kueue-canary", |ns| {
+        Box::pin(async move {
+            with_queues(&ns, 6, |q| {
+                let ns = ns.clone();
+                async move {
+                    let v1 = stable("vllm:1");
+                    let stable_uid = setup(&ns, &v1).await?;
+                    let untouched = StableUntouched::record(&ns, &stable_uid).await?;
+
+                    crate::lws_support::apply(&ns, &on_image(&v1, "vllm:2")).await?;
+                    wait_paused_at(&ns, 1).await?;
+                    let canary = the_canary(&ns).await?;
+                    ensure!(
+                        canary
+                            .metadata
+                            .labels
+                            .clone()
+                            .unwrap_or_default()
+                            .get(QUEUE_LABEL)
+                            == Some(&QUEUE.to_string()),
+                        "the canary waits in the stable's queue: {:?}",
+                        canary.metadata.labels
+                    );
+                    let canary_uid = canary.metadata.uid.clone().context("canary uid")?;
+                    let cw = wait_workloads(&ns, &canary_uid, "canary group 0 admitted", |w| {
+                        admitted(w) == [0]
+                    })
+                    .await?;
+                    ensure!(cw[0].spec.queue_name.as_deref() == Some(QUEUE));
+                    wait_admitted_count(&ns, &q.cluster_queue, 3).await?;
+                    untouched.check(&ns, "step 1").await?;
+
+                    // Step 2 wants a second canary group: no quota left.
+                    approve(&ns).await?;
+                    let r = wait_rollout(&ns, "a message naming Kueue's reason", |r| {
+                        condition(r, "Progressing").is_some_and(|c| {
+                            c.2.contains(&format!(
+                                "canary group 1 waits for Kueue admission in queue {QUEUE}: "
+                            ))
+                        })
+                    })
+                    .await?;
+                    let message = condition(&r, "Progressing")
+                        .map(|c| c.2)
+                        .unwrap_or_default();
+                    ensure!(
+                        message.contains("nvidia.com/gpu"),
+                        "Kueue's words: {message}"
+                    );
+                    ensure!(
+                        step(&r).0 == 2 && step(&r).1 != "StepPaused",
+                        "{:?}",
+                        step(&r)
+                    );
+                    let event =
+                        wait_event(&ns, "CanaryNotReady", "waits for Kueue admission in queue")
+                            .await?;
+                    ensure!(event.contains("canary group 1"), "{event}");
+                    let pods =
+                        pods_of(&ns, &canary.metadata.name.clone().unwrap_or_default()).await?;
+                    assert_group_gated(
+                        &pods,
+                        canary.metadata.name.as_deref().unwrap_or_default(),
+                        1,
+                    )?;
+                    untouched.check(&ns, "step 2, canary waiting").await?;
+
+                    // Rollback: the canary and its Workloads go, its quota is free again.
+                    crate::lws_support::apply(&ns, &v1).await?;
+                    wait_rollout(&ns, "rolled back", finished("False")).await?;
+                    wait_for_all(
+                        &ns.api::<LeaderWorkerSet>(),
+                        &format!("{CANARY_LABEL}={STABLE}"),
+                        WAIT,
+                        |c| c.is_empty(),
+                    )
+                    .await?;
+                    wait_workloads(&ns, &canary_uid, "canary Workloads gone", |w| w.is_empty())
+                        .await?;
+                    wait_for_all(
+                        &ns.api::<k8s_openapi::api::core::v1::Pod>(),
+                        &format!(
+                            "{NAME}={}",
+                            canary.metadata.name.clone().unwrap_or_default()
+                        ),
+                        WAIT,
+                        |p| p.is_empty(),
+                    )
+                    .await?;
+                    wait_admitted_count(&ns, &q.cluster_queue, 2).await?;
+                    untouched.check(&ns, "after the rollback").await?;
+                    Ok(())
+                }
+            })
+            .await
+        })
+    })
+    .await
+}
+
+/// `spec.disabled` and deleting the Rollout mid-release free the canary's quota the same way
+/// (its Workloads go; the ClusterQueue admits only the stable groups), and the quota freed is
+/// real: an LWS that waited for it is admitted at once.
+#[tokio::test]
+async fn kueue_disable_and_delete_free_the_canary_quota() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_disable_and_delete_free_the_canary_quota") {
+        return Ok(());
+    }
+    with_ns("kueue-free", |ns| {
+        Box::pin(async move {
+            with_queues(&ns, 6, |q| {
+                let ns = ns.clone();
+                async move {
+                    let v1 = stable("vllm:1");
+                    let stable_uid = setup(&ns, &v1).await?;
+                    let untouched = StableUntouched::record(&ns, &stable_uid).await?;
+                    // Round 1: disable.
+                    crate::lws_support::apply(&ns, &on_image(&v1, "vllm:2")).await?;
+                    wait_paused_at(&ns, 1).await?;
+                    let canary = the_canary(&ns).await?;
+                    let canary_uid = canary.metadata.uid.clone().context("uid")?;
+                    wait_workloads(&ns, &canary_uid, "canary admitted", |w| admitted(w) == [0])
+                        .await?;
+                    // Another LWS of the team waits for the one group of quota left... none is left.
+                    crate::lws_support::apply(&ns, &queued_lws("other", 1, 2, "vllm:1")).await?;
+                    let other_uid = uid_of(&ns, "other").await?;
+                    wait_workloads(&ns, &other_uid, "other waiting", |w| {
+                        w.len() == 1 && admitted(w).is_empty()
+                    })
+                    .await?;
+                    untouched.check(&ns, "before disable").await?;
+                    set_disabled(&ns, true).await?;
+                    wait_workloads(&ns, &canary_uid, "canary Workloads gone", |w| w.is_empty())
+                        .await?;
+                    wait_workloads(
+                        &ns,
+                        &other_uid,
+                        "other admitted with the freed quota",
+                        |w| admitted(w) == [0],
+                    )
+                    .await?;
+                    wait_for(&ns.api(), "other", WAIT, available_with(1, 1)).await?;
+                    // Disabled: the stable LWS now rolls to its template by its own strategy.
+                    wait_for(&ns.api(), STABLE, WAIT, available_with(2, 2)).await?;
+
+                    // Round 2: free the other LWS's quota, enable, release v3, delete the Rollout.
+                    ns.api::<LeaderWorkerSet>()
+                        .delete("other", &DeleteParams::background())
+                        .await?;
+                    wait_workloads(&ns, &other_uid, "other gone", |w| w.is_empty()).await?;
+                    set_disabled(&ns, false).await?;
+                    wait_rollout(&ns, "Healthy again", |r: &Rollout| {
+                        r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+                    })
+                    .await?;
+                    let v2 = wait_for(
+                        &ns.api::<LeaderWorkerSet>(),
+                        STABLE,
+                        WAIT,
+                        |l: Option<&LeaderWorkerSet>| l.is_some(),
+                    )
+                    .await?
+                    .context("stable")?;
+                    let v2_json = serde_json::to_value(&v2)?;
+                    let untouched = StableUntouched::record(&ns, &stable_uid).await?;
+                    crate::lws_support::apply(&ns, &on_image(&v1, "vllm:3")).await?;
+                    wait_paused_at(&ns, 1).await?;
+                    let canary = the_canary(&ns).await?;
+                    let canary_uid = canary.metadata.uid.clone().context("uid")?;
+                    wait_workloads(&ns, &canary_uid, "canary admitted", |w| admitted(w) == [0])
+                        .await?;
+                    wait_admitted_count(&ns, &q.cluster_queue, 3).await?;
+                    ns.api::<Rollout>()
+                        .delete(STABLE, &DeleteParams::background())
+                        .await?;
+                    wait_workloads(&ns, &canary_uid, "canary Workloads gone", |w| w.is_empty())
+                        .await?;
+                    wait_admitted_count(&ns, &q.cluster_queue, 2).await?;
+                    ensure!(canaries(&ns).await?.is_empty());
+                    // The hold released: the stable LWS rolls to v3 by its own strategy.
+                    wait_for(&ns.api(), STABLE, WAIT, available_with(2, 2)).await?;
+                    let _ = (untouched, v2_json);
+                    Ok(())
+                }
+            })
+            .await
+        })
+    })
+    .await
+}
