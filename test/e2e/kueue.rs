@@ -41,19 +41,21 @@ fn counts(l: &LeaderWorkerSet) -> (i32, i32, Option<String>) {
     )
 }
 
-/// Waits until the LWS reports `ready` of `replicas` groups and Available = `available`, for
-/// its current generation.
+/// Waits until the LWS reports `ready` of `replicas` groups and is Available (condition True)
+/// or not (False or not set yet, as upstream), for its current generation.
 async fn wait_counts(
     ns: &TestNs,
     name: &str,
     ready: i32,
     replicas: i32,
-    available: &str,
+    available: bool,
 ) -> anyhow::Result<LeaderWorkerSet> {
     wait_for(&ns.api(), name, WAIT, |l: Option<&LeaderWorkerSet>| {
         l.is_some_and(|l| {
+            let (r, n, a) = counts(l);
             l.status.as_ref().and_then(|s| s.observed_generation) == l.metadata.generation
-                && counts(l) == (ready, replicas, Some(available.to_string()))
+                && (r, n) == (ready, replicas)
+                && (a.as_deref() == Some("True")) == available
         })
     })
     .await?
@@ -97,9 +99,13 @@ fn admitted_by_kueue(pods: &[Pod]) -> anyhow::Result<()> {
 /// leaders and workers that fits": every group is one Workload (labelled with the LWS's uid),
 /// admitted, its pods ungated onto the flavor's nodes; deleting an LWS takes its pods and
 /// Workloads and leaves the other LWS alone.
-#[tokio::test]
-async fn kueue_admits_leader_only_and_leader_worker_groups() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_admits_leader_only_and_leader_worker_groups") {
+#[test]
+fn kueue_admits_leader_only_and_leader_worker_groups() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_admits_leader_only_and_leader_worker_groups_body)
+}
+
+async fn kueue_admits_leader_only_and_leader_worker_groups_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_admits_leader_only_and_leader_worker_groups")? {
         return Ok(());
     }
     with_ns("kueue-admit", |ns| async move {
@@ -142,9 +148,13 @@ async fn kueue_admits_leader_only_and_leader_worker_groups() -> anyhow::Result<(
 /// Workload not admitted and saying why) while the LWS reports 2 ready of 3; scaled through the
 /// scale subresource to 2 its Workload goes; scaled back up through `spec.replicas` it waits
 /// again; raising the quota admits it. Kueue's "should allow to scale up / scale down".
-#[tokio::test]
-async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_gates_groups_beyond_quota_and_scales_both_ways") {
+#[test]
+fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_gates_groups_beyond_quota_and_scales_both_ways_body)
+}
+
+async fn kueue_gates_groups_beyond_quota_and_scales_both_ways_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_gates_groups_beyond_quota_and_scales_both_ways")? {
         return Ok(());
     }
     with_ns("kueue-quota", |ns| async move {
@@ -153,26 +163,31 @@ async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Resul
             async move {
                 let name = "vllm";
                 crate::lws_support::apply(&ns, &queued_lws(name, 3, 2, "vllm:1")).await?;
-                wait_counts(&ns, name, 2, 3, "False").await?;
+                wait_counts(&ns, name, 2, 3, false).await?;
                 let uid = uid_of(&ns, name).await?;
-                let w = wait_workloads(&ns, &uid, "0, 1 admitted, 2 waiting with a reason", |w| {
-                    admitted(w) == [0, 1]
+                // Which 2 of the 3 Kueue admits is its choice; the third waits with a reason.
+                let w = wait_workloads(&ns, &uid, "2 admitted, 1 waiting with a reason", |w| {
+                    w.len() == 3
+                        && admitted(w).len() == 2
                         && w.iter().any(|w| {
-                            w.group_index() == Some(2)
-                                && w.condition(condition::QUOTA_RESERVED)
-                                    .is_some_and(|c| c.status == "False" && !c.message.is_empty())
+                            w.condition(condition::QUOTA_RESERVED)
+                                .is_some_and(|c| c.status == "False" && !c.message.is_empty())
                         })
                 })
                 .await?;
-                let waiting = w.iter().find(|w| w.group_index() == Some(2)).unwrap();
+                let waiting = w
+                    .iter()
+                    .find(|w| w.admission_wait().is_some())
+                    .context("a waiting Workload")?;
+                let gated_group = waiting.group_index().context("group index")?;
                 let why = waiting.admission_wait().unwrap_or_default();
                 assert!(
                     why.contains("nvidia.com/gpu"),
                     "Kueue says what is short: {why}"
                 );
                 let pods = settled(&ns, name, 6).await?;
-                assert_group_gated(&pods, name, 2)?;
-                for group in [0, 1] {
+                assert_group_gated(&pods, name, gated_group)?;
+                for group in admitted(&w) {
                     let of_group: Vec<Pod> = pods
                         .iter()
                         .filter(|p| {
@@ -192,7 +207,7 @@ async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Resul
                         &Patch::Merge(json!({"spec": {"replicas": 2}})),
                     )
                     .await?;
-                wait_counts(&ns, name, 2, 2, "True").await?;
+                wait_counts(&ns, name, 2, 2, true).await?;
                 wait_workloads(&ns, &uid, "two left", |w| {
                     w.len() == 2 && admitted(w) == [0, 1]
                 })
@@ -207,13 +222,13 @@ async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Resul
                         &Patch::Merge(json!({"spec": {"replicas": 3}})),
                     )
                     .await?;
-                wait_counts(&ns, name, 2, 3, "False").await?;
+                wait_counts(&ns, name, 2, 3, false).await?;
                 let pods = settled(&ns, name, 6).await?;
                 assert_group_gated(&pods, name, 2)?;
 
                 // Quota frees: group 2 comes up.
                 q.set_gpus(6).await?;
-                wait_counts(&ns, name, 3, 3, "True").await?;
+                wait_counts(&ns, name, 3, 3, true).await?;
                 wait_workloads(&ns, &uid, "all admitted", |w| admitted(w) == [0, 1, 2]).await?;
                 admitted_by_kueue(&settled(&ns, name, 6).await?)?;
 
@@ -225,7 +240,7 @@ async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Resul
                         &Patch::Merge(json!({"spec": {"replicas": 1}})),
                     )
                     .await?;
-                wait_counts(&ns, name, 1, 1, "True").await?;
+                wait_counts(&ns, name, 1, 1, true).await?;
                 wait_workloads(&ns, &uid, "one left", |w| {
                     w.len() == 1 && admitted(w) == [0]
                 })
@@ -241,9 +256,13 @@ async fn kueue_gates_groups_beyond_quota_and_scales_both_ways() -> anyhow::Resul
 /// A template update rolls group by group under a quota that fits exactly the LWS's groups:
 /// each new group's pods are created behind Kueue's gate and admitted again, no group is left
 /// waiting, and the Workloads stay one a group. Kueue's "should allow to update the PodTemplate".
-#[tokio::test]
-async fn kueue_rolling_update_readmits_each_new_group() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_rolling_update_readmits_each_new_group") {
+#[test]
+fn kueue_rolling_update_readmits_each_new_group() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_rolling_update_readmits_each_new_group_body)
+}
+
+async fn kueue_rolling_update_readmits_each_new_group_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_rolling_update_readmits_each_new_group")? {
         return Ok(());
     }
     with_ns("kueue-roll", |ns| async move {
@@ -291,9 +310,13 @@ async fn kueue_rolling_update_readmits_each_new_group() -> anyhow::Result<()> {
 /// evicts the group (its pods come back gated, the LWS reports it unready), and our controller
 /// neither deletes nor replaces the Workload; activated again, the same Workload is admitted
 /// and the group runs.
-#[tokio::test]
-async fn kueue_deactivated_workload_is_kept() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_deactivated_workload_is_kept") {
+#[test]
+fn kueue_deactivated_workload_is_kept() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_deactivated_workload_is_kept_body)
+}
+
+async fn kueue_deactivated_workload_is_kept_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_deactivated_workload_is_kept")? {
         return Ok(());
     }
     with_ns("kueue-deactivate", |ns| async move {
@@ -312,7 +335,7 @@ async fn kueue_deactivated_workload_is_kept() -> anyhow::Result<()> {
                 &Patch::Merge(json!({"spec": {"active": false}})),
             )
             .await?;
-            wait_counts(&ns, name, 0, 1, "False").await?;
+            wait_counts(&ns, name, 0, 1, false).await?;
             let pods = wait_for_all(&ns.api::<Pod>(), &format!("{NAME}={name}"), WAIT, |p| {
                 p.len() == 3
                     && p.iter()
@@ -351,37 +374,51 @@ async fn kueue_deactivated_workload_is_kept() -> anyhow::Result<()> {
 /// RecreateGroupOnPodRestart under Kueue: a deleted worker of an admitted group takes the group
 /// down and it comes back whole (new pods, admitted again); a deleted worker of a group that
 /// waits for quota brings its group back gated, with no churn beyond that one recreation.
-#[tokio::test]
-async fn kueue_recreate_group_on_pod_restart_with_gated_pods() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_recreate_group_on_pod_restart_with_gated_pods") {
+#[test]
+fn kueue_recreate_group_on_pod_restart_with_gated_pods() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_recreate_group_on_pod_restart_with_gated_pods_body)
+}
+
+async fn kueue_recreate_group_on_pod_restart_with_gated_pods_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_recreate_group_on_pod_restart_with_gated_pods")? {
         return Ok(());
     }
     with_ns("kueue-restart", |ns| async move {
         with_queues(&ns, 3, |_q| async {
             let name = "vllm";
-            // Quota for group 0 only (3 pods); group 1 waits.
+            // Quota for one group (3 pods); the other waits. Which one Kueue admits first is
+            // its choice.
             crate::lws_support::apply(&ns, &queued_lws(name, 2, 3, "vllm:1")).await?;
-            wait_counts(&ns, name, 1, 2, "False").await?;
+            wait_counts(&ns, name, 1, 2, false).await?;
+            let uid = uid_of(&ns, name).await?;
+            let w = wait_workloads(&ns, &uid, "one admitted", |w| {
+                w.len() == 2 && admitted(w).len() == 1
+            })
+            .await?;
+            let (run, wait) = if admitted(&w) == [0] { (0, 1) } else { (1, 0) };
             let pods = settled(&ns, name, 6).await?;
-            assert_group_gated(&pods, name, 1)?;
+            assert_group_gated(&pods, name, wait)?;
             let before = uids(&ns, name).await?;
             let worker = |group: i32| format!("{name}-{group}-1");
+            let members = |group: i32| -> Vec<String> {
+                (0..3)
+                    .map(|i| {
+                        if i == 0 {
+                            format!("{name}-{group}")
+                        } else {
+                            format!("{name}-{group}-{i}")
+                        }
+                    })
+                    .collect()
+            };
 
             // The admitted group: a deleted worker recreates the whole group.
             ns.api::<Pod>()
-                .delete(&worker(0), &DeleteParams::default())
+                .delete(&worker(run), &DeleteParams::default())
                 .await?;
-            let group0: Vec<String> = (0..3)
-                .map(|i| {
-                    if i == 0 {
-                        format!("{name}-0")
-                    } else {
-                        format!("{name}-0-{i}")
-                    }
-                })
-                .collect();
+            let running = members(run);
             wait_for_all(&ns.api::<Pod>(), &format!("{NAME}={name}"), WAIT, |p| {
-                group0.iter().all(|n| {
+                running.iter().all(|n| {
                     p.iter().any(|p| {
                         p.metadata.name.as_ref() == Some(n)
                             && p.metadata.uid != before.get(n).cloned()
@@ -390,24 +427,29 @@ async fn kueue_recreate_group_on_pod_restart_with_gated_pods() -> anyhow::Result
                 })
             })
             .await
-            .context("group 0 recreated whole and ready")?;
-            wait_counts(&ns, name, 1, 2, "False").await?;
+            .context("the admitted group recreated whole and ready")?;
+            wait_counts(&ns, name, 1, 2, false).await?;
 
-            // The gated group: a deleted worker brings it back gated.
+            // The gated group: a deleted worker takes it down too (the policy does not wait
+            // for admission), and it comes back whole and gated.
             ns.api::<Pod>()
-                .delete(&worker(1), &DeleteParams::default())
+                .delete(&worker(wait), &DeleteParams::default())
                 .await?;
+            let waiting = members(wait);
             let pods = wait_for_all(&ns.api::<Pod>(), &format!("{NAME}={name}"), WAIT, |p| {
                 p.len() == 6
                     && p.iter().all(|p| p.metadata.deletion_timestamp.is_none())
-                    && p.iter().any(|p| {
-                        p.metadata.name.as_deref() == Some(&worker(1))
-                            && p.metadata.uid != before.get(&worker(1)).cloned()
+                    && waiting.iter().all(|n| {
+                        p.iter().any(|p| {
+                            p.metadata.name.as_ref() == Some(n)
+                                && p.metadata.uid != before.get(n).cloned()
+                        })
                     })
             })
-            .await?;
+            .await
+            .context("the waiting group recreated whole")?;
             let pods: Vec<Pod> = pods.iter().map(|p| p.as_ref().clone()).collect();
-            assert_group_gated(&pods, name, 1)?;
+            assert_group_gated(&pods, name, wait)?;
             let settled_uids = uids(&ns, name).await?;
             // No crash loop: the gated group stays as it is now.
             let churn = tokio::time::timeout(
@@ -428,7 +470,7 @@ async fn kueue_recreate_group_on_pod_restart_with_gated_pods() -> anyhow::Result
                 );
             }
             let all = pods_of(&ns, name).await?;
-            assert_group_gated(&all, name, 1)?;
+            assert_group_gated(&all, name, wait)?;
             Ok(())
         })
         .await

@@ -129,9 +129,13 @@ impl StableUntouched {
 /// first group is admitted from the same LocalQueue; the second cannot be, and the release
 /// holds at step 2 saying why (Rollout condition and Event, from the Workload); a rollback
 /// removes the canary and its Workloads, and the stable side never moves.
-#[tokio::test]
-async fn kueue_canary_waits_in_the_stable_queue_and_says_why() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_canary_waits_in_the_stable_queue_and_says_why") {
+#[test]
+fn kueue_canary_waits_in_the_stable_queue_and_says_why() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_canary_waits_in_the_stable_queue_and_says_why_body)
+}
+
+async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_canary_waits_in_the_stable_queue_and_says_why")? {
         return Ok(());
     }
     with_ns("kueue-canary", |ns| {
@@ -237,9 +241,13 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why() -> anyhow::Result
 /// `spec.disabled` and deleting the Rollout mid-release free the canary's quota the same way
 /// (its Workloads go; the ClusterQueue admits only the stable groups), and the quota freed is
 /// real: an LWS that waited for it is admitted at once.
-#[tokio::test]
-async fn kueue_disable_and_delete_free_the_canary_quota() -> anyhow::Result<()> {
-    if !kueue_or_skip("kueue_disable_and_delete_free_the_canary_quota") {
+#[test]
+fn kueue_disable_and_delete_free_the_canary_quota() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_disable_and_delete_free_the_canary_quota_body)
+}
+
+async fn kueue_disable_and_delete_free_the_canary_quota_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_disable_and_delete_free_the_canary_quota")? {
         return Ok(());
     }
     with_ns("kueue-free", |ns| {

@@ -38,16 +38,14 @@ pub fn state_dir() -> anyhow::Result<PathBuf> {
         .to_path_buf())
 }
 
-/// Why the suite's cluster has no Kueue, if it has none.
-pub fn kueue_missing() -> Option<String> {
-    let dir = match state_dir() {
-        Ok(d) => d,
-        Err(e) => return Some(e.to_string()),
-    };
+/// Why the suite's cluster has no Kueue, if it has none (an error when there is no cluster at
+/// all: that is a wrongly run suite, not a skip).
+pub fn kueue_missing() -> anyhow::Result<Option<String>> {
+    let dir = state_dir()?;
     if dir.join("pids/kueue.pid").exists() {
-        return None;
+        return Ok(None);
     }
-    Some(
+    Ok(Some(
         std::fs::read_to_string(dir.join("kueue/skipped"))
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| {
@@ -56,19 +54,19 @@ pub fn kueue_missing() -> Option<String> {
                     dir.display()
                 )
             }),
-    )
+    ))
 }
 
 /// `true` when Kueue runs; otherwise prints one `SKIPPED` line for `test` past cargo's capture
 /// (a skipped Kueue test must never read as a silent pass).
-pub fn kueue_or_skip(test: &str) -> bool {
-    match kueue_missing() {
+pub fn kueue_or_skip(test: &str) -> anyhow::Result<bool> {
+    Ok(match kueue_missing()? {
         None => true,
         Some(reason) => {
             let _ = writeln!(std::io::stderr(), "SKIPPED {test}: Kueue off: {reason}");
             false
         }
-    }
+    })
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
