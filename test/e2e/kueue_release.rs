@@ -297,17 +297,16 @@ async fn kueue_disable_and_delete_free_the_canary_quota_body() -> anyhow::Result
                         r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
                     })
                     .await?;
-                    let v2 = wait_for(
-                        &ns.api::<LeaderWorkerSet>(),
-                        STABLE,
-                        WAIT,
-                        |l: Option<&LeaderWorkerSet>| l.is_some(),
-                    )
-                    .await?
-                    .context("stable")?;
-                    let v2_json = serde_json::to_value(&v2)?;
-                    let untouched = StableUntouched::record(&ns, &stable_uid).await?;
                     crate::lws_support::apply(&ns, &on_image(&v1, "vllm:3")).await?;
+                    // (A re-enabled Rollout still shows the step it was disabled at until it
+                    // starts the new release: wait for the new canary first.)
+                    wait_for_all(
+                        &ns.api::<LeaderWorkerSet>(),
+                        &format!("{CANARY_LABEL}={STABLE}"),
+                        WAIT,
+                        |c| c.len() == 1,
+                    )
+                    .await?;
                     wait_paused_at(&ns, 1).await?;
                     let canary = the_canary(&ns).await?;
                     let canary_uid = canary.metadata.uid.clone().context("uid")?;
@@ -323,7 +322,6 @@ async fn kueue_disable_and_delete_free_the_canary_quota_body() -> anyhow::Result
                     ensure!(canaries(&ns).await?.is_empty());
                     // The hold released: the stable LWS rolls to v3 by its own strategy.
                     wait_for(&ns.api(), STABLE, WAIT, available_with(2, 2)).await?;
-                    let _ = (untouched, v2_json);
                     Ok(())
                 }
             })
