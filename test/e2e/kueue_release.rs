@@ -330,3 +330,136 @@ async fn kueue_disable_and_delete_free_the_canary_quota_body() -> anyhow::Result
     })
     .await
 }
+
+/// Lines of the suite's manager log (`LWS_E2E_MANAGER_LOG`) about `ns` that report a write
+/// an admission webhook refused.
+fn refused_writes(ns: &TestNs) -> Vec<String> {
+    let Ok(path) = std::env::var("LWS_E2E_MANAGER_LOG") else {
+        return Vec::new();
+    };
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| {
+            l.contains(&ns.name) && (l.contains("denied the request") || l.contains("kb.io"))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// Kueue's validation and ours meet without a fight. Kueue's LWS webhook refuses, for an LWS
+/// with a queue name, any change of the queue name and of the pod templates' scheduling shape
+/// (requests, ports, node selector, affinity, tolerations). A release of an LWS whose groups
+/// are partly suspended (one gated for lack of quota) therefore: is refused at the user's own
+/// write when it changes a request (nothing of a release starts); and with a new image runs to
+/// the end, the canary waiting visibly while quota is short, without a single write of ours
+/// refused (the manager's log, the Events).
+#[test]
+fn kueue_release_of_a_partly_suspended_lws_needs_no_refused_write() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_release_of_a_partly_suspended_lws_body)
+}
+
+async fn kueue_release_of_a_partly_suspended_lws_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_release_of_a_partly_suspended_lws_needs_no_refused_write")? {
+        return Ok(());
+    }
+    with_ns("kueue-suspended", |ns| {
+        Box::pin(async move {
+            with_queues(&ns, 4, |q| {
+                let ns = ns.clone();
+                async move {
+                    // 3 groups of 2 GPUs, quota for 2: one group stays suspended.
+                    let v1 = queued_lws(STABLE, 3, 2, "vllm:1");
+                    crate::lws_support::apply(&ns, &v1).await?;
+                    let uid = uid_of(&ns, STABLE).await?;
+                    wait_workloads(&ns, &uid, "2 of 3 admitted", |w| {
+                        w.len() == 3 && admitted(w).len() == 2
+                    })
+                    .await?;
+                    create_rollout(
+                        &ns,
+                        &rollout(json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]), None),
+                    )
+                    .await?;
+                    wait_rollout(&ns, "Healthy", |r| {
+                        r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+                    })
+                    .await?;
+
+                    // A new GPU count: Kueue refuses the user's write; no release starts.
+                    let mut more = v1.clone();
+                    for t in ["leaderTemplate", "workerTemplate"] {
+                        more["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"][0]["resources"] =
+                            json!({"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}});
+                    }
+                    let refused = crate::lws_support::apply(&ns, &more).await;
+                    let err = format!("{:#}", refused.err().context("Kueue lets a request change through")?);
+                    ensure!(err.contains("vleaderworkerset.kb.io") && err.contains("immutable"), "{err}");
+                    ensure!(canaries(&ns).await?.is_empty(), "no canary for a refused write");
+                    let lws = ns.api::<LeaderWorkerSet>().get(STABLE).await?;
+                    ensure!(
+                        !lws.metadata.annotations.unwrap_or_default().contains_key("rollouts.kruise.io/stable-revision"),
+                        "no hold for a refused write"
+                    );
+
+                    // A new image: allowed. The canary's group waits for quota, visibly.
+                    crate::lws_support::apply(&ns, &on_image(&v1, "vllm:2")).await?;
+                    wait_rollout(&ns, "the canary waits for Kueue", |r| {
+                        condition(r, "Progressing").is_some_and(|c| {
+                            c.2.contains(&format!("canary group 0 waits for Kueue admission in queue {QUEUE}: "))
+                        })
+                    })
+                    .await?;
+                    // Two more GPUs: the stable's own suspended group was in the queue first.
+                    q.set_gpus(6).await?;
+                    wait_workloads(&ns, &uid, "the stable group admitted first", |w| {
+                        admitted(w) == [0, 1, 2]
+                    })
+                    .await?;
+                    wait_for(&ns.api(), STABLE, WAIT, |l: Option<&LeaderWorkerSet>| {
+                        l.and_then(|l| l.status.as_ref()?.ready_replicas) == Some(3)
+                    })
+                    .await?;
+                    let r = wait_rollout(&ns, "still waiting", |r| step(r).0 == 1).await?;
+                    ensure!(
+                        condition(&r, "Progressing")
+                            .is_some_and(|c| c.2.contains("canary group 0 waits for Kueue admission")),
+                        "{:?}",
+                        condition(&r, "Progressing")
+                    );
+                    // Quota for the canary group too: step 1.
+                    q.set_gpus(8).await?;
+                    wait_paused_at(&ns, 1).await?;
+                    // Quota for everything: 3 canary groups beside 3 stable ones.
+                    q.set_gpus(12).await?;
+                    approve(&ns).await?;
+                    wait_rollout(&ns, "finished", finished("True")).await?;
+                    wait_for(&ns.api(), STABLE, WAIT, available_with(3, 3)).await?;
+                    let pods = pods_of(&ns, STABLE).await?;
+                    ensure!(
+                        pods.iter().all(|p| crate::lws_support::image(p) == "vllm:2"),
+                        "every stable group rolled, the one suspended at the start included"
+                    );
+                    wait_workloads(&ns, &uid, "3 admitted", |w| admitted(w) == [0, 1, 2]).await?;
+                    ensure!(canaries(&ns).await?.is_empty());
+                    let refused = refused_writes(&ns);
+                    ensure!(refused.is_empty(), "writes of ours refused: {refused:#?}");
+                    let events = ns
+                        .api::<k8s_openapi::api::core::v1::Event>()
+                        .list(&Default::default())
+                        .await?;
+                    let denied: Vec<String> = events
+                        .items
+                        .iter()
+                        .filter_map(|e| e.message.clone())
+                        .filter(|m| m.contains("denied the request"))
+                        .collect();
+                    ensure!(denied.is_empty(), "{denied:#?}");
+                    Ok(())
+                }
+            })
+            .await
+        })
+    })
+    .await
+}
