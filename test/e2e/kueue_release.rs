@@ -25,7 +25,7 @@ use crate::{
 };
 
 /// Steps of one canary group each time: 1 group (pause), 2 groups (pause), all.
-fn steps() -> Value {
+pub fn steps() -> Value {
     json!([
         {"replicas": 1, "pause": {}},
         {"replicas": 2, "pause": {}},
@@ -34,11 +34,11 @@ fn steps() -> Value {
 }
 
 /// The stable LWS ([`STABLE`], 2 groups of 2 pods, a GPU a pod) on `image`, in [`QUEUE`].
-fn stable(image: &str) -> Value {
+pub fn stable(image: &str) -> Value {
     queued_lws(STABLE, 2, 2, image)
 }
 
-fn on_image(lws: &Value, image: &str) -> Value {
+pub fn on_image(lws: &Value, image: &str) -> Value {
     let mut lws = lws.clone();
     for t in ["leaderTemplate", "workerTemplate"] {
         lws["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"][0]["image"] = json!(image);
@@ -77,7 +77,7 @@ async fn wait_admitted_count(ns: &TestNs, cq: &str, want: i64) -> anyhow::Result
 
 /// The stable LWS (available, every group admitted) and a Rollout of [`steps`] reading Healthy.
 /// Returns the stable LWS's uid.
-async fn setup(ns: &TestNs, v1: &Value) -> anyhow::Result<String> {
+pub async fn setup(ns: &TestNs, v1: &Value) -> anyhow::Result<String> {
     crate::lws_support::apply(ns, v1).await?;
     wait_for(&ns.api(), STABLE, WAIT, available_with(2, 2)).await?;
     let uid = uid_of(ns, STABLE).await?;
@@ -92,14 +92,14 @@ async fn setup(ns: &TestNs, v1: &Value) -> anyhow::Result<String> {
 
 /// What the stable side must never lose to a release: its pods (no restart, no re-admission)
 /// and its Workloads (the same objects, still admitted).
-struct StableUntouched {
+pub struct StableUntouched {
     pods: BTreeMap<String, String>,
     workloads: BTreeMap<String, String>,
     uid: String,
 }
 
 impl StableUntouched {
-    async fn record(ns: &TestNs, uid: &str) -> anyhow::Result<Self> {
+    pub async fn record(ns: &TestNs, uid: &str) -> anyhow::Result<Self> {
         Ok(Self {
             pods: uids(ns, STABLE).await?,
             workloads: stable_workloads(ns, uid).await?,
@@ -107,7 +107,7 @@ impl StableUntouched {
         })
     }
 
-    async fn check(&self, ns: &TestNs, when: &str) -> anyhow::Result<()> {
+    pub async fn check(&self, ns: &TestNs, when: &str) -> anyhow::Result<()> {
         ensure!(
             uids(ns, STABLE).await? == self.pods,
             "{when}: a stable pod was replaced"

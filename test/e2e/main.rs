@@ -14,6 +14,7 @@ mod failover;
 mod helm_chart;
 mod image;
 mod kueue;
+mod kueue_faults;
 mod kueue_release;
 mod kueue_support;
 mod lws;
