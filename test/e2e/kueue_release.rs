@@ -463,3 +463,101 @@ async fn kueue_release_of_a_partly_suspended_lws_body() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// `examples/lws-kueue-canary.yaml` under the quota arithmetic its comment (and docs/kueue.md)
+/// states: 24 GPUs run the stable groups and step 1's canary group; step 2 waits for Kueue and
+/// says so; 32 GPUs let the release finish.
+#[test]
+fn kueue_example_release_needs_quota_beside_the_stable_groups() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(kueue_example_body)
+}
+
+async fn kueue_example_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_example_release_needs_quota_beside_the_stable_groups")? {
+        return Ok(());
+    }
+    with_ns("kueue-example", |ns| {
+        Box::pin(async move {
+            let queues = crate::kueue_support::Queues::create_on(&ns, 24, "pool-1").await?;
+            let outcome = async {
+                let docs = crate::harness::yaml_documents("examples/lws-kueue-canary.yaml")?;
+                let lws = docs
+                    .iter()
+                    .find(|d| d["kind"] == "LeaderWorkerSet")
+                    .context("LWS")?;
+                let ro = docs
+                    .iter()
+                    .find(|d| d["kind"] == "Rollout")
+                    .context("Rollout")?;
+                crate::lws_support::apply(&ns, lws).await?;
+                wait_for(&ns.api(), "llama", WAIT, available_with(2, 2)).await?;
+                let r: Rollout = serde_json::from_value(ro.clone())?;
+                ns.api::<Rollout>().create(&Default::default(), &r).await?;
+                let rollouts = ns.api::<Rollout>();
+                let wait =
+                    |what: &'static str, cond: Box<dyn Fn(&Rollout) -> bool + Send + Sync>| {
+                        let rollouts = rollouts.clone();
+                        async move {
+                            wait_for(&rollouts, "llama", WAIT, move |r: Option<&Rollout>| {
+                                r.is_some_and(|r| cond(r))
+                            })
+                            .await
+                            .with_context(|| format!("Rollout llama: {what}"))
+                        }
+                    };
+                wait(
+                    "Healthy",
+                    Box::new(|r| {
+                        r.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Healthy")
+                    }),
+                )
+                .await?;
+                let mut v2 = lws.clone();
+                for t in ["leaderTemplate", "workerTemplate"] {
+                    v2["spec"]["leaderWorkerTemplate"][t]["spec"]["containers"][0]["image"] =
+                        json!("vllm/vllm-openai:v0.11.1");
+                }
+                crate::lws_support::apply(&ns, &v2).await?;
+                wait(
+                    "paused at step 1",
+                    Box::new(|r| step(r) == (1, "StepPaused".to_string())),
+                )
+                .await?;
+                rollouts
+                    .patch_status(
+                        "llama",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(
+                            json!({"status": {"canaryStatus": {"currentStepState": "StepReady"}}}),
+                        ),
+                    )
+                    .await?;
+                let r = wait(
+                    "step 2 waiting for Kueue",
+                    Box::new(|r| {
+                        condition(r, "Progressing").is_some_and(|c| {
+                            c.2.contains(
+                                "canary group 1 waits for Kueue admission in queue gpu-team: ",
+                            )
+                        })
+                    }),
+                )
+                .await?;
+                eprintln!(
+                    "kueue example, step 2 at 24 GPUs: {}",
+                    r.and_then(|r| condition(&r, "Progressing"))
+                        .map(|c| c.2)
+                        .unwrap_or_default()
+                );
+                queues.set_gpus(32).await?;
+                wait("finished", Box::new(finished("True"))).await?;
+                wait_for(&ns.api(), "llama", WAIT, available_with(2, 2)).await?;
+                anyhow::Ok(())
+            }
+            .await;
+            queues.delete().await;
+            outcome
+        })
+    })
+    .await
+}

@@ -82,12 +82,19 @@ fn resource(kind: &str, plural: &str) -> ApiResource {
 pub struct Queues {
     /// The ClusterQueue's name.
     pub cluster_queue: String,
+    /// Its ResourceFlavor.
+    pub flavor: String,
     api: Api<DynamicObject>,
 }
 
 impl Queues {
-    /// Creates both queues.
+    /// Creates both queues on [`FLAVOR`].
     pub async fn create(ns: &TestNs, gpus: i64) -> anyhow::Result<Self> {
+        Self::create_on(ns, gpus, FLAVOR).await
+    }
+
+    /// Creates both queues on the ResourceFlavor `flavor` (`pool-0` or `pool-1`).
+    pub async fn create_on(ns: &TestNs, gpus: i64, flavor: &str) -> anyhow::Result<Self> {
         let cq_res = resource("ClusterQueue", "clusterqueues");
         let lq_res = resource("LocalQueue", "localqueues");
         let api: Api<DynamicObject> = Api::all_with(ns.client.clone(), &cq_res);
@@ -97,13 +104,14 @@ impl Queues {
             "metadata": {"name": name},
             "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns.name}},
                      "resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-                        "flavors": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}
+                        "flavors": [{"name": flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}
         }))?;
         api.patch(&name, &PatchParams::apply("e2e-user"), &Patch::Apply(&cq))
             .await
             .with_context(|| format!("creating ClusterQueue {name}"))?;
         let queues = Self {
             cluster_queue: name.clone(),
+            flavor: flavor.to_string(),
             api,
         };
         let lq = local_queue(QUEUE, &name);
@@ -120,7 +128,7 @@ impl Queues {
     /// Sets the ClusterQueue's GPU quota.
     pub async fn set_gpus(&self, gpus: i64) -> anyhow::Result<()> {
         let patch = json!({"spec": {"resourceGroups": [{"coveredResources": ["nvidia.com/gpu"],
-            "flavors": [{"name": FLAVOR, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}});
+            "flavors": [{"name": self.flavor, "resources": [{"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]}});
         self.api
             .patch(
                 &self.cluster_queue,
@@ -170,6 +178,7 @@ where
     let queues = Queues::create(ns, gpus).await?;
     let cleanup = Queues {
         cluster_queue: queues.cluster_queue.clone(),
+        flavor: queues.flavor.clone(),
         api: queues.api.clone(),
     };
     let outcome =
