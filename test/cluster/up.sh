@@ -14,6 +14,10 @@
 # $LWS_TRAFFIC_URL (written to STATE_DIR/env and STATE_DIR/traffic/env). LWS_CLUSTER_TRAFFIC=0
 # leaves it out. When it cannot run (not root, no `ip`, no proxy binary, a port taken) the
 # cluster still comes up, and the one-line reason is in STATE_DIR/traffic/skipped.
+#
+# LWS_CLUSTER_KUEUE=1 also installs our CRDs and starts Kueue (test/kueue/start.sh: PID in
+# STATE_DIR/pids/kueue.pid, so down.sh stops it) with a ResourceFlavor per node pool
+# (docs/kueue.md); otherwise STATE_DIR/kueue/skipped says it was not requested.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
