@@ -126,6 +126,17 @@ impl Workload {
         Some(why)
     }
 
+    /// The LeaderWorkerSet this Workload stands for a group of: (name, uid) of its owner
+    /// reference of that kind (Kueue sets a plain owner reference, not a controller one).
+    pub fn lws_owner(&self) -> Option<(&str, &str)> {
+        self.metadata
+            .owner_references
+            .as_ref()?
+            .iter()
+            .find(|o| o.kind == "LeaderWorkerSet")
+            .map(|o| (o.name.as_str(), o.uid.as_str()))
+    }
+
     /// The LWS group index this Workload stands for ([`GROUP_INDEX_ANNOTATION`]).
     pub fn group_index(&self) -> Option<i32> {
         self.metadata

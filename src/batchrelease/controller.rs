@@ -119,14 +119,12 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
         .collect()
 }
 
-/// The LWS a Kueue Workload stands for a group of (its controller owner).
+/// The LWS a Kueue Workload stands for a group of (its owner: Kueue sets a plain owner
+/// reference, not a controller one).
 fn workload_owner(lws: &Store<LeaderWorkerSet>, wl: &Workload) -> Option<Arc<LeaderWorkerSet>> {
-    let owner = wl
-        .owner_references()
-        .iter()
-        .find(|o| o.controller == Some(true) && o.kind == "LeaderWorkerSet")?;
-    lws.get(&ObjectRef::new(&owner.name).within(&wl.namespace()?))
-        .filter(|l| l.metadata.uid.as_deref() == Some(owner.uid.as_str()))
+    let (name, uid) = wl.lws_owner()?;
+    lws.get(&ObjectRef::new(name).within(wl.metadata.namespace.as_deref()?))
+        .filter(|l| l.metadata.uid.as_deref() == Some(uid))
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {

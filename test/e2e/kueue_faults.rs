@@ -153,6 +153,22 @@ async fn kueue_queue_name_without_a_local_queue_body() -> anyhow::Result<()> {
                     })
             })
             .await?;
+            // The LWS says it too (kubectl describe lws): a Warning Event per waiting group.
+            crate::harness::events_when(&ns, WAIT, |events| {
+                (0..2).all(|g| {
+                    events.iter().any(|e| {
+                        e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                            && e.reason.as_deref() == Some("WaitingForKueue")
+                            && e.note.as_deref()
+                                == Some(&format!(
+                                    "group {g} waits for Kueue admission in queue no-such-queue: \
+                                 LocalQueue no-such-queue doesn't exist"
+                                ))
+                    })
+                })
+            })
+            .await
+            .context("a WaitingForKueue Event on the LWS for each group")?;
             let pods = wait_for_all(&ns.api::<Pod>(), &format!("{NAME}={name}"), WAIT, |p| {
                 p.len() == 4
             })

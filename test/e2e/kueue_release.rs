@@ -192,10 +192,13 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::R
                         "{:?}",
                         step(&r)
                     );
-                    let event =
-                        wait_event(&ns, "CanaryNotReady", "waits for Kueue admission in queue")
-                            .await?;
-                    ensure!(event.contains("canary group 1"), "{event}");
+                    let event = wait_event(
+                        &ns,
+                        "CanaryNotReady",
+                        "canary group 1 waits for Kueue admission in queue",
+                    )
+                    .await?;
+                    ensure!(!event.is_empty());
                     let pods =
                         pods_of(&ns, &canary.metadata.name.clone().unwrap_or_default()).await?;
                     assert_group_gated(
