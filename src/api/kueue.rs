@@ -64,10 +64,15 @@ pub struct WorkloadSpec {
 
 /// `status`, as far as it is read.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkloadStatus {
     /// `status.conditions`.
     #[serde(default)]
     pub conditions: Vec<WorkloadCondition>,
+    /// `status.clusterName`: the worker cluster MultiKueue dispatched it to (on a MultiKueue
+    /// manager cluster).
+    #[serde(default)]
+    pub cluster_name: Option<String>,
 }
 
 /// One condition (`metav1.Condition` without its times).
@@ -184,12 +189,14 @@ mod tests {
                          "annotations": {"kueue.x-k8s.io/component-workload-index": "1"}},
             "spec": {"queueName": "gpu-team", "active": true,
                      "podSets": [{"name": "leader", "count": 1, "template": {"spec": {"containers": []}}}]},
-            "status": {"conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
+            "status": {"clusterName": "worker1",
+                       "conditions": [{"type": "QuotaReserved", "status": "False", "reason": "Pending",
                        "message": "couldn't assign flavors to pod set leader: insufficient quota",
                        "lastTransitionTime": "2026-11-24T00:00:00Z", "observedGeneration": 1}]}
         }))
         .unwrap();
         assert_eq!(wl.group_index(), Some(1));
+        assert_eq!(wl.status.cluster_name.as_deref(), Some("worker1"));
         assert_eq!(wl.spec.queue_name.as_deref(), Some("gpu-team"));
         assert!(!wl.is(condition::QUOTA_RESERVED));
         assert_eq!(
@@ -206,6 +213,7 @@ mod tests {
                 active,
             },
             status: WorkloadStatus {
+                cluster_name: None,
                 conditions: conditions
                     .iter()
                     .map(|(t, s, m)| WorkloadCondition {

@@ -18,15 +18,32 @@ pub fn owned_by(wl: &Workload, lws: &LeaderWorkerSet) -> bool {
         .any(|o| o.kind == "LeaderWorkerSet" && Some(o.uid.as_str()) == lws.metadata.uid.as_deref())
 }
 
+/// Event reason: MultiKueue dispatched a group of the LWS to a worker cluster, where it runs.
+pub const DISPATCHED: &str = "DispatchedByMultiKueue";
+
 /// "group 1 waits for Kueue admission in queue gpu-team: LocalQueue gpu-team doesn't exist",
-/// for a Workload of `lws` that is not admitted; `None` once admitted, for a Workload of no
-/// group (no index), or one being deleted (its group is going away).
+/// for a Workload of `lws` that is not admitted; for one admitted on a MultiKueue worker
+/// cluster, where it runs; `None` for one admitted here, for a Workload of no group (no
+/// index), or one being deleted (its group is going away).
 pub fn wait_event(wl: &Workload, lws: &LeaderWorkerSet) -> Option<EventSpec> {
     if !owned_by(wl, lws) || wl.metadata.deletion_timestamp.is_some() {
         return None;
     }
     let group = wl.group_index()?;
-    let why = wl.admission_wait()?;
+    let Some(why) = wl.admission_wait() else {
+        // Admitted. On a MultiKueue manager cluster it was admitted on a worker cluster and
+        // runs there: this cluster's pods of the group stay gated (Kueue never runs them
+        // here), and the LWS's status here counts only them — say where the group runs.
+        return wl.status.cluster_name.as_ref().map(|cluster| {
+            EventSpec::normal(
+                DISPATCHED,
+                format!(
+                    "group {group} runs on cluster {cluster} (dispatched by MultiKueue); its pods \
+                     here stay gated, its status is the LeaderWorkerSet's on {cluster}"
+                ),
+            )
+        });
+    };
     let queue = wl
         .spec
         .queue_name
@@ -81,8 +98,21 @@ mod tests {
             "group 1 waits for Kueue admission in queue gpu-team: LocalQueue gpu-team doesn't exist"
         );
         assert_eq!(
-            wait_event(&workload("u1", Some("1"), admitted), &lws("u1")),
+            wait_event(&workload("u1", Some("1"), admitted.clone()), &lws("u1")),
             None
+        );
+        let mut dispatched = workload("u1", Some("1"), admitted);
+        dispatched.status.cluster_name = Some("worker1".into());
+        let e = wait_event(&dispatched, &lws("u1")).unwrap();
+        assert_eq!(
+            (e.reason.as_str(), e.severity),
+            (DISPATCHED, crate::k8s::events::Severity::Normal)
+        );
+        assert!(
+            e.note
+                .starts_with("group 1 runs on cluster worker1 (dispatched by MultiKueue)"),
+            "{}",
+            e.note
         );
         assert_eq!(
             wait_event(&workload("u2", Some("1"), inadmissible.clone()), &lws("u1")),
