@@ -15,6 +15,7 @@ mod helm_chart;
 mod image;
 mod kueue;
 mod kueue_faults;
+mod kueue_multikueue;
 mod kueue_release;
 mod kueue_support;
 mod lws;
