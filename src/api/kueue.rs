@@ -231,7 +231,12 @@ mod tests {
     #[test]
     fn the_wait_is_said_in_the_words_of_the_condition_that_holds_it() {
         use condition::{ADMITTED, EVICTED, QUOTA_RESERVED};
-        let table: [(Option<bool>, &[(&str, &str, &str)], Option<&str>); 7] = [
+        type Row<'a> = (
+            Option<bool>,
+            &'a [(&'a str, &'a str, &'a str)],
+            Option<&'a str>,
+        );
+        let table: [Row; 7] = [
             (None, &[], Some("not considered by Kueue yet")),
             (
                 Some(true),

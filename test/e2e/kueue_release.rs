@@ -502,7 +502,7 @@ async fn kueue_example_body() -> anyhow::Result<()> {
                         let rollouts = rollouts.clone();
                         async move {
                             wait_for(&rollouts, "llama", WAIT, move |r: Option<&Rollout>| {
-                                r.is_some_and(|r| cond(r))
+                                r.is_some_and(&cond)
                             })
                             .await
                             .with_context(|| format!("Rollout llama: {what}"))
