@@ -392,3 +392,55 @@ async fn kueue_manager_killed_body() -> anyhow::Result<()> {
     c.finish();
     Ok(())
 }
+
+/// Runs `test/kueue/build.sh` with only `PATH`, a scratch HOME and cache, and `extra`.
+fn kueue_build(name: &str, path: &str, extra: &[(&str, String)]) -> std::process::Output {
+    let dir = std::env::temp_dir().join(format!("lws-e2e-kueue-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    let mut cmd = std::process::Command::new("bash");
+    cmd.arg(repo().join("test/kueue/build.sh"))
+        .env_clear()
+        .env("PATH", path)
+        .env("HOME", dir.join("home"))
+        .env("LWS_ROLLOUT_CACHE", dir.join("cache"));
+    for (k, v) in extra {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("bash runs");
+    let _ = std::fs::remove_dir_all(&dir);
+    out
+}
+
+#[test]
+fn kueue_build_without_go_says_what_is_missing_and_takes_a_prebuilt_binary() {
+    let out = kueue_build("nogo", "/usr/bin:/bin", &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("lws-rollout kueue:"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one error line, stderr was:\n{stderr}");
+    assert!(lines[0].contains("no Go toolchain"), "{}", lines[0]);
+    assert!(lines[0].contains("LWS_KUEUE_BIN"), "{}", lines[0]);
+    // A prebuilt binary (any executable stands in) is used as it is, without Go.
+    let out = kueue_build(
+        "prebuilt",
+        "/usr/bin:/bin",
+        &[("LWS_KUEUE_BIN", "/bin/true".into())],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/bin/true");
+    let out = kueue_build(
+        "notexec",
+        "/usr/bin:/bin",
+        &[("LWS_KUEUE_BIN", "/nonexistent/kueue".into())],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is not an executable"));
+}
