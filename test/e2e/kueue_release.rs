@@ -143,7 +143,22 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::R
             with_queues(&ns, 6, |q| {
                 let ns = ns.clone();
                 async move {
-                    let v1 = stable("vllm:1");
+                    // The stable LWS serves at a WorkloadPriorityClass of the team's.
+                    let priority = format!("e2e-{}", ns.name);
+                    let wpc: Api<DynamicObject> = Api::all_with(
+                        ns.client.clone(),
+                        &ApiResource::from_gvk_with_plural(
+                            &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass"),
+                            "workloadpriorityclasses",
+                        ),
+                    );
+                    let class: DynamicObject = serde_json::from_value(json!({
+                        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass",
+                        "metadata": {"name": priority}, "value": 100
+                    }))?;
+                    wpc.create(&Default::default(), &class).await?;
+                    let mut v1 = stable("vllm:1");
+                    v1["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] = json!(priority);
                     let stable_uid = setup(&ns, &v1).await?;
                     let untouched = StableUntouched::record(&ns, &stable_uid).await?;
 
@@ -167,6 +182,24 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::R
                     })
                     .await?;
                     ensure!(cw[0].spec.queue_name.as_deref() == Some(QUEUE));
+                    // …and at the stable's priority (Kueue resolved the class for its Workloads).
+                    let canary_wl: Api<DynamicObject> = Api::namespaced_with(
+                        ns.client.clone(),
+                        &ns.name,
+                        &ApiResource::from_gvk_with_plural(
+                            &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "Workload"),
+                            "workloads",
+                        ),
+                    );
+                    let full = canary_wl
+                        .get(cw[0].metadata.name.as_deref().unwrap_or_default())
+                        .await?;
+                    ensure!(
+                        full.data["spec"]["priority"] == json!(100)
+                            && full.data["spec"]["priorityClassRef"]["name"] == json!(priority),
+                        "the canary's Workload runs at the stable's priority: {}",
+                        full.data["spec"]
+                    );
                     wait_admitted_count(&ns, &q.cluster_queue, 3).await?;
                     untouched.check(&ns, "step 1").await?;
 
@@ -232,6 +265,7 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::R
                     .await?;
                     wait_admitted_count(&ns, &q.cluster_queue, 2).await?;
                     untouched.check(&ns, "after the rollback").await?;
+                    let _ = wpc.delete(&priority, &DeleteParams::background()).await;
                     Ok(())
                 }
             })
