@@ -1,26 +1,19 @@
-//! Runs [`super::plan`]: one reconcile per Kueue Workload that stands for an LWS group, woken
-//! by the Workload's changes (the shared cache); publishes the Event on the LWS. Nothing is
-//! written but Events, so there is nothing to retry: a missed Event is repeated by the next
-//! change of the Workload (the Events kit folds repeats into a series).
-
-use std::{sync::Arc, time::Duration};
+//! Runs [`super::plan`] for every change of a Kueue Workload that stands for an LWS group (the
+//! shared cache's change stream) and publishes the Event on the LWS. Nothing is written but
+//! Events, so there is nothing to retry: a missed Event is repeated by the Workload's next
+//! change (the Events kit folds repeats into a series).
+//!
+//! A plain loop over the change stream, not a kube-runtime `Controller`: a Controller over a
+//! store that never fills (a cluster without Kueue's CRD) held a graceful shutdown for seconds,
+//! and nothing here needs a work queue — each change is handled at once, in order.
 
 use futures::StreamExt;
-use kube::runtime::{
-    Controller,
-    controller::{Action, Config as ControllerConfig},
-    reflector::{ObjectRef, Store},
-};
+use kube::runtime::reflector::{ObjectRef, Store};
 
 use crate::{
     api::{LeaderWorkerSet, kueue::Workload},
     k8s::{events::Events, watch::SharedCache},
 };
-
-struct Context {
-    events: Events,
-    lws: Store<LeaderWorkerSet>,
-}
 
 /// Runs the reporter until `shutdown` completes.
 pub fn run(
@@ -29,32 +22,29 @@ pub fn run(
     lws: &SharedCache<LeaderWorkerSet>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
-    let ctx = Arc::new(Context {
-        events: Events::new(client, "lws-rollout"),
-        lws: lws.store(),
-    });
-    Controller::for_shared_stream(workloads.subscribe(), workloads.store())
-        .with_config(ControllerConfig::default().debounce(Duration::from_millis(200)))
-        .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {})
-}
-
-async fn reconcile(
-    wl: Arc<Workload>,
-    ctx: Arc<Context>,
-) -> Result<Action, std::convert::Infallible> {
-    let (Some((name, _)), Some(ns)) = (wl.lws_owner(), wl.metadata.namespace.as_deref()) else {
-        return Ok(Action::await_change());
-    };
-    if let Some(lws) = ctx.lws.get(&ObjectRef::new(name).within(ns))
-        && let Some(event) = super::plan::wait_event(&wl, &lws)
-    {
-        ctx.events.publish(lws.as_ref(), &event).await;
+    let current = workloads.store();
+    let changes = workloads.subscribe();
+    let lws = lws.store();
+    let events = Events::new(client, "lws-rollout");
+    async move {
+        let mut changes = std::pin::pin!(changes.take_until(shutdown));
+        while let Some(changed) = changes.next().await {
+            // The change stream also carries deletions: act on what the cache still holds.
+            let Some(wl) = current.get(&ObjectRef::from_obj(changed.as_ref())) else {
+                continue;
+            };
+            report(&events, &lws, &wl).await;
+        }
     }
-    Ok(Action::await_change())
 }
 
-fn error_policy(_: Arc<Workload>, _: &std::convert::Infallible, _: Arc<Context>) -> Action {
-    Action::await_change()
+async fn report(events: &Events, lws: &Store<LeaderWorkerSet>, wl: &Workload) {
+    let (Some((name, _)), Some(ns)) = (wl.lws_owner(), wl.metadata.namespace.as_deref()) else {
+        return;
+    };
+    if let Some(lws) = lws.get(&ObjectRef::new(name).within(ns))
+        && let Some(event) = super::plan::wait_event(wl, &lws)
+    {
+        events.publish(lws.as_ref(), &event).await;
+    }
 }

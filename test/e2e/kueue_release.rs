@@ -148,7 +148,11 @@ async fn kueue_canary_waits_in_the_stable_queue_and_says_why_body() -> anyhow::R
                     let wpc: Api<DynamicObject> = Api::all_with(
                         ns.client.clone(),
                         &ApiResource::from_gvk_with_plural(
-                            &GroupVersionKind::gvk("kueue.x-k8s.io", "v1beta2", "WorkloadPriorityClass"),
+                            &GroupVersionKind::gvk(
+                                "kueue.x-k8s.io",
+                                "v1beta2",
+                                "WorkloadPriorityClass",
+                            ),
                             "workloadpriorityclasses",
                         ),
                     );
