@@ -296,3 +296,46 @@ pub fn assert_group_gated(pods: &[Pod], lws: &str, group: i32) -> anyhow::Result
     }
     Ok(())
 }
+
+/// Labels the namespace so the test cluster's Kueue LWS webhooks skip it
+/// (`lws-rollout.test/kueue-webhooks=off`, test/kueue/start.sh): for a test of a spec Kueue's
+/// webhook would refuse at admission. No-op effect on a cluster without Kueue.
+pub async fn opt_out_of_kueue_webhooks(ns: &TestNs) -> anyhow::Result<()> {
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(ns.client.clone())
+        .patch(
+            &ns.name,
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"labels": {"lws-rollout.test/kueue-webhooks": "off"}}}),
+            ),
+        )
+        .await?;
+    // The API server matches webhooks against its cached namespace labels: wait until a
+    // dry-run create of what Kueue refuses is no longer sent to Kueue.
+    let probe: lws_rollout::api::LeaderWorkerSet = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "kueue-opt-out-probe"},
+        "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
+            {"name": "c", "image": "x", "resources": {"limits": {"memory": "1e1.5"}}}]}}}}
+    }))?;
+    let api = ns.api::<lws_rollout::api::LeaderWorkerSet>();
+    let dry = kube::api::PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match api.create(&dry, &probe).await {
+            Err(e) if e.to_string().contains("leaderworkerset.kb.io") => {
+                if tokio::time::Instant::now() > deadline {
+                    bail!(
+                        "Kueue's LWS webhooks still see namespace {} after 30s: {e}",
+                        ns.name
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => return Ok(()),
+        }
+    }
+}

@@ -18,7 +18,7 @@
 # - Kueue's webhook configurations as its kustomize install renders them (names
 #   kueue-{mutating,validating}-webhook-configuration, same webhook names, paths, rules and
 #   namespaceSelectors), limited to the webhooks of the enabled integrations and of Kueue's own
-#   kinds, with clientConfig.url and caBundle;
+#   kinds, with clientConfig.url and caBundle (and one opt-out label for a test: below);
 # - LWS_KUEUE_CONFIG_EXTRA: YAML lines appended to the Configuration (the MultiKueue tests
 #   set `multiKueue:` there).
 #
@@ -176,6 +176,12 @@ done
 # references become URLs. Only the webhooks of the enabled integrations (leaderworkerset, pod)
 # and of Kueue's own kinds: the others answer as no-ops when their integration is off.
 NOT_SYSTEM='{matchExpressions: [{key: kubernetes.io/metadata.name, operator: NotIn, values: [kube-system, kueue-system]}]}'
+# One deviation from Kueue's install, for the test clusters only: a namespace labelled
+# lws-rollout.test/kueue-webhooks=off is not sent to Kueue's LWS webhooks. Kueue's LWS webhook
+# decodes every LWS into Go types and refuses what they cannot hold (e.g. a quantity such as
+# "1e1.5" that the CRD schema accepts); the e2e test of our controller's answer to such a spec
+# opts its namespace out. Every other namespace gets Kueue's webhooks as installed.
+OPT_OUT='{matchExpressions: [{key: lws-rollout.test/kueue-webhooks, operator: NotIn, values: ["off"]}]}'
 hook() { # name path group version operations resources [namespaceSelector]
   cat <<YAML
 - name: $1
@@ -194,7 +200,7 @@ YAML
   echo "metadata: {name: kueue-mutating-webhook-configuration}"
   echo "webhooks:"
   hook mclusterqueue.kb.io /mutate-kueue-x-k8s-io-v1beta2-clusterqueue kueue.x-k8s.io v1beta2 CREATE clusterqueues
-  hook mleaderworkerset.kb.io /mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io v1 "CREATE, UPDATE" leaderworkersets
+  hook mleaderworkerset.kb.io /mutate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io v1 "CREATE, UPDATE" leaderworkersets "$OPT_OUT"
   hook mpod.kb.io /mutate--v1-pod "" v1 CREATE pods "$NOT_SYSTEM"
   hook mresourceflavor.kb.io /mutate-kueue-x-k8s-io-v1beta2-resourceflavor kueue.x-k8s.io v1beta2 CREATE resourceflavors
   hook mworkload.kb.io /mutate-kueue-x-k8s-io-v1beta2-workload kueue.x-k8s.io v1beta2 CREATE workloads
@@ -205,7 +211,7 @@ YAML
   echo "webhooks:"
   hook vclusterqueue.kb.io /validate-kueue-x-k8s-io-v1beta2-clusterqueue kueue.x-k8s.io v1beta2 "CREATE, UPDATE" clusterqueues
   hook vcohort.kb.io /validate-kueue-x-k8s-io-v1beta2-cohort kueue.x-k8s.io v1beta2 "CREATE, UPDATE" cohorts
-  hook vleaderworkerset.kb.io /validate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io v1 "CREATE, UPDATE" leaderworkersets
+  hook vleaderworkerset.kb.io /validate-leaderworkerset-x-k8s-io-v1-leaderworkerset leaderworkerset.x-k8s.io v1 "CREATE, UPDATE" leaderworkersets "$OPT_OUT"
   hook vpod.kb.io /validate--v1-pod "" v1 "CREATE, UPDATE" pods "$NOT_SYSTEM"
   hook vresourceflavor.kb.io /validate-kueue-x-k8s-io-v1beta2-resourceflavor kueue.x-k8s.io v1beta2 "CREATE, UPDATE" resourceflavors
   hook vworkload.kb.io /validate-kueue-x-k8s-io-v1beta2-workload kueue.x-k8s.io v1beta2 "CREATE, UPDATE" "workloads, workloads/status"
