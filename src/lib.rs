@@ -6,6 +6,7 @@ pub mod api;
 pub mod batchrelease;
 pub mod cli;
 pub mod k8s;
+pub mod kueue;
 pub mod lws;
 pub mod manager;
 pub mod release;

@@ -21,6 +21,19 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # leaves its variable empty, and its tests print one SKIPPED line instead of running.
 KRUISE_BIN=$(test/tools/build-kruise.sh) || { log "kubectl-kruise not built: its e2e tests will be skipped"; KRUISE_BIN=""; }
 ARGOCD_HEALTH_BIN=$(test/tools/build-argocd-health.sh) || { log "argocd-health not built: its e2e tests will be skipped"; ARGOCD_HEALTH_BIN=""; }
+# Kueue v0.17.0, run out of cluster beside the suite's cluster so the Kueue e2e tests have a
+# real one (docs/kueue.md; cold: a Go build of ~4–11 min; warm: instant). Not built (no Go, no
+# module proxy) or LWS_CLUSTER_KUEUE=0: the cluster runs without it and those tests print one
+# SKIPPED line each.
+KUEUE="${LWS_CLUSTER_KUEUE:-1}"
+KUEUE_SKIPPED=""
+if [ "$KUEUE" = 1 ]; then
+  if ! test/kueue/build.sh >/dev/null; then
+    KUEUE=0; KUEUE_SKIPPED="Kueue not built (test/kueue/build.sh failed, see its log)"
+  elif [ "$(id -u)" != 0 ] && [ ! -s /etc/kueue/metrics/certs/tls.crt ]; then
+    KUEUE=0; KUEUE_SKIPPED="not root: Kueue reads its metrics certificate from /etc/kueue/metrics/certs (test/kueue/start.sh writes it once as root)"
+  fi
+fi
 # The traffic layer's proxy, Traefik (cold: a Go build of ~10 min; warm: instant). Without it
 # the cluster still comes up and the traffic tests report SKIPPED with the reason.
 test/cluster/build-traefik.sh >/dev/null || true
@@ -51,10 +64,13 @@ cleanup() {
 }
 trap cleanup EXIT
 # The audit log shows which requests the manager made (the RBAC check in step 6).
-KUBECONFIG_FILE=$(LWS_CLUSTER_AUDIT_POLICY="$REPO/test/helm/audit-policy.yaml" \
+KUBECONFIG_FILE=$(LWS_CLUSTER_AUDIT_POLICY="$REPO/test/helm/audit-policy.yaml" LWS_CLUSTER_KUEUE="$KUEUE" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
 TRAFFIC_SKIPPED=$(cat "$STATE/traffic/skipped" 2>/dev/null || true)
 [ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests will be SKIPPED: $TRAFFIC_SKIPPED"
+[ -z "$KUEUE_SKIPPED" ] || echo "$KUEUE_SKIPPED" >"$STATE/kueue/skipped"
+KUEUE_SKIPPED=$(cat "$STATE/kueue/skipped" 2>/dev/null || true)
+[ -z "$KUEUE_SKIPPED" ] || log "Kueue tests will be SKIPPED: $KUEUE_SKIPPED"
 KUBECONFIG="$KUBECONFIG_FILE" install_crds "$BIN/kubectl"
 # The chart, installed with Helm; the manager runs as its ServiceAccount (impersonation), so
 # the chart's RBAC is exactly what the whole suite runs with.

@@ -1,6 +1,7 @@
 //! API types, one file per kind, and the CRDs generated from them.
 
 pub mod batchrelease;
+pub mod kueue;
 pub mod leaderworkerset;
 pub mod markers;
 pub mod rollout;

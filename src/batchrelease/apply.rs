@@ -23,6 +23,15 @@ pub fn cached_canary_version(obs: &BatchReleaseObserved, name: &str) -> String {
         .unwrap_or_default()
 }
 
+/// "cannot write the canary LeaderWorkerSet x: <the API server's message>".
+pub fn canary_write_failed(name: &str, err: &ApiError) -> String {
+    let why = match &err.source {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    };
+    format!("cannot write the canary LeaderWorkerSet {name}: {why}")
+}
+
 /// Field manager of the BatchRelease controller's writes.
 pub const FIELD_MANAGER: &str = "lws-rollout-batchrelease";
 
@@ -40,7 +49,26 @@ pub async fn apply(
         && !plan.canary_in_place
     {
         let name = canary.name_any();
-        let applied = applier.apply(canary).await?;
+        let applied = match applier.apply(canary).await {
+            Ok(applied) => applied,
+            Err(err) => {
+                // Said where the Rollout reads why the batch waits (its message and Event),
+                // e.g. an admission webhook that is down or refuses the canary (Kueue's, when
+                // Kueue is stopped: docs/kueue.md); the error then retries with backoff.
+                let mut status = plan.status.clone();
+                status.message = Some(canary_write_failed(&name, &err));
+                if br.status.as_ref() != Some(&status) {
+                    let _ = applier
+                        .merge_patch_status::<BatchRelease>(
+                            &ns,
+                            &br.name_any(),
+                            &status_patch(br.status.as_ref(), &status),
+                        )
+                        .await;
+                }
+                return Err(err);
+            }
+        };
         written.record(
             &key::<LeaderWorkerSet>(&ns, &name),
             &cached_canary_version(obs, &name),

@@ -9,6 +9,7 @@ use kube::{Resource, ResourceExt};
 
 use super::names::CONTROL_INFO;
 use crate::api::batchrelease::BatchRelease;
+use crate::api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_LABEL};
 use crate::api::leaderworkerset::LeaderWorkerSet;
 use crate::api::rollout::PatchPodTemplateMetadata;
 use crate::release::names::CANARY_LABEL;
@@ -27,6 +28,15 @@ pub fn owner_ref(br: &BatchRelease) -> OwnerReference {
 
 /// Annotations of the LWS API itself (placement); the canary carries the stable's.
 const LWS_ANNOTATION_PREFIX: &str = "leaderworkerset.sigs.k8s.io/";
+
+/// Kueue's labels on the stable LWS that the canary carries too, so its groups wait in the
+/// same LocalQueue, at the same priority, and count against the same quota (docs/kueue.md).
+/// Without the queue name a canary either escapes the team's quota or — its templates carry
+/// the annotation Kueue's webhook put on the stable's — has its pods gated with no Workload
+/// to admit them. Kueue's webhook refuses to change the queue name of an LWS later, so a
+/// canary is created with it. (Not `kueue.x-k8s.io/multikueue-origin`: a canary is made on the
+/// cluster it runs on, not dispatched there.)
+const KUEUE_LABELS: [&str; 2] = [QUEUE_LABEL, PRIORITY_CLASS_LABEL];
 
 /// The whole canary LWS: the stable LWS's current spec (the new template), `replicas` groups,
 /// no partition, `patch` on the leader template only, Kruise's label and control-info
@@ -79,20 +89,38 @@ pub fn desired_canary(
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     annotations.insert(CONTROL_INFO.to_string(), control_info);
+    let mut labels: BTreeMap<String, String> = stable
+        .labels()
+        .iter()
+        .filter(|(k, _)| KUEUE_LABELS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    labels.insert(CANARY_LABEL.to_string(), stable.name_any());
     LeaderWorkerSet {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: stable.namespace(),
-            labels: Some(BTreeMap::from([(
-                CANARY_LABEL.to_string(),
-                stable.name_any(),
-            )])),
+            labels: Some(labels),
             annotations: Some(annotations),
             owner_references: Some(vec![owner]),
             ..ObjectMeta::default()
         },
         spec,
         status: None,
+    }
+}
+
+/// Kueue's labels are the ones `existing` (the canary as it is) was created with: Kueue's
+/// webhook refuses any change of an LWS's queue name, so a canary made before its stable LWS
+/// had one (or by a manager that did not copy it) keeps what it has rather than fail every
+/// write for the rest of the release.
+pub fn keep_kueue_labels(wanted: &mut LeaderWorkerSet, existing: &LeaderWorkerSet) {
+    let labels = wanted.metadata.labels.get_or_insert_with(BTreeMap::new);
+    for key in KUEUE_LABELS {
+        match existing.labels().get(key) {
+            Some(value) => labels.insert(key.to_string(), value.clone()),
+            None => labels.remove(key),
+        };
     }
 }
 
@@ -127,6 +155,59 @@ mod tests {
                 "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
             ],
             "placement is copied; the hold and other tools' annotations are not"
+        );
+    }
+
+    #[test]
+    fn the_canary_waits_in_the_stable_kueue_queue_at_its_priority() {
+        let stable: LeaderWorkerSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vllm", "namespace": "ns", "labels": {
+                "kueue.x-k8s.io/queue-name": "gpu-team",
+                "kueue.x-k8s.io/priority-class": "serving",
+                "kueue.x-k8s.io/multikueue-origin": "manager",
+                "app": "vllm"}},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": []}}}}
+        }))
+        .unwrap();
+        let br: BatchRelease = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vllm", "namespace": "ns", "uid": "u1"},
+            "spec": {"workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": "vllm"},
+                     "releasePlan": {}}
+        }))
+        .unwrap();
+        let canary = desired_canary(&br, &stable, "vllm-canary-x", 1, None);
+        let labels: Vec<(&str, &str)> = canary
+            .labels()
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(
+            labels,
+            [
+                ("kueue.x-k8s.io/priority-class", "serving"),
+                ("kueue.x-k8s.io/queue-name", "gpu-team"),
+                (CANARY_LABEL, "vllm"),
+            ],
+            "Kueue's queue and priority are carried; the user's other labels and MultiKueue's origin are not"
+        );
+        // A stable LWS without Kueue's labels gives a canary without them.
+        let mut plain = stable.clone();
+        plain.metadata.labels = None;
+        let mut canary = desired_canary(&br, &plain, "vllm-canary-x", 1, None);
+        assert_eq!(canary.labels().len(), 1);
+        // An existing canary keeps the queue it was created with (Kueue refuses a change).
+        let created = desired_canary(&br, &stable, "vllm-canary-x", 1, None);
+        keep_kueue_labels(&mut canary, &created);
+        assert_eq!(canary.labels(), created.labels());
+        let mut wanted = desired_canary(&br, &stable, "vllm-canary-x", 2, None);
+        keep_kueue_labels(
+            &mut wanted,
+            &desired_canary(&br, &plain, "vllm-canary-x", 1, None),
+        );
+        assert_eq!(
+            wanted.labels().len(),
+            1,
+            "no queue added to a canary made without one"
         );
     }
 }

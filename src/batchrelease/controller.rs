@@ -16,7 +16,7 @@ use kube::{
 
 use super::{apply, observe, plan};
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet},
+    api::{BatchRelease, LeaderWorkerSet, kueue::Workload},
     k8s::{
         apply::{ApiError, Applier},
         events::Events,
@@ -42,6 +42,8 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// LWS pods (read, not subscribed: the canary LWS's status follows them).
     pub pods: &'a SharedCache<crate::k8s::pod::CachedPod>,
+    /// Kueue Workloads (a canary group's says why it is not admitted; empty without Kueue).
+    pub workloads: &'a mut SharedCache<Workload>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -55,6 +57,7 @@ pub fn run(
         batch_releases: caches.batch_releases.store(),
         lws: caches.lws.store(),
         pods: crate::lws::controller::index_of(caches.pods),
+        workloads: crate::lws::controller::index_of(caches.workloads),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
@@ -64,6 +67,7 @@ pub fn run(
         written: crate::k8s::written::Written::default(),
     });
     let brs = stores.batch_releases.clone();
+    let (brs_of_workloads, lws_of_workloads) = (brs.clone(), stores.lws.clone());
     // Queue depth: the BatchRelease's own changes pass through here.
     let queued_store = caches.batch_releases.store();
     let changes = caches.batch_releases.subscribe().inspect(move |br| {
@@ -77,6 +81,12 @@ pub fn run(
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
         .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
             releases_of(&brs, &lws)
+        })
+        // A Workload's conditions are the reason its (canary) group waits: a change re-reads it.
+        .watches_shared_stream(caches.workloads.subscribe(), move |wl: Arc<Workload>| {
+            workload_owner(&lws_of_workloads, &wl)
+                .map(|lws| releases_of(&brs_of_workloads, &lws))
+                .unwrap_or_default()
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
@@ -103,6 +113,14 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
         })
         .map(|br| ObjectRef::from_obj(br.as_ref()))
         .collect()
+}
+
+/// The LWS a Kueue Workload stands for a group of (its owner: Kueue sets a plain owner
+/// reference, not a controller one).
+fn workload_owner(lws: &Store<LeaderWorkerSet>, wl: &Workload) -> Option<Arc<LeaderWorkerSet>> {
+    let (name, uid) = wl.lws_owner()?;
+    lws.get(&ObjectRef::new(name).within(wl.metadata.namespace.as_deref()?))
+        .filter(|l| l.metadata.uid.as_deref() == Some(uid))
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {

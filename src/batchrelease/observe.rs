@@ -2,6 +2,7 @@
 //! stores. No API calls here.
 
 use crate::api::batchrelease::BatchRelease;
+use crate::api::kueue::{QUEUE_LABEL, Workload};
 use crate::api::leaderworkerset::LeaderWorkerSet;
 
 /// Everything one BatchRelease reconcile decides from.
@@ -62,6 +63,19 @@ pub struct GroupReadiness {
     pub ready_pods: i32,
     /// Pods the group should have (`size`).
     pub pods: i32,
+    /// The LWS is Kueue's (it has a queue name) and this group's Workload is not admitted:
+    /// why, from the Workload.
+    pub kueue: Option<KueueWait>,
+}
+
+/// A group that waits for Kueue.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KueueWait {
+    /// The LocalQueue (the Workload's, else the LWS's label).
+    pub queue: String,
+    /// Kueue's reason (`Workload::admission_wait`), or that Kueue has made no Workload for
+    /// the group yet.
+    pub why: String,
 }
 
 /// The reflector stores the BatchRelease controller reads (shared with the other controllers).
@@ -73,6 +87,8 @@ pub struct Stores {
     pub lws: kube::runtime::reflector::Store<LeaderWorkerSet>,
     /// Pods of LWSes by LWS name (group readiness of the canary).
     pub pods: crate::k8s::label_index::LabelIndex<crate::k8s::pod::CachedPod>,
+    /// Kueue Workloads by the uid of the object they stand for (`kueue.x-k8s.io/job-uid`).
+    pub workloads: crate::k8s::label_index::LabelIndex<Workload>,
 }
 
 /// Fills the observed state of `br` from the stores.
@@ -141,14 +157,50 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
             *count += 1;
         }
     }
+    let workloads = lws.labels().get(QUEUE_LABEL).map(|queue| {
+        let found = stores.workloads.get(
+            lws.metadata.namespace.as_deref().unwrap_or_default(),
+            lws.metadata.uid.as_deref().unwrap_or_default(),
+        );
+        (queue.clone(), found)
+    });
     ready
         .into_iter()
         .enumerate()
         .filter(|(_, n)| *n < size)
-        .map(|(index, n)| GroupReadiness {
-            index: i32::try_from(index).unwrap_or(i32::MAX),
-            ready_pods: n,
-            pods: size,
+        .map(|(index, n)| {
+            let index = i32::try_from(index).unwrap_or(i32::MAX);
+            GroupReadiness {
+                index,
+                ready_pods: n,
+                pods: size,
+                kueue: workloads
+                    .as_ref()
+                    .and_then(|(queue, found)| kueue_wait(queue, found, index)),
+            }
         })
         .collect()
+}
+
+/// Why group `index` of an LWS in `queue` waits for Kueue, from its Workload among `found`
+/// (the LWS's); `None` when the Workload is admitted (the group waits for something else).
+pub fn kueue_wait(
+    queue: &str,
+    found: &[std::sync::Arc<Workload>],
+    index: i32,
+) -> Option<KueueWait> {
+    match found.iter().find(|w| w.group_index() == Some(index)) {
+        Some(wl) => wl.admission_wait().map(|why| KueueWait {
+            queue: wl
+                .spec
+                .queue_name
+                .clone()
+                .unwrap_or_else(|| queue.to_string()),
+            why,
+        }),
+        None => Some(KueueWait {
+            queue: queue.to_string(),
+            why: "Kueue has made no Workload for it yet".to_string(),
+        }),
+    }
 }

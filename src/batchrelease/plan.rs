@@ -12,7 +12,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::canary::desired_canary;
+use super::canary::{desired_canary, keep_kueue_labels};
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, CanaryLws};
 use crate::api::batchrelease::{
@@ -157,13 +157,16 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
     // Kruise never scales a canary down during a release (a jump back keeps its groups).
     let have_spec = canary.and_then(|c| c.lws.spec.replicas).unwrap_or(0);
     let target = desired.max(have_spec);
-    let wanted = desired_canary(
+    let mut wanted = desired_canary(
         br,
         &stable.lws,
         &name,
         target,
         rp.patch_pod_template_metadata.as_ref(),
     );
+    if let Some(c) = canary {
+        keep_kueue_labels(&mut wanted, &c.lws);
+    }
     out.canary_in_place = canary.is_some_and(|c| {
         match (serde_json::to_value(&wanted), serde_json::to_value(&c.lws)) {
             (Ok(want), Ok(have)) => crate::k8s::apply::already_applied(&want, &have),
@@ -287,7 +290,9 @@ fn finalizing(
 
 /// "batch 2 waits for LeaderWorkerSet vllm-canary-x: 1/2 groups ready; not ready: group 1".
 /// Groups, not pods: the message (and so the status) changes when a group's readiness does,
-/// not with every pod that starts.
+/// not with every pod that starts. A group whose Kueue Workload is not admitted adds Kueue's
+/// reason: "…; canary group 1 waits for Kueue admission in queue gpu-team: couldn't assign
+/// flavors to pod set main: insufficient quota …" (docs/kueue.md).
 fn not_ready_message(batch: usize, name: &str, c: &CanaryLws, desired: i32, ready: i32) -> String {
     let groups: Vec<String> = c
         .not_ready_groups
@@ -299,6 +304,14 @@ fn not_ready_message(batch: usize, name: &str, c: &CanaryLws, desired: i32, read
     if !groups.is_empty() {
         m.push_str("; not ready: ");
         m.push_str(&groups.join(", "));
+    }
+    for g in &c.not_ready_groups {
+        if let Some(k) = &g.kueue {
+            m.push_str(&format!(
+                "; canary group {} waits for Kueue admission in queue {}: {}",
+                g.index, k.queue, k.why
+            ));
+        }
     }
     m
 }

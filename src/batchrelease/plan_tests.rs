@@ -124,6 +124,7 @@ fn canary(spec_replicas: i32, existing: i32, ready: i32, not_ready: &[(i32, i32)
                 index: *index,
                 ready_pods: *ready_pods,
                 pods: 4,
+                kueue: None,
             })
             .collect(),
     }
@@ -327,6 +328,70 @@ fn a_group_that_is_not_ready_is_named_in_the_message_and_an_event() {
     assert_eq!(
         p3.status, p.status,
         "pod progress inside a group is not written"
+    );
+}
+
+#[test]
+fn a_group_that_waits_for_kueue_says_so_in_kueues_words() {
+    use crate::batchrelease::observe::KueueWait;
+    let mut c = canary(2, 2, 1, &[(1, 0)]);
+    c.not_ready_groups[0].kueue = Some(KueueWait {
+        queue: "gpu-team".into(),
+        why: "couldn't assign flavors to pod set leader: insufficient quota for nvidia.com/gpu in flavor pool-0".into(),
+    });
+    let p = plan(&observed(br(Some(1), None), vec![c.clone()]), now());
+    let msg = p.status.message.clone().unwrap();
+    assert_eq!(
+        msg,
+        "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: group 1; \
+         canary group 1 waits for Kueue admission in queue gpu-team: couldn't assign flavors to \
+         pod set leader: insufficient quota for nvidia.com/gpu in flavor pool-0"
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == event::CANARY_NOT_READY
+                && e.note == msg),
+        "a Warning Event says the same"
+    );
+    // Kueue's reason changing (the LocalQueue created, quota now short) is news: new message.
+    c.not_ready_groups[0].kueue = Some(KueueWait {
+        queue: "gpu-team".into(),
+        why: "LocalQueue gpu-team doesn't exist".into(),
+    });
+    let mut stored = br(Some(1), None);
+    stored.status = Some(p.status.clone());
+    let p2 = plan(&observed(stored, vec![c]), now());
+    assert!(p2.events.iter().any(|e| e.reason == event::CANARY_NOT_READY
+        && e.note.ends_with("LocalQueue gpu-team doesn't exist")));
+}
+
+#[test]
+fn a_canary_keeps_the_kueue_queue_it_was_created_with() {
+    // The stable LWS carries a queue; the canary as it exists was made without one (an older
+    // manager): the plan does not add it (Kueue's webhook refuses changing a queue name).
+    let mut stable_in_queue = stable(4);
+    stable_in_queue
+        .lws
+        .metadata
+        .labels
+        .get_or_insert_with(Default::default)
+        .insert(crate::api::kueue::QUEUE_LABEL.into(), "gpu-team".into());
+    let mut obs = observed(br(Some(1), None), vec![canary(1, 1, 1, &[])]);
+    obs.stable = Some(stable_in_queue.clone());
+    let wanted = plan(&obs, now()).apply_canary.unwrap();
+    assert!(!wanted.labels().contains_key(crate::api::kueue::QUEUE_LABEL));
+    // A new canary gets the stable's queue.
+    let mut fresh = observed(br(Some(1), None), vec![]);
+    fresh.stable = Some(stable_in_queue);
+    let wanted = plan(&fresh, now()).apply_canary.unwrap();
+    assert_eq!(
+        wanted
+            .labels()
+            .get(crate::api::kueue::QUEUE_LABEL)
+            .map(String::as_str),
+        Some("gpu-team")
     );
 }
 

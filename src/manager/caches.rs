@@ -11,7 +11,10 @@ use k8s_openapi::api::{
 use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    api::{
+        BatchRelease, LeaderWorkerSet, Rollout,
+        kueue::{self, Workload},
+    },
     k8s::{apply::controller_kind, pod::CachedPod, watch::SharedCache},
     lws::labels,
 };
@@ -32,6 +35,9 @@ pub struct Caches {
     pub rollouts: SharedCache<Rollout>,
     /// All BatchReleases.
     pub batch_releases: SharedCache<BatchRelease>,
+    /// Kueue Workloads made for a job-like object (an LWS group's among them), indexed by that
+    /// object's uid; empty on a cluster without Kueue (docs/kueue.md).
+    pub workloads: SharedCache<Workload>,
 }
 
 impl Caches {
@@ -52,6 +58,11 @@ impl Caches {
                 .with_index(labels::NAME),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
             batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
+            workloads: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(kueue::JOB_UID_LABEL),
+            )
+            .with_index(kueue::JOB_UID_LABEL),
         }
     }
 
@@ -65,6 +76,7 @@ impl Caches {
             self.revisions.driver(),
             self.rollouts.driver(),
             self.batch_releases.driver(),
+            self.workloads.driver(),
         ]
     }
 }

@@ -266,18 +266,26 @@ async fn run_controllers(
         metrics.controller("rollout"),
         stopped(&stop_all),
     );
+    let client_for_kueue = client.clone();
     let releases = crate::batchrelease::controller::run(
         client,
         crate::batchrelease::controller::Caches {
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
             pods: &caches.pods,
+            workloads: &mut caches.workloads,
         },
         metrics.controller("batchrelease"),
         stopped(&stop_all),
     );
+    let kueue_waits = crate::kueue::controller::run(
+        client_for_kueue,
+        &mut caches.workloads,
+        &caches.lws,
+        stopped(&stop_all),
+    );
     let drivers = futures::future::join_all(caches.drivers());
-    let controllers = futures::future::join3(lws, rollouts, releases);
+    let controllers = futures::future::join4(lws, rollouts, releases, kueue_waits);
     let stop = async move {
         lost_or_stopped.await;
         let _ = stop_all.send(());

@@ -14,6 +14,10 @@
 # $LWS_TRAFFIC_URL (written to STATE_DIR/env and STATE_DIR/traffic/env). LWS_CLUSTER_TRAFFIC=0
 # leaves it out. When it cannot run (not root, no `ip`, no proxy binary, a port taken) the
 # cluster still comes up, and the one-line reason is in STATE_DIR/traffic/skipped.
+#
+# LWS_CLUSTER_KUEUE=1 also installs our CRDs and starts Kueue (test/kueue/start.sh: PID in
+# STATE_DIR/pids/kueue.pid, so down.sh stops it) with a ResourceFlavor per node pool
+# (docs/kueue.md); otherwise STATE_DIR/kueue/skipped says it was not requested.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -330,6 +334,30 @@ LWS_TRAFFIC_NETNS=$NETNS
 LWS_TRAFFIC_POD_RANGE=$POD_RANGE
 EOF
   fi
+fi
+
+# --- Kueue (opt-in: LWS_CLUSTER_KUEUE=1; docs/kueue.md) ---------------------------------------
+# Kueue's LeaderWorkerSet integration needs the LWS CRD when it starts (else it defers its
+# controller with a backoff of up to minutes), so our CRDs go in first. Asked for and failing
+# is a failed start: the caller wanted Kueue.
+mkdir -p "$STATE/kueue"
+if [ "${LWS_CLUSTER_KUEUE:-0}" = 1 ]; then
+  log "kueue: installing the LWS CRDs, then starting Kueue (test/kueue/start.sh)"
+  install_crds "$BIN/kubectl"
+  "$REPO/test/kueue/start.sh" "$STATE" || die "Kueue did not start (LWS_CLUSTER_KUEUE=1); see $STATE/logs/kueue.log"
+  # One ResourceFlavor per node pool (the nodes' cloud.google.com/gke-nodepool label), so a
+  # ClusterQueue's nvidia.com/gpu quota is quota of real (fake) node capacity.
+  for pool in $(seq 0 $(( (NODES + 1) / 2 - 1 ))); do
+    cat <<EOF
+apiVersion: kueue.x-k8s.io/v1beta2
+kind: ResourceFlavor
+metadata: {name: pool-$pool}
+spec: {nodeLabels: {cloud.google.com/gke-nodepool: pool-$pool}}
+---
+EOF
+  done | kubectl apply --server-side -f - >/dev/null
+else
+  echo "not requested (LWS_CLUSTER_KUEUE=${LWS_CLUSTER_KUEUE:-unset})" >"$STATE/kueue/skipped"
 fi
 
 cat >"$STATE/env" <<EOF
