@@ -3,12 +3,12 @@
 //! Cancelling → Completed) → Healthy; Disabling → Disabled; Terminating. Refusals are in
 //! `accept`.
 
-use crate::k8s::events::EventSpec;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::rollout::{
     CanaryStatus, CommonStatus, FinalisingStep, Phase, RolloutStatus, StepState,
 };
+use crate::k8s::events::EventSpec;
 use crate::rollout::names::{self, condition, event, message, reason};
 use crate::rollout::observe::StableWorkload;
 
@@ -31,8 +31,8 @@ fn rollout_id(w: &StableWorkload, rollback: bool) -> String {
     })
 }
 
-fn phase_is(status: &RolloutStatus, p: Phase) -> bool {
-    status.phase == p
+fn phase_is(status: &RolloutStatus, p: &Phase) -> bool {
+    status.phase == *p
 }
 
 fn set_phase(d: &mut Draft<'_>, p: Phase, msg: &str) {
@@ -44,7 +44,7 @@ fn set_phase(d: &mut Draft<'_>, p: Phase, msg: &str) {
 /// Enters a finalising phase (Disabling) from another phase: its finalising order starts from
 /// the top (see [`restart_finalising_order`]).
 fn start_finalising(d: &mut Draft<'_>, to: Phase, msg: &str) {
-    if !phase_is(&d.plan.status, to.clone()) {
+    if !phase_is(&d.plan.status, &to) {
         restart_finalising_order(d);
     }
     set_phase(d, to, msg);
@@ -103,16 +103,16 @@ pub fn run(d: &mut Draft<'_>) {
     }
     status::remove_condition(d.status(), condition::ACCEPTED);
     if obs.rollout.spec.disabled
-        && !phase_is(&d.plan.status, Phase::Disabled)
-        && !phase_is(&d.plan.status, Phase::Disabling)
+        && !phase_is(&d.plan.status, &Phase::Disabled)
+        && !phase_is(&d.plan.status, &Phase::Disabling)
     {
-        if phase_is(&d.plan.status, Phase::Progressing) {
+        if phase_is(&d.plan.status, &Phase::Progressing) {
             start_finalising(d, Phase::Disabling, message::DISABLING);
         } else {
             set_phase(d, Phase::Disabled, message::DISABLED);
         }
     }
-    if phase_is(&d.plan.status, Phase::Disabling) {
+    if phase_is(&d.plan.status, &Phase::Disabling) {
         if finalise::run(d, Reason::Disabled) {
             set_phase(d, Phase::Disabled, message::DISABLED);
             d.event(EventSpec::normal(
@@ -149,7 +149,7 @@ pub fn run(d: &mut Draft<'_>) {
         }
         return;
     };
-    if phase_is(&d.plan.status, Phase::Disabled) {
+    if phase_is(&d.plan.status, &Phase::Disabled) {
         if obs.rollout.spec.disabled {
             // A disabled Rollout holds nothing, whatever set the hold.
             if workload.hold.is_some() {
@@ -181,10 +181,10 @@ pub fn run(d: &mut Draft<'_>) {
         c.common.observed_rollout_id = Some(rollout_id(workload, false));
         c.common.observed_workload_generation = Some(workload.generation);
     }
-    if phase_is(&d.plan.status, Phase::Initial) {
+    if phase_is(&d.plan.status, &Phase::Initial) {
         set_phase(d, Phase::Healthy, message::HEALTHY);
     }
-    if phase_is(&d.plan.status, Phase::Healthy) {
+    if phase_is(&d.plan.status, &Phase::Healthy) {
         if in_progressing(workload) {
             d.status().phase = Phase::Progressing;
             let now = d.now;
@@ -203,7 +203,7 @@ pub fn run(d: &mut Draft<'_>) {
             return;
         }
     }
-    if phase_is(&d.plan.status, Phase::Progressing) {
+    if phase_is(&d.plan.status, &Phase::Progressing) {
         progressing(d, workload);
     }
 }
@@ -525,7 +525,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
 /// Deletion: Terminating, finalise, then drop the finalizer.
 fn terminating(d: &mut Draft<'_>) {
     let now = d.now;
-    if !phase_is(&d.plan.status, Phase::Terminating) {
+    if !phase_is(&d.plan.status, &Phase::Terminating) {
         restart_finalising_order(d);
         d.status().phase = Phase::Terminating;
         status::set_condition(

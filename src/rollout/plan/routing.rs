@@ -1,9 +1,10 @@
 //! Where traffic should be for a given Rollout status, and whether it got there.
 //!
 //! The intent is a function of the status alone (plus what was observed), never of memory, so
-//! the observe step can ask "does the cluster match what the *stored* status wants?" and the
-//! plan only moves on once that answer is yes and `gracePeriodSeconds` have passed since the
-//! traffic layer last changed anything. Safety rules: no weight to a canary with no ready
+//! the plan asks "do the objects match what the *stored* status wants?" ([`observed`], from the
+//! objects `deref` read) and only moves on once that answer is yes and `gracePeriodSeconds`
+//! have passed since the stored step last changed; it then plans the writes for the new status
+//! ([`writes`]), which `apply` carries out. Safety rules: no weight to a canary with no ready
 //! group; while a step's groups are being added the canary keeps the previous step's route
 //! only if the groups that route was given for are still ready; a step without traffic or
 //! matches routes nothing through the split (Kruise restores the Services first).
