@@ -1,7 +1,11 @@
-// Command lwsref prints reference data from upstream LeaderWorkerSet v0.8.0 (its own Go code)
-// for lws-rollout's tests. It is test tooling only; the product is Rust.
+// Command lwsref prints reference data from upstream LeaderWorkerSet v0.9.0 (its own Go code)
+// for lws-rollout's tests. It is test tooling only; the product is Rust. (v0.8.0's revisions
+// come from the sibling module v08/.)
 //
 //	lwsref hash <lws-objects.json>   one JSON line per object: {"name", "key", "raw"}
+//	lwsref matches <pairs.json>      one JSON line per {"lws": object, "raw": revision data}:
+//	                                 {"name", "match"}: does v0.9.0 take the stored revision for
+//	                                 the object's own (SetMatchesRevision: no rolling update)?
 //	lwsref gotypes                   the Go JSON shape of every type reachable from an LWS spec
 //	lwsref quantity <strings.json>   one JSON line per string: what resource.Quantity makes of it
 package main
@@ -16,7 +20,9 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/lru"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	sigsjson "sigs.k8s.io/json"
@@ -34,6 +40,11 @@ func main() {
 			fail("usage: lwsref hash <file>")
 		}
 		hash(os.Args[2])
+	case "matches":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref matches <file>")
+		}
+		matches(os.Args[2])
 	case "gotypes":
 		gotypes()
 	case "quantity":
@@ -81,6 +92,44 @@ func hash(path string) {
 			"key":  revisionutils.GetRevisionKey(cr),
 			"raw":  string(cr.Data.Raw),
 		})
+	}
+}
+
+// matches asks upstream v0.9.0 whether a stored ControllerRevision (its data as another version
+// or client wrote it) is the revision of the object's current template: equal bytes, or equal
+// after re-serialising the stored template as v0.9.0 does (SetMatchesRevision).
+func matches(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var pairs []struct {
+		LWS json.RawMessage `json:"lws"`
+		Raw string          `json:"raw"`
+	}
+	if err := json.Unmarshal(data, &pairs); err != nil {
+		fail("input must be a JSON array of {lws, raw}: " + err.Error())
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = leaderworkerset.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	out := json.NewEncoder(os.Stdout)
+	for i, pair := range pairs {
+		var lws leaderworkerset.LeaderWorkerSet
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(pair.LWS, &lws); err != nil {
+			fail(fmt.Sprintf("pair %d: %v", i, err))
+		}
+		proposed, err := revisionutils.NewRevision(context.Background(), c, &lws, "")
+		if err != nil {
+			fail(fmt.Sprintf("pair %d: %v", i, err))
+		}
+		existing := &appsv1.ControllerRevision{}
+		existing.ResourceVersion = fmt.Sprint(i + 1)
+		existing.Data.Raw = []byte(pair.Raw)
+		match := revisionutils.EqualRevision(proposed, existing) ||
+			revisionutils.SetMatchesRevision(&lws, proposed, existing, lru.New(4))
+		_ = out.Encode(map[string]any{"name": lws.Name, "match": match})
 	}
 }
 

@@ -622,9 +622,7 @@ fn group_restarts_table() {
             name: "a worker container restarted",
             change: |w| w.pod_mut("vllm-1-2").restarts = 1,
             restarts: &["vllm-1"],
-            note: Some(
-                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
-            ),
+            note: Some("Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group 1"),
         },
         Case {
             name: "a worker is terminating",
@@ -638,9 +636,7 @@ fn group_restarts_table() {
             name: "a worker vanished before any cache saw it terminating",
             change: |w| w.remove_pod("vllm-1-2"),
             restarts: &["vllm-1"],
-            note: Some(
-                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
-            ),
+            note: Some("Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group 1"),
         },
         Case {
             name: "a worker was replaced by the StatefulSet controller (new uid)",
@@ -724,6 +720,170 @@ fn group_restarts_table() {
                 case.name
             );
         }
+    }
+}
+
+/// RecreateGroupAfterStart (v0.9) and v0.8's annotation: a group is rebuilt only once it has
+/// started (all `size` pods exist, none Pending); a roster — recorded only once the group has
+/// started — still rebuilds a started group that lost a worker to a Pending replacement.
+#[test]
+fn recreate_group_after_start_table() {
+    use crate::k8s::pod::Phase;
+    const AFTER_START: &str = "RecreateGroupAfterStart";
+    const ON_RESTART: &str = "RecreateGroupOnPodRestart";
+    struct Case {
+        name: &'static str,
+        policy: &'static str,
+        annotation: bool,
+        change: fn(&mut World),
+        restarts: &'static [&'static str],
+    }
+    fn pending(w: &mut World, pod: &str) {
+        w.pod_mut(pod).phase = Phase::Pending;
+    }
+    let cases = [
+        Case {
+            name: "started group, a worker container restarted",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| w.pod_mut("vllm-1-2").restarts = 1,
+            restarts: &["vllm-1"],
+        },
+        Case {
+            name: "started group, a worker is terminating",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now()),
+            restarts: &["vllm-0"],
+        },
+        Case {
+            name: "a Pending worker: a terminating sibling does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a Pending worker: a restarted leader does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-1-1");
+                w.pod_mut("vllm-1").restarts = 3;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a Pending leader: a restarted worker does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-1");
+                w.pod_mut("vllm-1-2").restarts = 1;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a worker not created yet (no roster): a restart waits",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                let sts = Arc::make_mut(w.observed.worker_sts.get_mut("vllm-0").unwrap());
+                sts.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .remove(labels::WORKER_ROSTER);
+                w.remove_pod("vllm-0-2");
+                w.pod_mut("vllm-0-1").restarts = 1;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a started group lost a worker to a Pending replacement (roster)",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                w.pod_mut("vllm-0-2").metadata.uid = Some("worker-0-2-replacement".into());
+                pending(w, "vllm-0-2");
+            },
+            restarts: &["vllm-0"],
+        },
+        Case {
+            name: "the leader's other groups are unaffected by one Pending group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-1-1").restarts = 1;
+            },
+            restarts: &["vllm-1"],
+        },
+        Case {
+            name: "v0.8 annotation on RecreateGroupOnPodRestart: same as RecreateGroupAfterStart",
+            policy: ON_RESTART,
+            annotation: true,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "RecreateGroupOnPodRestart alone rebuilds a group with a Pending pod",
+            policy: ON_RESTART,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &["vllm-0"],
+        },
+    ];
+    for case in cases {
+        let mut lws = lws_with(
+            "vllm",
+            2,
+            3,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"restartPolicy": case.policy}}),
+        );
+        if case.annotation {
+            lws.annotations_mut()
+                .insert(labels::RECREATE_GROUP_AFTER_START.into(), "true".into());
+        }
+        let mut world = World::settled(lws);
+        (case.change)(&mut world);
+        assert_eq!(restarted(&world.plan()), case.restarts, "{}", case.name);
+    }
+}
+
+#[test]
+fn after_start_records_a_roster_only_once_the_group_started() {
+    for (policy, pending_roster) in [
+        ("RecreateGroupAfterStart", false),
+        ("RecreateGroupOnPodRestart", true),
+    ] {
+        let mut world = World::settled(lws_with(
+            "vllm",
+            1,
+            3,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"restartPolicy": policy}}),
+        ));
+        let sts = Arc::make_mut(world.observed.worker_sts.get_mut("vllm-0").unwrap());
+        sts.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(labels::WORKER_ROSTER);
+        world.pod_mut("vllm-0-1").phase = crate::k8s::pod::Phase::Pending;
+        assert_eq!(!world.plan().rosters.is_empty(), pending_roster, "{policy}");
+        world.pod_mut("vllm-0-1").phase = crate::k8s::pod::Phase::Running;
+        assert_eq!(world.plan().rosters.len(), 1, "{policy}: started");
     }
 }
 
