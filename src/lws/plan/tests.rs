@@ -460,6 +460,45 @@ fn taking_over_upstream_objects_records_the_missing_revision_and_rolls_nothing()
     assert!(plan.restarts.is_empty());
 }
 
+/// v0.9's revision matching: a ControllerRevision another version or client wrote for the same
+/// template, serialised differently, is the running revision — no new revision, no roll; a real
+/// template difference still rolls.
+#[test]
+fn a_revision_written_differently_for_the_same_template_rolls_nothing() {
+    let mut world = World::settled(lws_with("vllm", 2, 2, "img:1", json!({})));
+    let rev = Arc::make_mut(&mut world.observed.revisions[0]);
+    let mut older: Value = serde_json::from_str(&data_of(&world.lws)).unwrap();
+    // An older client: `"creationTimestamp": null` in the pod template, no `$patch` markers,
+    // an empty `resources` left out.
+    older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
+        json!({"creationTimestamp": null});
+    older["spec"]["leaderWorkerTemplate"]
+        .as_object_mut()
+        .unwrap()
+        .remove("$patch");
+    older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources");
+    assert_ne!(crate::lws::gojson::marshal(&older), data_of(&world.lws));
+    rev.data = Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+        older.clone(),
+    ));
+    let plan = world.plan();
+    assert!(plan.revisions.is_empty(), "{:#?}", plan.revisions);
+    assert!(plan.leader_sts.is_none(), "nothing rolls");
+
+    // The same stored revision against a new image: a template change.
+    world.lws = lws_with("vllm", 2, 2, "img:2", json!({}));
+    let plan = world.plan();
+    assert_eq!(plan.revisions.len(), 1);
+    let sts = plan.leader_sts.expect("the rolling update starts");
+    assert_eq!(
+        sts.object.labels().get(labels::REVISION),
+        Some(&key_of(&world.lws))
+    );
+}
+
 #[test]
 fn worker_statefulsets_are_built_only_for_the_live_leader() {
     let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
