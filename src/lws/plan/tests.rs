@@ -421,6 +421,52 @@ fn a_template_change_records_a_revision_and_starts_the_rolling_update() {
     assert!(plan.truncate_revisions.is_empty(), "{old_key} still runs");
 }
 
+/// v0.9's event texts for the rolling update: the groups a partition move releases
+/// (inclusive), and the surge groups a step deletes.
+#[test]
+fn rolling_update_events_use_upstream_v09_texts() {
+    // (maxUnavailable, maxSurge, StatefulSet replicas and partition before, expected notes)
+    let cases: [(i32, i32, i32, i32, &[&str]); 3] = [
+        (1, 0, 4, 4, &["Updating replica 3"]),
+        (2, 0, 4, 4, &["Updating replicas 2 to 3 (inclusive)"]),
+        (
+            1,
+            2,
+            6,
+            0,
+            &["deleting surge replicas from vllm-4 to vllm-5"],
+        ),
+    ];
+    for (unavailable, surge, sts_replicas, partition, notes) in cases {
+        let extra = json!({"rolloutStrategy": {"rollingUpdateConfiguration":
+            {"maxUnavailable": unavailable, "maxSurge": surge}}});
+        let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", extra.clone()));
+        let old_key = key_of(&world.lws);
+        world.lws = lws_with("vllm", 4, 2, "img:2", extra);
+        let new_key = key_of(&world.lws);
+        world.add_revision(&new_key, 2);
+        // The update has started: the StatefulSet runs the new template at `partition`.
+        let mut sts = objects::leader_statefulset(&world.lws, &new_key, partition, sts_replicas, 1);
+        sts.metadata.uid = Some("leader-sts-uid".into());
+        world.observed.leader_sts = Some(Arc::new(sts));
+        if partition == 0 {
+            // Every real group is on the new revision and ready; the surge groups too.
+            world.observed.pods.clear();
+            world.observed.worker_sts.clear();
+            for i in 0..sts_replicas {
+                world.add_group(i, &new_key, "b");
+            }
+        }
+        let plan = world.plan();
+        let write = plan.leader_sts.expect("the StatefulSet moves");
+        let got: Vec<&str> = write.on_success.iter().map(|e| e.note.as_str()).collect();
+        assert_eq!(
+            got, notes,
+            "maxUnavailable {unavailable}, maxSurge {surge} ({old_key})"
+        );
+    }
+}
+
 #[test]
 fn a_held_lws_keeps_its_groups_on_the_stable_revision() {
     let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
