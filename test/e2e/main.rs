@@ -22,6 +22,7 @@ mod lws_placement;
 mod lws_rolling;
 mod lws_services;
 mod lws_support;
+mod lws_v09;
 mod manager;
 mod markers;
 mod metrics;
