@@ -15,6 +15,7 @@ mod helm_chart;
 mod image;
 mod lws;
 mod lws_admission;
+mod lws_argocd;
 mod lws_crash;
 mod lws_encoding;
 mod lws_lifecycle;

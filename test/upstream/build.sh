@@ -31,11 +31,11 @@ STAMP="$DIR/.complete"
 if [ -x "$OUT" ] && [ -f "$STAMP" ]; then echo "$OUT"; exit 0; fi
 
 HINT="or set LWS_UPSTREAM_BIN to a prebuilt sigs.k8s.io/lws $LWS_UPSTREAM_VERSION manager binary"
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH: install Go >= 1.25 to build upstream LWS $LWS_UPSTREAM_VERSION, $HINT"
+command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH: install Go >= 1.26 to build upstream LWS $LWS_UPSTREAM_VERSION, $HINT"
 GOV=$(go env GOVERSION | sed 's/^go//')
 case "$GOV" in
-  1.2[5-9]*|1.[3-9]*|[2-9]*) ;;
-  *) die "Go $GOV is too old: sigs.k8s.io/lws $LWS_UPSTREAM_VERSION needs Go >= 1.25, $HINT" ;;
+  1.2[6-9]*|1.[3-9]*|[2-9]*) ;;
+  *) die "Go $GOV is too old: sigs.k8s.io/lws $LWS_UPSTREAM_VERSION needs Go >= 1.26, $HINT" ;;
 esac
 
 mkdir -p "$DIR"

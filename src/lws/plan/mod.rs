@@ -8,13 +8,15 @@
 //! - [`services`]: the shared headless Service, or one Service per group;
 //! - [`groups`]: one worker StatefulSet per leader pod;
 //! - [`restarts`]: which groups to take down and rebuild (RecreateGroupOnPodRestart,
-//!   RecreateGroupAfterStart).
+//!   RecreateGroupAfterStart);
+//! - [`progress`]: a group that cannot come up within its deadline (ours).
 //!
 //! [`super::apply`] carries the plan out without deciding anything; [`super::status`] turns the
 //! observation and the apply's outcome into the status.
 
 pub mod groups;
 pub mod leader_sts;
+pub mod progress;
 pub mod restarts;
 pub mod revisions;
 pub mod services;
@@ -226,6 +228,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
         }
         RestartPolicy::Default | RestartPolicy::None => {}
     }
+    progress::plan(lws, observed, now, &mut plan);
     let outcome = status::observed_status(lws, observed, &revisions.key, leader_sts, now);
     if outcome.update_done {
         plan.truncate_revisions = revisions::obsolete(observed, &revisions.key);

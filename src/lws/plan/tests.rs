@@ -972,6 +972,122 @@ fn after_start_records_a_roster_only_once_the_group_started() {
     }
 }
 
+/// Ours: a group still not ready a deadline after its newest pod was created is reported
+/// (`ReplicaFailure` / `ProgressDeadlineExceeded`), and the plan looks again when the next
+/// unready group reaches its deadline.
+#[test]
+fn a_group_that_cannot_come_up_is_reported_after_its_deadline() {
+    let at = |secs_ago: i64| Time(Timestamp::from_second(now().0.as_second() - secs_ago).unwrap());
+    // (name, annotation, ages of group 0's and group 1's pods, unready pods, failure, requeue ≤)
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        i64,
+        i64,
+        &'static [&'static str],
+        Option<&'static str>,
+        Option<u64>,
+    );
+    let cases: [Case; 6] = [
+        (
+            "all ready, old pods: nothing",
+            None,
+            5000,
+            5000,
+            &[],
+            None,
+            None,
+        ),
+        (
+            "a worker not ready 601 s after the group's newest pod",
+            None,
+            5000,
+            601,
+            &["vllm-1-2"],
+            Some("group 1 (leader vllm-1) is not ready 600s after its newest pod was created"),
+            None,
+        ),
+        (
+            "not ready for 100 s: look again at the deadline",
+            None,
+            5000,
+            100,
+            &["vllm-1-2"],
+            None,
+            Some(501),
+        ),
+        (
+            "the annotation shortens the deadline",
+            Some("30"),
+            5000,
+            31,
+            &["vllm-1"],
+            Some("group 1 (leader vllm-1) is not ready 30s after its newest pod was created"),
+            None,
+        ),
+        (
+            "two late groups: the first is named",
+            Some("30"),
+            40,
+            31,
+            &["vllm-0-1", "vllm-1"],
+            Some(
+                "group 0 (leader vllm-0) is not ready 30s after its newest pod was created, and 1 more group(s)",
+            ),
+            None,
+        ),
+        (
+            "an unparsable annotation keeps the default",
+            Some("soon"),
+            5000,
+            100,
+            &["vllm-1"],
+            None,
+            Some(501),
+        ),
+    ];
+    for (name, annotation, age0, age1, unready, failure, requeue) in cases {
+        let mut lws = lws_with("vllm", 2, 3, "img:1", json!({}));
+        if let Some(a) = annotation {
+            lws.annotations_mut()
+                .insert(labels::PROGRESS_DEADLINE.into(), a.into());
+        }
+        let mut world = World::settled(lws);
+        for pod in [
+            "vllm-0", "vllm-0-1", "vllm-0-2", "vllm-1", "vllm-1-1", "vllm-1-2",
+        ] {
+            let age = if pod.starts_with("vllm-0") {
+                age0
+            } else {
+                age1
+            };
+            world.pod_mut(pod).metadata.creation_timestamp = Some(at(age));
+        }
+        for pod in unready {
+            world.pod_mut(pod).ready_condition = false;
+            if let Some(sts) = world.observed.worker_sts.get_mut(&pod[..6]) {
+                let sts = Arc::make_mut(sts);
+                sts.status.as_mut().unwrap().ready_replicas = Some(1);
+            }
+        }
+        let plan = world.plan();
+        assert_eq!(
+            plan.failure
+                .as_ref()
+                .map(|f| (f.reason, f.message.as_str())),
+            failure.map(|m| (progress::REASON, m)),
+            "{name}"
+        );
+        if let Some(max) = requeue {
+            let wait = plan.requeue.expect(name);
+            assert!(
+                wait.as_secs() <= max && wait.as_secs() + 5 >= max,
+                "{name}: {wait:?}"
+            );
+        }
+    }
+}
+
 #[test]
 fn restart_policy_none_restarts_no_group() {
     let mut world = World::settled(lws_with(
