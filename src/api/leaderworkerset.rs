@@ -231,8 +231,10 @@ pub enum SubGroupPolicyType {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStrategy {
-    /// Only `RollingUpdate` exists.
+    /// Only `RollingUpdate` exists (the default when a manifest leaves it out, as upstream's
+    /// CRD defaults it).
     #[serde(rename = "type")]
+    #[schemars(extend("default" = "RollingUpdate"))]
     pub type_: RolloutStrategyType,
 
     /// Parameters of the rolling update.
