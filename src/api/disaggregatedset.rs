@@ -151,6 +151,29 @@ pub fn crd() -> CustomResourceDefinition {
         };
         let mut value = serde_json::to_value(&*schema).expect("a schema serializes");
         bound_int_or_string(&mut value);
+        // A role's LWS spec is defaulted as upstream's CRD defaults it: no rolloutStrategy or
+        // networkConfig appears unless written (the LWS webhook defaults those when the role's
+        // LWS is created). Upstream's planner reads a role without a rollingUpdateConfiguration
+        // as maxSurge 1, maxUnavailable 0; our LWS CRD's object defaults would make it 0 and 1.
+        let role_spec = &mut value["properties"]["spec"]["properties"]["roles"]["items"]["properties"]
+            ["spec"]["properties"];
+        for path in [
+            &["rolloutStrategy"][..],
+            &[
+                "rolloutStrategy",
+                "properties",
+                "rollingUpdateConfiguration",
+            ][..],
+            &["networkConfig"][..],
+        ] {
+            let mut node = &mut *role_spec;
+            for key in path {
+                node = &mut node[*key];
+            }
+            if let Some(obj) = node.as_object_mut() {
+                obj.remove("default");
+            }
+        }
         *schema = serde_json::from_value(value).expect("still a schema");
     }
     crd

@@ -195,6 +195,19 @@ mod tests {
                 "None"
             ])
         );
+        // No object defaults upstream's DS CRD lacks (the planner reads their absence).
+        assert!(
+            spec["properties"]["rolloutStrategy"]
+                .get("default")
+                .is_none()
+        );
+        assert!(spec["properties"]["networkConfig"].get("default").is_none());
+        assert!(
+            spec["properties"]["rolloutStrategy"]["properties"]["rollingUpdateConfiguration"]
+                .get("default")
+                .is_none()
+        );
+        assert_eq!(spec["properties"]["replicas"]["default"], 1);
         let surge = &spec["properties"]["rolloutStrategy"]["properties"]["rollingUpdateConfiguration"]
             ["properties"]["maxSurge"];
         assert_eq!(

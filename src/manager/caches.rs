@@ -11,7 +11,7 @@ use k8s_openapi::api::{
 use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    api::{BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset},
     k8s::{apply::controller_kind, pod::CachedPod, watch::SharedCache},
     lws::labels,
 };
@@ -32,6 +32,10 @@ pub struct Caches {
     pub rollouts: SharedCache<Rollout>,
     /// All BatchReleases.
     pub batch_releases: SharedCache<BatchRelease>,
+    /// All DisaggregatedSets.
+    pub disaggregated_sets: SharedCache<DisaggregatedSet>,
+    /// Services that belong to a DisaggregatedSet.
+    pub set_services: SharedCache<Service>,
 }
 
 impl Caches {
@@ -52,6 +56,11 @@ impl Caches {
                 .with_index(labels::NAME),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
             batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
+            disaggregated_sets: SharedCache::new(Api::all(client.clone()), Config::default()),
+            set_services: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(disaggregatedset::SET_NAME_LABEL),
+            ),
         }
     }
 
@@ -65,6 +74,8 @@ impl Caches {
             self.revisions.driver(),
             self.rollouts.driver(),
             self.batch_releases.driver(),
+            self.disaggregated_sets.driver(),
+            self.set_services.driver(),
         ]
     }
 }

@@ -266,7 +266,7 @@ async fn run_controllers(
         stopped(&stop_all),
     );
     let releases = crate::batchrelease::controller::run(
-        client,
+        client.clone(),
         crate::batchrelease::controller::Caches {
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
@@ -275,8 +275,18 @@ async fn run_controllers(
         metrics.controller("batchrelease"),
         stopped(&stop_all),
     );
+    let sets = crate::disaggregatedset::controller::run(
+        client.clone(),
+        crate::disaggregatedset::controller::Caches {
+            sets: &mut caches.disaggregated_sets,
+            lws: &mut caches.lws,
+            services: &mut caches.set_services,
+        },
+        metrics.controller("disaggregatedset"),
+        stopped(&stop_all),
+    );
     let drivers = futures::future::join_all(caches.drivers());
-    let controllers = futures::future::join3(lws, rollouts, releases);
+    let controllers = futures::future::join4(lws, rollouts, releases, sets);
     let stop = async move {
         lost_or_stopped.await;
         let _ = stop_all.send(());
@@ -401,7 +411,8 @@ async fn start_webhook(
 async fn check_crds(client: &Client) -> Result<(), Error> {
     probe::<LeaderWorkerSet>(client, "LeaderWorkerSet").await?;
     probe::<Rollout>(client, "Rollout").await?;
-    probe::<BatchRelease>(client, "BatchRelease").await
+    probe::<BatchRelease>(client, "BatchRelease").await?;
+    probe::<crate::api::DisaggregatedSet>(client, "DisaggregatedSet").await
 }
 
 async fn probe<K>(client: &Client, kind: &'static str) -> Result<(), Error>
