@@ -324,3 +324,139 @@ fn quantity_canonical_forms_are_what_go_prints() -> anyhow::Result<()> {
     assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
     Ok(())
 }
+
+/// DisaggregatedSet revisions (`disaggregatedset.x-k8s.io/revision`, part of every LWS and
+/// Service name of a set) equal upstream v0.9.0's `ComputeRevision` over sets whose roles are
+/// the LWS reference vectors' specs, paired — so a set upstream built is adopted with its LWSs.
+#[test]
+fn disaggregatedset_revisions_are_byte_identical_to_upstream() -> anyhow::Result<()> {
+    use lws_rollout::{api::DisaggregatedSet, disaggregatedset::revision};
+    let vectors: Vec<Value> =
+        serde_json::from_str(&std::fs::read_to_string(format!("{REF_DIR}/vectors.json"))?)?;
+    let sets: Vec<Value> = vectors
+        .iter()
+        .zip(vectors.iter().cycle().skip(1))
+        .enumerate()
+        .map(|(i, (a, b))| {
+            json!({
+                "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+                "metadata": {"name": format!("set-{i}"), "namespace": "default"},
+                "spec": {"roles": [
+                    {"name": "prefill", "spec": a["spec"]},
+                    {"name": "decode", "metadata": {"labels": {"x": "y"}}, "spec": b["spec"]}
+                ]}
+            })
+        })
+        .collect();
+    let file = tempfile_path("lwsref-sets.json");
+    std::fs::write(&file, serde_json::to_vec(&sets)?)?;
+    let upstream = json_lines(&lwsref()?, &["dsrevision", file.to_str().context("path")?]);
+    let _ = std::fs::remove_file(&file);
+    let upstream = upstream?;
+    assert_eq!(upstream.len(), sets.len());
+    let mut mismatches = Vec::new();
+    let mut distinct = std::collections::BTreeSet::new();
+    for (set, want) in sets.iter().zip(&upstream) {
+        let typed: DisaggregatedSet = serde_json::from_value(set.clone())
+            .with_context(|| format!("{}", set["metadata"]["name"]))?;
+        let ours = revision::revision(&typed.spec.roles)?;
+        distinct.insert(ours.clone());
+        if want["revision"] != ours {
+            mismatches.push(format!(
+                "{}: ours {ours}, upstream {}; our bytes {}",
+                want["name"],
+                want["revision"],
+                revision::revision_data(&typed.spec.roles)?
+            ));
+        }
+    }
+    assert!(mismatches.is_empty(), "{}", mismatches.join("\n"));
+    assert!(
+        distinct.len() > sets.len() / 2,
+        "the sets are not all alike"
+    );
+    Ok(())
+}
+
+/// Our DisaggregatedSet rolling-update planner computes exactly upstream v0.9.0's sequences
+/// (`ComputeAllSteps`) over a grid of pairs and triples: sizes 0–6, scale-ups, scale-downs,
+/// removed roles (target 0), surge and unavailability mixes.
+#[test]
+fn disaggregatedset_plans_are_upstreams() -> anyhow::Result<()> {
+    use lws_rollout::disaggregatedset::plan::steps::{RoleConfig, all_steps};
+    let configs = [(1, 0), (2, 0), (0, 1), (0, 2), (1, 1), (3, 1)];
+    let mut cases = Vec::new();
+    for a in 0..=6 {
+        for b in 0..=4 {
+            for (ta, tb) in [(a, b), (b, a), (a + 1, b), (a, 0), (2, 3)] {
+                for (i, c1) in configs.iter().enumerate() {
+                    let c2 = configs[(i + a as usize) % configs.len()];
+                    cases.push(json!({"initial": [a, b], "target": [ta, tb],
+                        "config": [{"maxSurge": c1.0, "maxUnavailable": c1.1},
+                                   {"maxSurge": c2.0, "maxUnavailable": c2.1}]}));
+                }
+            }
+        }
+    }
+    for (initial, target) in [
+        ([3, 2, 1], [3, 2, 0]),
+        ([2, 2, 0], [2, 2, 2]),
+        ([5, 1, 3], [2, 4, 3]),
+    ] {
+        cases.push(json!({"initial": initial, "target": target,
+            "config": vec![json!({"maxSurge": 1, "maxUnavailable": 0}); 3]}));
+    }
+    let file = tempfile_path("lwsref-plans.json");
+    std::fs::write(&file, serde_json::to_vec(&cases)?)?;
+    let upstream = json_lines(&lwsref()?, &["dsplan", file.to_str().context("path")?]);
+    let _ = std::fs::remove_file(&file);
+    let upstream = upstream?;
+    assert_eq!(upstream.len(), cases.len());
+    let mut mismatches = Vec::new();
+    for (case, want) in cases.iter().zip(&upstream) {
+        let ints = |v: &Value| -> Vec<i32> {
+            v.as_array()
+                .map(|a| a.iter().map(|x| x.as_i64().unwrap_or(-1) as i32).collect())
+                .unwrap_or_default()
+        };
+        let config: Vec<RoleConfig> = case["config"]
+            .as_array()
+            .context("config")?
+            .iter()
+            .map(|c| RoleConfig {
+                max_surge: c["maxSurge"].as_i64().unwrap_or(0) as i32,
+                max_unavailable: c["maxUnavailable"].as_i64().unwrap_or(0) as i32,
+            })
+            .collect();
+        let ours: Vec<(Vec<i32>, Vec<i32>)> =
+            all_steps(&ints(&case["initial"]), &ints(&case["target"]), &config)
+                .into_iter()
+                .map(|s| (s.old, s.new))
+                .collect();
+        let theirs: Vec<(Vec<i32>, Vec<i32>)> = want
+            .as_array()
+            .context("steps")?
+            .iter()
+            .map(|s| (ints(&s["old"]), ints(&s["new"])))
+            .collect();
+        if ours != theirs {
+            mismatches.push(format!(
+                "{case}:\n  ours     {ours:?}\n  upstream {theirs:?}"
+            ));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} plans differ:\n{}",
+        mismatches.len(),
+        cases.len(),
+        mismatches
+            .iter()
+            .take(5)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert!(cases.len() > 1000);
+    Ok(())
+}

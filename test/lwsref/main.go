@@ -6,6 +6,10 @@
 //	lwsref matches <pairs.json>      one JSON line per {"lws": object, "raw": revision data}:
 //	                                 {"name", "match"}: does v0.9.0 take the stored revision for
 //	                                 the object's own (SetMatchesRevision: no rolling update)?
+//	lwsref dsrevision <sets.json>    one JSON line per DisaggregatedSet: {"name", "revision"}
+//	                                 (upstream's ComputeRevision of its roles)
+//	lwsref dsplan <cases.json>       one JSON line per {"initial", "target", "config"}: the whole
+//	                                 rolling update upstream's planner computes (ComputeAllSteps)
 //	lwsref gotypes                   the Go JSON shape of every type reachable from an LWS spec
 //	lwsref quantity <strings.json>   one JSON line per string: what resource.Quantity makes of it
 package main
@@ -26,7 +30,10 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	sigsjson "sigs.k8s.io/json"
+	disaggv1 "sigs.k8s.io/lws/api/disaggregatedset/v1"
 	leaderworkerset "sigs.k8s.io/lws/api/leaderworkerset/v1"
+	dscontroller "sigs.k8s.io/lws/pkg/controllers/disaggregatedset"
+	dsutils "sigs.k8s.io/lws/pkg/utils/disaggregatedset"
 	revisionutils "sigs.k8s.io/lws/pkg/utils/revision"
 )
 
@@ -45,6 +52,16 @@ func main() {
 			fail("usage: lwsref matches <file>")
 		}
 		matches(os.Args[2])
+	case "dsrevision":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref dsrevision <file>")
+		}
+		dsrevision(os.Args[2])
+	case "dsplan":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref dsplan <file>")
+		}
+		dsplan(os.Args[2])
 	case "gotypes":
 		gotypes()
 	case "quantity":
@@ -130,6 +147,59 @@ func matches(path string) {
 		match := revisionutils.EqualRevision(proposed, existing) ||
 			revisionutils.SetMatchesRevision(&lws, proposed, existing, lru.New(4))
 		_ = out.Encode(map[string]any{"name": lws.Name, "match": match})
+	}
+}
+
+// dsrevision decodes each DisaggregatedSet as controller-runtime does and prints upstream's
+// revision of its roles.
+func dsrevision(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(data, &items); err != nil {
+		fail("input must be a JSON array of DisaggregatedSet objects: " + err.Error())
+	}
+	out := json.NewEncoder(os.Stdout)
+	for i, item := range items {
+		var ds disaggv1.DisaggregatedSet
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(item, &ds); err != nil {
+			fail(fmt.Sprintf("object %d: %v", i, err))
+		}
+		_ = out.Encode(map[string]string{"name": ds.Name, "revision": dsutils.ComputeRevision(ds.Spec.Roles)})
+	}
+}
+
+// dsplan runs upstream's planner over whole rolling updates.
+func dsplan(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var cases []struct {
+		Initial []int `json:"initial"`
+		Target  []int `json:"target"`
+		Config  []struct {
+			MaxSurge       int `json:"maxSurge"`
+			MaxUnavailable int `json:"maxUnavailable"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		fail("input must be a JSON array of {initial, target, config}: " + err.Error())
+	}
+	out := json.NewEncoder(os.Stdout)
+	for _, c := range cases {
+		config := make([]dscontroller.RollingUpdateConfig, len(c.Config))
+		for i, rc := range c.Config {
+			config[i] = dscontroller.RollingUpdateConfig{MaxSurge: rc.MaxSurge, MaxUnavailable: rc.MaxUnavailable}
+		}
+		steps := dscontroller.ComputeAllSteps(c.Initial, c.Target, config)
+		rows := make([]map[string][]int, len(steps))
+		for i, s := range steps {
+			rows[i] = map[string][]int{"old": s.Past, "new": s.New}
+		}
+		_ = out.Encode(rows)
 	}
 }
 
