@@ -10,6 +10,7 @@ mod isolated;
 mod bench;
 mod cluster;
 mod crds;
+mod disaggregatedset;
 mod failover;
 mod helm_chart;
 mod image;
