@@ -216,11 +216,12 @@ async fn a_disaggregatedset_becomes_one_lws_per_role_with_upstreams_names_and_se
     .await
 }
 
-/// Every version of the set's LWSs and Services the API server shows, in order.
+/// Every version of the set's LWSs and Services the API server shows, in order; `initial`:
+/// it was there when the recording started.
 #[derive(Clone, Debug)]
 enum Seen {
     Lws(LeaderWorkerSet),
-    Service(Service),
+    Service(Service, bool),
 }
 
 struct Recording {
@@ -230,6 +231,7 @@ struct Recording {
 
 impl Recording {
     fn start(ns: &TestNs, set: &str) -> Self {
+        use kube::runtime::watcher::Event;
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let config = watcher::Config::default().labels(&format!("{SET}={set}"));
         let (a, b) = (seen.clone(), seen.clone());
@@ -247,12 +249,14 @@ impl Recording {
                 }
             }),
             tokio::spawn(async move {
-                let mut s = watcher(svc_api, c2)
-                    .default_backoff()
-                    .applied_objects()
-                    .boxed();
-                while let Some(Ok(l)) = s.next().await {
-                    b.lock().expect("seen").push(Seen::Service(l));
+                let mut s = watcher(svc_api, c2).default_backoff().boxed();
+                while let Some(Ok(event)) = s.next().await {
+                    let item = match event {
+                        Event::InitApply(svc) => Seen::Service(svc, true),
+                        Event::Apply(svc) => Seen::Service(svc, false),
+                        _ => continue,
+                    };
+                    b.lock().expect("seen").push(item);
                 }
             }),
         ];
@@ -271,12 +275,16 @@ impl Drop for Recording {
 }
 
 /// Replays the recording: the last seen LWS of each (revision, role); checks that a revision's
-/// Service is only ever created once every role of it had a ready group.
-fn services_only_for_complete_revisions(seen: &[Seen], roles: &[&str]) -> anyhow::Result<usize> {
+/// Service created while it ran is only created once every role of it had a ready group.
+fn services_only_for_complete_revisions(
+    recording: &Recording,
+    roles: &[&str],
+) -> anyhow::Result<usize> {
+    let seen = recording.seen();
     let mut lws: BTreeMap<(String, String), LeaderWorkerSet> = BTreeMap::new();
     let mut first_seen = std::collections::BTreeSet::new();
     let mut checked = 0;
-    for item in seen {
+    for item in &seen {
         match item {
             Seen::Lws(l) => {
                 lws.insert(
@@ -284,8 +292,8 @@ fn services_only_for_complete_revisions(seen: &[Seen], roles: &[&str]) -> anyhow
                     l.clone(),
                 );
             }
-            Seen::Service(s) => {
-                if !first_seen.insert(s.name_any()) {
+            Seen::Service(s, initial) => {
+                if !first_seen.insert(s.name_any()) || *initial {
                     continue;
                 }
                 let rev = s.labels()[REVISION].clone();
@@ -359,7 +367,7 @@ async fn a_template_change_rolls_both_roles_together_and_cleans_up_the_old_pair(
                 halves <= 1,
                 "the old pair was half drained {halves} times (once: between the two writes of one step)"
             );
-            assert!(services_only_for_complete_revisions(&seen, &["prefill", "decode"])? >= 2);
+            assert!(services_only_for_complete_revisions(&recording, &["prefill", "decode"])? >= 2);
             let events = events_when(&ns, Duration::from_secs(30), |events| {
                 events
                     .iter()
@@ -592,8 +600,7 @@ async fn killing_one_roles_groups_mid_update_takes_the_half_pair_out_of_service(
         gates.open();
         wait_settled(&ns, "pd", &[("prefill", 2), ("decode", 2)]).await?;
         drop(gates);
-        let seen = recording.seen();
-        assert!(services_only_for_complete_revisions(&seen, &["prefill", "decode"])? >= 2);
+        assert!(services_only_for_complete_revisions(&recording, &["prefill", "decode"])? >= 2);
         Ok(())
     }))
     .await
