@@ -376,3 +376,118 @@ async fn argocd_health_of_an_lws_held_by_a_rollout_stays_healthy() -> anyhow::Re
     })
     .await
 }
+
+/// A DisaggregatedSet's health through its creation, a rolling update of both roles, and a
+/// set one of whose role LWS names belongs to someone else.
+#[tokio::test]
+async fn argocd_health_of_a_disaggregatedset_follows_its_roles() -> anyhow::Result<()> {
+    use lws_rollout::api::DisaggregatedSet;
+    let Some(bin) = argocd_tool() else {
+        return Ok(());
+    };
+    with_ns("ds-argocd", |ns| {
+        Box::pin(async move {
+            let cm = argocd_cm_from_docs()?;
+            let recorder = Recorder::start(ns.api::<DisaggregatedSet>());
+            let set = |name: &str, image: &str| {
+                let role = |r: &str| {
+                    json!({"name": r, "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                        "restartPolicy": "RecreateGroupOnPodRestart",
+                        "workerTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}}}})
+                };
+                json!({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+                    "metadata": {"name": name}, "spec": {"roles": [role("prefill"), role("decode")]}})
+            };
+            let api = ns.api::<DisaggregatedSet>();
+            let apply_set = |obj: serde_json::Value| {
+                let api = api.clone();
+                async move {
+                    let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                    api.patch(
+                        &name,
+                        &kube::api::PatchParams::apply("e2e-user").force(),
+                        &kube::api::Patch::Apply(&obj),
+                    )
+                    .await
+                }
+            };
+            let settled = |s: Option<&DisaggregatedSet>| {
+                s.and_then(|s| s.status.as_ref().map(|st| (s, st)))
+                    .and_then(|(s, st)| st.conditions.as_ref().map(|c| (s, c)))
+                    .is_some_and(|(s, c)| {
+                        let is = |t: &str, v: &str| {
+                            c.iter().any(|c| {
+                                c.type_ == t
+                                    && c.status == v
+                                    && c.observed_generation == s.metadata.generation
+                            })
+                        };
+                        is("Available", "True") && is("Progressing", "False")
+                    })
+            };
+            apply_set(set("pd", "v1")).await?;
+            let first = wait_for(&api, "pd", Duration::from_secs(120), settled)
+                .await?
+                .context("pd")?;
+            assert_eq!(health(&bin, &cm, &first).await?.0, "Healthy");
+            apply_set(set("pd", "v2")).await?;
+            let rolling = wait_for(&api, "pd", Duration::from_secs(60), |s: Option<&DisaggregatedSet>| {
+                s.and_then(|s| s.status.as_ref())
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.reason == "RollingUpdate" && c.status == "True"))
+            })
+            .await?
+            .context("pd")?;
+            let (status, message) = health(&bin, &cm, &rolling).await?;
+            assert_eq!(status, "Progressing");
+            assert!(message.starts_with("rolling update to revision "), "{message}");
+            let done = wait_for(&api, "pd", Duration::from_secs(180), settled)
+                .await?
+                .context("pd")?;
+            assert_eq!(health(&bin, &cm, &done).await?.0, "Healthy");
+
+            // A role's LWS name taken by an LWS of someone else.
+            let probe: DisaggregatedSet = serde_json::from_value(set("taken", "v1"))?;
+            let stored = api
+                .create(&kube::api::PostParams { dry_run: true, ..Default::default() }, &probe)
+                .await?;
+            let revision = lws_rollout::disaggregatedset::revision::revision(&stored.spec.roles)?;
+            let foreign: LeaderWorkerSet = serde_json::from_value(json!({
+                "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+                "metadata": {"name": format!("taken-{revision}-decode")},
+                "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
+            }))?;
+            ns.api::<LeaderWorkerSet>()
+                .create(&kube::api::PostParams::default(), &foreign)
+                .await?;
+            apply_set(set("taken", "v1")).await?;
+            let degraded = wait_for(&api, "taken", Duration::from_secs(60), |s: Option<&DisaggregatedSet>| {
+                s.and_then(|s| s.status.as_ref())
+                    .and_then(|st| st.conditions.as_ref())
+                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Degraded" && c.status == "True"))
+            })
+            .await?
+            .context("taken")?;
+            let (status, message) = health(&bin, &cm, &degraded).await?;
+            assert_eq!(status, "Degraded");
+            assert!(message.starts_with("ObjectConflict: LeaderWorkerSet taken-"), "{message}");
+
+            let mut statuses = std::collections::BTreeSet::new();
+            for obj in recorder.seen() {
+                let (status, message) = health(&bin, &cm, &obj).await?;
+                if status == "Unknown" || status.is_empty() {
+                    bail!("Argo CD cannot assess {}: {message}", obj.name_any());
+                }
+                statuses.insert((obj.name_any(), status));
+            }
+            for want in [("pd", "Progressing"), ("pd", "Healthy"), ("taken", "Degraded")] {
+                assert!(
+                    statuses.contains(&(want.0.to_string(), want.1.to_string())),
+                    "{want:?} never seen: {statuses:?}"
+                );
+            }
+            Ok(())
+        })
+    })
+    .await
+}
