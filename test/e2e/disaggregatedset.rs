@@ -220,8 +220,8 @@ async fn a_disaggregatedset_becomes_one_lws_per_role_with_upstreams_names_and_se
 /// it was there when the recording started.
 #[derive(Clone, Debug)]
 enum Seen {
-    Lws(LeaderWorkerSet),
-    Service(Service, bool),
+    Lws(Box<LeaderWorkerSet>),
+    Service(Box<Service>, bool),
 }
 
 struct Recording {
@@ -245,15 +245,15 @@ impl Recording {
                     .applied_objects()
                     .boxed();
                 while let Some(Ok(l)) = s.next().await {
-                    a.lock().expect("seen").push(Seen::Lws(l));
+                    a.lock().expect("seen").push(Seen::Lws(Box::new(l)));
                 }
             }),
             tokio::spawn(async move {
                 let mut s = watcher(svc_api, c2).default_backoff().boxed();
                 while let Some(Ok(event)) = s.next().await {
                     let item = match event {
-                        Event::InitApply(svc) => Seen::Service(svc, true),
-                        Event::Apply(svc) => Seen::Service(svc, false),
+                        Event::InitApply(svc) => Seen::Service(Box::new(svc), true),
+                        Event::Apply(svc) => Seen::Service(Box::new(svc), false),
                         _ => continue,
                     };
                     b.lock().expect("seen").push(item);
@@ -289,7 +289,7 @@ fn services_only_for_complete_revisions(
             Seen::Lws(l) => {
                 lws.insert(
                     (l.labels()[REVISION].clone(), l.labels()[ROLE].clone()),
-                    l.clone(),
+                    (**l).clone(),
                 );
             }
             Seen::Service(s, initial) => {
