@@ -84,7 +84,8 @@ until "$BIN/kubectl" get mutatingwebhookconfiguration lws-rollout >/dev/null 2>&
 done
 export PATH="$BIN:$PATH"   # the DisaggregatedSet suite runs kubectl
 
-summary() { grep -E '^(Ran [0-9]+ of [0-9]+ Specs|SUCCESS!|FAIL!)' "$1" | tr '\n' ' '; echo; }
+# Ginkgo colours its summary: strip the escapes before matching.
+summary() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^(Ran [0-9]+ of [0-9]+ Specs|SUCCESS!|FAIL!)' | tr '\n' ' '; echo; }
 status=0
 
 if [ "$WHICH" != ds ]; then
