@@ -42,7 +42,7 @@ pub const RECREATE_GROUP_AFTER_START: &str =
     "leaderworkerset.sigs.k8s.io/experimental-recreate-group-after-start";
 
 /// On an LWS (ours): seconds a group may stay not ready after its newest pod was created before
-/// the LWS reports `ReplicaFailure` / `ProgressDeadlineExceeded` (default 600).
+/// the LWS reports `ReplicaFailure` / `ProgressDeadlineExceeded` (default 1800).
 pub const PROGRESS_DEADLINE: &str = "lws-rollout.x-k8s.io/progress-deadline-seconds";
 
 /// Pod index label the StatefulSet controller sets (Kubernetes ≥ 1.28).

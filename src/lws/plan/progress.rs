@@ -4,8 +4,9 @@
 //! newest of its pods was created — nothing about it has changed for that long — makes the
 //! `ReplicaFailure` condition True with reason `ProgressDeadlineExceeded` (Argo CD's health
 //! check then says Degraded, docs/argocd.md). It clears itself once the group is ready or
-//! replaced. The deadline is 600 s (a Deployment's default), or the LWS annotation
-//! `lws-rollout.x-k8s.io/progress-deadline-seconds`.
+//! replaced. The deadline is 1800 s — a Deployment's default is 600 s, but a multi-host model
+//! server pulling a large image and loading its weights often takes longer — or the LWS
+//! annotation `lws-rollout.x-k8s.io/progress-deadline-seconds`.
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use crate::{
 };
 
 /// The deadline when the LWS names none.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(600);
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(1800);
 
 /// The reason of the `ReplicaFailure` condition.
 pub const REASON: &str = "ProgressDeadlineExceeded";
