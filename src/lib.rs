@@ -5,6 +5,7 @@
 pub mod api;
 pub mod batchrelease;
 pub mod cli;
+pub mod disaggregatedset;
 pub mod k8s;
 pub mod kueue;
 pub mod lws;

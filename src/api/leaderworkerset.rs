@@ -1,9 +1,10 @@
-//! `LeaderWorkerSet` (`leaderworkerset.x-k8s.io/v1`): the same API as upstream LWS v0.8, field
-//! for field and with the same JSON names, so existing manifests and HPA work unchanged.
+//! `LeaderWorkerSet` (`leaderworkerset.x-k8s.io/v1`): the same API as upstream LWS v0.9, field
+//! for field and with the same JSON names, so existing manifests, Kueue (docs/kueue.md) and HPA
+//! work unchanged.
 //!
 //! Differences from upstream's CRD are deliberate and listed in `docs/lws.md`: validations that
 //! upstream only checks in its webhook are also CEL rules here, the defaults upstream's
-//! defaulting webhook fills in are CRD defaults, and `status.observedGeneration` exists (v0.9).
+//! defaulting webhook fills in are CRD defaults.
 
 // `printcolumn(...)` entries repeat keys like `type_`; that is the derive's syntax, not a mistake.
 #![allow(clippy::duplicated_attributes)]
@@ -186,6 +187,9 @@ pub enum RestartPolicy {
     /// Recreate the whole group when any of its pods restarts or is deleted.
     #[default]
     RecreateGroupOnPodRestart,
+    /// Like `RecreateGroupOnPodRestart`, but only once every pod of the group has started (none
+    /// is Pending), so a group still pulling images is not recreated in a loop (v0.9).
+    RecreateGroupAfterStart,
     /// Deprecated alias of `None`.
     Default,
     /// Leave restarts to the StatefulSet.
@@ -228,8 +232,10 @@ pub enum SubGroupPolicyType {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct RolloutStrategy {
-    /// Only `RollingUpdate` exists.
+    /// Only `RollingUpdate` exists (the default when a manifest leaves it out, as upstream's
+    /// CRD defaults it).
     #[serde(rename = "type")]
+    #[schemars(extend("default" = "RollingUpdate"))]
     pub type_: RolloutStrategyType,
 
     /// Parameters of the rolling update.

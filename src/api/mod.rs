@@ -1,6 +1,7 @@
 //! API types, one file per kind, and the CRDs generated from them.
 
 pub mod batchrelease;
+pub mod disaggregatedset;
 pub mod kueue;
 pub mod leaderworkerset;
 pub mod markers;
@@ -11,6 +12,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::CustomResourceExt;
 
 pub use batchrelease::{BatchRelease, BatchReleaseSpec, BatchReleaseStatus};
+pub use disaggregatedset::{DisaggregatedSet, DisaggregatedSetSpec, DisaggregatedSetStatus};
 pub use leaderworkerset::{LeaderWorkerSet, LeaderWorkerSetSpec, LeaderWorkerSetStatus};
 pub use rollout::{Rollout, RolloutSpec, RolloutStatus};
 
@@ -23,6 +25,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         ),
         ("rollouts.kruise.io_rollouts.yaml", Rollout::crd()),
         ("rollouts.kruise.io_batchreleases.yaml", BatchRelease::crd()),
+        (
+            "disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
+            disaggregatedset::crd(),
+        ),
     ]
 }
 
@@ -70,6 +76,7 @@ mod tests {
                     Some("LeaderWorkerSet") => round_trips::<LeaderWorkerSet>(&doc),
                     Some("Rollout") => round_trips::<Rollout>(&doc),
                     Some("BatchRelease") => round_trips::<BatchRelease>(&doc),
+                    Some("DisaggregatedSet") => round_trips::<DisaggregatedSet>(&doc),
                     _ => continue,
                 }
                 seen += 1;
@@ -137,6 +144,98 @@ mod tests {
             .map(|c| c.name.as_str())
             .collect();
         assert_eq!(columns, ["Ready", "Desired", "Up-to-date", "Age"]);
+    }
+
+    /// Upstream v0.9.0's DisaggregatedSet schema: roles a map list keyed by name (duplicates
+    /// refused), 2 to 10 of them, role names DNS labels, the role metadata restricted like a
+    /// template's, the role spec the LWS spec (its CEL rules and defaults), status lists keyed.
+    #[test]
+    fn disaggregatedset_crd_has_upstreams_shape() {
+        let crd = serde_json::to_value(disaggregatedset::crd()).expect("json");
+        assert_eq!(crd["spec"]["group"], "disaggregatedset.x-k8s.io");
+        assert_eq!(crd["spec"]["names"]["kind"], "DisaggregatedSet");
+        let version = &crd["spec"]["versions"][0];
+        assert_eq!(version["name"], "v1");
+        assert!(version["subresources"]["status"].is_object());
+        let root = &version["schema"]["openAPIV3Schema"];
+        let roles = &root["properties"]["spec"]["properties"]["roles"];
+        assert_eq!(roles["x-kubernetes-list-type"], "map");
+        assert_eq!(
+            roles["x-kubernetes-list-map-keys"],
+            serde_json::json!(["name"])
+        );
+        assert_eq!(
+            (roles["minItems"].as_i64(), roles["maxItems"].as_i64()),
+            (Some(2), Some(10))
+        );
+        let role = &roles["items"];
+        assert_eq!(role["required"], serde_json::json!(["name"]));
+        assert_eq!(role["properties"]["name"]["maxLength"], 63);
+        let mut meta: Vec<_> = role["properties"]["metadata"]["properties"]
+            .as_object()
+            .expect("metadata")
+            .keys()
+            .cloned()
+            .collect();
+        meta.sort();
+        assert_eq!(
+            meta,
+            ["annotations", "finalizers", "labels", "name", "namespace"]
+        );
+        let spec = &role["properties"]["spec"];
+        assert_eq!(
+            spec["required"],
+            serde_json::json!(["leaderWorkerTemplate"])
+        );
+        assert_eq!(
+            spec["properties"]["leaderWorkerTemplate"]["properties"]["restartPolicy"]["enum"],
+            serde_json::json!([
+                "RecreateGroupOnPodRestart",
+                "RecreateGroupAfterStart",
+                "Default",
+                "None"
+            ])
+        );
+        // No object defaults upstream's DS CRD lacks (the planner reads their absence).
+        assert!(
+            spec["properties"]["rolloutStrategy"]
+                .get("default")
+                .is_none()
+        );
+        assert!(spec["properties"]["networkConfig"].get("default").is_none());
+        assert!(
+            spec["properties"]["rolloutStrategy"]["properties"]["rollingUpdateConfiguration"]
+                .get("default")
+                .is_none()
+        );
+        assert_eq!(spec["properties"]["replicas"]["default"], 1);
+        let surge = &spec["properties"]["rolloutStrategy"]["properties"]["rollingUpdateConfiguration"]
+            ["properties"]["maxSurge"];
+        assert_eq!(
+            surge["maxLength"],
+            disaggregatedset::INT_OR_PERCENT_MAX_LENGTH
+        );
+        let status = &root["properties"]["status"]["properties"];
+        assert_eq!(
+            status["roleStatuses"]["x-kubernetes-list-map-keys"],
+            serde_json::json!(["name"])
+        );
+        assert_eq!(
+            status["conditions"]["x-kubernetes-list-map-keys"],
+            serde_json::json!(["type"])
+        );
+        // The LWS CRD itself is not bounded.
+        let lws = serde_json::to_value(LeaderWorkerSet::crd()).expect("json");
+        let lws_surge = &lws["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["rolloutStrategy"]["properties"]["rollingUpdateConfiguration"]["properties"]
+            ["maxSurge"];
+        assert!(lws_surge.get("maxLength").is_none());
+        // A manifest may leave rolloutStrategy.type out, as upstream's CRD defaults it.
+        assert_eq!(
+            lws["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                ["rolloutStrategy"]["properties"]["type"]["default"],
+            "RollingUpdate"
+        );
     }
 
     #[test]

@@ -136,20 +136,27 @@ fn restrict_template_metadata(schema: &mut Schema) {
     else {
         return;
     };
+    props.insert("metadata".into(), template_metadata_value());
+}
+
+fn template_metadata_value() -> Value {
     let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
-    props.insert(
-        "metadata".into(),
-        json!({
-            "type": "object",
-            "properties": {
-                "annotations": string_map,
-                "finalizers": {"type": "array", "items": {"type": "string"}},
-                "labels": string_map,
-                "name": {"type": "string"},
-                "namespace": {"type": "string"},
-            },
-        }),
-    );
+    json!({
+        "type": "object",
+        "properties": {
+            "annotations": string_map,
+            "finalizers": {"type": "array", "items": {"type": "string"}},
+            "labels": string_map,
+            "name": {"type": "string"},
+            "namespace": {"type": "string"},
+        },
+    })
+}
+
+/// Schema of an embedded ObjectMeta of a template (e.g. a DisaggregatedSet role's LWS
+/// metadata): controller-gen's restricted form, as above.
+pub fn template_metadata(_: &mut SchemaGenerator) -> Schema {
+    Schema::try_from(template_metadata_value()).expect("an object schema")
 }
 
 #[cfg(test)]

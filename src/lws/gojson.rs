@@ -3,13 +3,13 @@
 //! `"containers":null`), drops `omitempty` zero values, and canonicalises quantities.
 //!
 //! The shapes of the Go types come from `go_types.json`, printed by upstream's own types via
-//! reflection (`test/lwsref gotypes`, k8s.io/api v0.34.3 as LWS v0.8.0 pins); an e2e test
+//! reflection (`test/lwsref gotypes`, k8s.io/api v0.36.2 as LWS v0.9.0 pins); an e2e test
 //! regenerates it and fails on drift.
 
 use std::{collections::BTreeMap, sync::LazyLock};
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use thiserror::Error;
 
 use super::quantity;
@@ -69,16 +69,106 @@ pub enum GoJsonError {
     UnknownType(String),
 }
 
+/// A value as Go's encoder holds it after decoding into the typed structs: struct fields keep
+/// their declaration order, integers stay integers. [`Go::to_value`] gives what the LWS
+/// revision hash sees (a second pass through `map[string]interface{}`: numbers become float64,
+/// keys sorted); [`Go::write_typed`] what `json.Marshal` of the typed value writes.
+#[derive(Clone, Debug, PartialEq)]
+enum Go {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Float(f64),
+    Str(String),
+    /// `interface{}` and raw JSON: written as JSON.
+    Json(Value),
+    List(Vec<Go>),
+    /// A Go map: keys sorted when written.
+    Map(Vec<(String, Go)>),
+    /// A Go struct: fields in declaration order.
+    Struct(Vec<(String, Go)>),
+}
+
+impl Go {
+    fn to_value(&self) -> Value {
+        match self {
+            Go::Null => Value::Null,
+            Go::Bool(b) => Value::Bool(*b),
+            Go::Int(i) => go_number(*i as f64),
+            Go::Float(f) => go_number(*f),
+            Go::Str(s) => Value::String(s.clone()),
+            Go::Json(v) => v.clone(),
+            Go::List(items) => Value::Array(items.iter().map(Go::to_value).collect()),
+            Go::Map(entries) | Go::Struct(entries) => Value::Object(
+                entries
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.to_value()))
+                    .collect(),
+            ),
+        }
+    }
+
+    fn write_typed(&self, out: &mut String) {
+        match self {
+            Go::Null => out.push_str("null"),
+            Go::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+            Go::Int(i) => out.push_str(&i.to_string()),
+            Go::Float(f) => write_number(out, *f),
+            Go::Str(s) => write_string(out, s),
+            Go::Json(v) => write_value(out, v),
+            Go::List(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.write_typed(out);
+                }
+                out.push(']');
+            }
+            Go::Map(entries) => {
+                let mut sorted: Vec<&(String, Go)> = entries.iter().collect();
+                sorted.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+                write_entries(out, sorted.into_iter());
+            }
+            Go::Struct(entries) => write_entries(out, entries.iter()),
+        }
+    }
+}
+
+fn write_entries<'a>(out: &mut String, entries: impl Iterator<Item = &'a (String, Go)>) {
+    out.push('{');
+    for (i, (k, v)) in entries.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(out, k);
+        out.push(':');
+        v.write_typed(out);
+    }
+    out.push('}');
+}
+
 /// The result of decoding one field: its encoding, and whether `omitempty` drops it.
 struct Encoded {
-    value: Value,
+    value: Go,
     empty: bool,
     zero: bool,
 }
 
-/// Re-encodes `input` (a JSON value of Go type `ty`) the way Go's encoding/json would.
+/// Re-encodes `input` (a JSON value of Go type `ty`) the way Go's encoding/json would, then
+/// through `map[string]interface{}` (float64 numbers): the form the LWS revision hashes.
 pub fn normalize(input: Option<&Value>, ty: &str) -> Result<Value, GoJsonError> {
-    Ok(encode(input, ty, "")?.value)
+    Ok(encode(input, ty, "")?.value.to_value())
+}
+
+/// What Go's `json.Marshal` writes for `input` decoded into Go type `ty`: struct fields in
+/// declaration order, integers as integers, map keys sorted, HTML characters escaped — the
+/// bytes a hash over a typed Go value (e.g. a DisaggregatedSet's revision) is taken of.
+pub fn marshal_typed(input: Option<&Value>, ty: &str) -> Result<String, GoJsonError> {
+    let mut out = String::new();
+    encode(input, ty, "")?.value.write_typed(&mut out);
+    Ok(out)
 }
 
 fn shape(path: &str, expected: &str) -> GoJsonError {
@@ -95,7 +185,7 @@ fn shape(path: &str, expected: &str) -> GoJsonError {
 fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJsonError> {
     // JSON null decodes to the zero value, exactly like an absent field.
     let input = input.filter(|v| !v.is_null());
-    let scalar = |value: Value, empty: bool| {
+    let scalar = |value: Go, empty: bool| {
         Ok(Encoded {
             value,
             empty,
@@ -105,7 +195,7 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
 
     if let Some(elem) = ty.strip_prefix('*') {
         return match input {
-            None => scalar(Value::Null, true),
+            None => scalar(Go::Null, true),
             Some(v) => Ok(Encoded {
                 empty: false,
                 zero: false,
@@ -115,7 +205,7 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
     }
     if let Some(elem) = ty.strip_prefix("[]") {
         return match input {
-            None => scalar(Value::Null, true),
+            None => scalar(Go::Null, true),
             Some(Value::Array(items)) => {
                 let out = items
                     .iter()
@@ -125,7 +215,7 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
                 Ok(Encoded {
                     empty: out.is_empty(),
                     zero: false,
-                    value: Value::Array(out),
+                    value: Go::List(out),
                 })
             }
             Some(_) => Err(shape(path, "an array")),
@@ -133,19 +223,19 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
     }
     if let Some(elem) = ty.strip_prefix("map[]") {
         return match input {
-            None => scalar(Value::Null, true),
+            None => scalar(Go::Null, true),
             Some(Value::Object(entries)) => {
-                let mut out = Map::new();
+                let mut out = Vec::with_capacity(entries.len());
                 for (k, v) in entries {
-                    out.insert(
+                    out.push((
                         k.clone(),
                         encode(Some(v), elem, &format!("{path}.{k}"))?.value,
-                    );
+                    ));
                 }
                 Ok(Encoded {
                     empty: out.is_empty(),
                     zero: false,
-                    value: Value::Object(out),
+                    value: Go::Map(out),
                 })
             }
             Some(_) => Err(shape(path, "an object")),
@@ -153,41 +243,40 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
     }
     match ty {
         "string" => match input {
-            None => scalar(Value::String(String::new()), true),
-            Some(Value::String(s)) => scalar(Value::String(s.clone()), s.is_empty()),
+            None => scalar(Go::Str(String::new()), true),
+            Some(Value::String(s)) => scalar(Go::Str(s.clone()), s.is_empty()),
             Some(_) => Err(shape(path, "a string")),
         },
         "bytes" => match input {
-            None => scalar(Value::Null, true),
-            Some(Value::String(s)) => scalar(Value::String(s.clone()), s.is_empty()),
+            None => scalar(Go::Null, true),
+            Some(Value::String(s)) => scalar(Go::Str(s.clone()), s.is_empty()),
             Some(_) => Err(shape(path, "base64 bytes")),
         },
         "int" => match input {
-            None => scalar(go_number(0.0), true),
+            None => scalar(Go::Int(0), true),
             Some(Value::Number(n)) => {
-                let f = n.as_f64().ok_or_else(|| shape(path, "a number"))?;
-                if n.as_i64().is_none() && n.as_u64().is_none() {
-                    return Err(shape(path, "an integer"));
-                }
-                scalar(go_number(f), f == 0.0)
+                // Go's integer fields are at most int64 here: 2^63 and above (what an int64 near
+                // its limit becomes after a float64 round trip) does not decode.
+                let i = n.as_i64().ok_or_else(|| shape(path, "an integer"))?;
+                scalar(Go::Int(i), i == 0)
             }
             Some(_) => Err(shape(path, "an integer")),
         },
         "float" => match input {
-            None => scalar(go_number(0.0), true),
+            None => scalar(Go::Float(0.0), true),
             Some(Value::Number(n)) => {
                 let f = n.as_f64().ok_or_else(|| shape(path, "a number"))?;
-                scalar(go_number(f), f == 0.0)
+                scalar(Go::Float(f), f == 0.0)
             }
             Some(_) => Err(shape(path, "a number")),
         },
         "bool" => match input {
-            None => scalar(Value::Bool(false), true),
-            Some(Value::Bool(b)) => scalar(Value::Bool(*b), !*b),
+            None => scalar(Go::Bool(false), true),
+            Some(Value::Bool(b)) => scalar(Go::Bool(*b), !*b),
             Some(_) => Err(shape(path, "a boolean")),
         },
         "any" | "!raw" => Ok(Encoded {
-            value: input.cloned().unwrap_or(Value::Null),
+            value: input.cloned().map_or(Go::Null, Go::Json),
             empty: input.is_none(),
             zero: input.is_none(),
         }),
@@ -205,23 +294,25 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
             // A struct: omitempty never drops it.
             Ok(Encoded {
                 zero: input.is_none(),
-                value: Value::String(canonical),
+                value: Go::Str(canonical),
                 empty: false,
             })
         }
         "!intorstring" => match input {
             None => Ok(Encoded {
-                value: go_number(0.0),
+                value: Go::Int(0),
                 empty: false,
                 zero: true,
             }),
             Some(Value::Number(n)) => Ok(Encoded {
-                value: go_number(n.as_f64().unwrap_or_default()),
+                value: n
+                    .as_i64()
+                    .map_or_else(|| Go::Float(n.as_f64().unwrap_or_default()), Go::Int),
                 empty: false,
                 zero: false,
             }),
             Some(Value::String(s)) => Ok(Encoded {
-                value: Value::String(s.clone()),
+                value: Go::Str(s.clone()),
                 empty: false,
                 zero: false,
             }),
@@ -230,15 +321,15 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
         "!time" | "!microtime" | "!duration" => match input {
             None => Ok(Encoded {
                 value: if ty == "!duration" {
-                    Value::String("0s".into())
+                    Go::Str("0s".into())
                 } else {
-                    Value::Null
+                    Go::Null
                 },
                 empty: false,
                 zero: true,
             }),
             Some(Value::String(s)) => Ok(Encoded {
-                value: Value::String(s.clone()),
+                value: Go::Str(s.clone()),
                 empty: false,
                 zero: false,
             }),
@@ -253,7 +344,7 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
                 Some(Value::Object(o)) => Some(o),
                 Some(_) => return Err(shape(path, "an object")),
             };
-            let mut out = Map::new();
+            let mut out = Vec::with_capacity(fields.len());
             let mut all_zero = true;
             for field in fields {
                 let child = object.and_then(|o| o.get(&field.name));
@@ -262,10 +353,10 @@ fn encode(input: Option<&Value>, ty: &str, path: &str) -> Result<Encoded, GoJson
                 if (field.omitempty && encoded.empty) || (field.omitzero && encoded.zero) {
                     continue;
                 }
-                out.insert(field.name.clone(), encoded.value);
+                out.push((field.name.clone(), encoded.value));
             }
             Ok(Encoded {
-                value: Value::Object(out),
+                value: Go::Struct(out),
                 empty: false,
                 zero: all_zero,
             })

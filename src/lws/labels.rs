@@ -36,6 +36,15 @@ pub const SUBDOMAIN_POLICY: &str = "leaderworkerset.sigs.k8s.io/subdomainPolicy"
 /// Set on worker templates when the leader requests TPUs.
 pub const LEADER_REQUESTS_TPUS: &str = "leaderworkerset.sigs.k8s.io/leader-requests-tpus";
 
+/// On an LWS: recreate groups only once they have started, as the v0.9 restart policy
+/// `RecreateGroupAfterStart` does (v0.8's experimental switch; any value, still honoured).
+pub const RECREATE_GROUP_AFTER_START: &str =
+    "leaderworkerset.sigs.k8s.io/experimental-recreate-group-after-start";
+
+/// On an LWS (ours): seconds a group may stay not ready after its newest pod was created before
+/// the LWS reports `ReplicaFailure` / `ProgressDeadlineExceeded` (default 1800).
+pub const PROGRESS_DEADLINE: &str = "lws-rollout.x-k8s.io/progress-deadline-seconds";
+
 /// Pod index label the StatefulSet controller sets (Kubernetes ≥ 1.28).
 pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 

@@ -5,8 +5,9 @@
 //! container. Pure: the webhook server (not built yet) turns the difference into a JSON patch.
 //!
 //! Pods requesting `google.com/tpu` also get the TPU variables (`TPU_WORKER_HOSTNAMES`,
-//! `TPU_WORKER_ID`, `TPU_NAME`, `TPU_PROCESS_ADDRESSES`, `TPU_PROCESS_PORT`) in the first
-//! container that requests TPUs, listing the hosts of its group (or subgroup).
+//! `TPU_WORKER_ID`, `TPU_NAME`, `TPU_PROCESS_ADDRESSES`, `TPU_PROCESS_PORT`) in every container
+//! that requests TPUs (v0.9; with subgroups, in the first one), listing the hosts of its group
+//! (or subgroup).
 
 use k8s_openapi::{
     api::core::v1::{
@@ -143,6 +144,7 @@ pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
 
 const TPU: &str = "google.com/tpu";
 const TPU_DEFAULT_PORT: &str = "8476";
+const TPU_DEFAULT_PORT_NUMBER: i32 = 8476;
 
 fn requests_tpus(c: &Container) -> bool {
     let nonzero = |m: &Option<
@@ -157,8 +159,12 @@ fn requests_tpus(c: &Container) -> bool {
         .is_some_and(|r| nonzero(&r.limits) || nonzero(&r.requests))
 }
 
-/// Upstream's `AddTPUVariables`: no-op unless a container requests TPUs and has neither
-/// `TPU_WORKER_HOSTNAMES` nor `TPU_WORKER_ID` yet.
+/// Upstream v0.9's `AddTPUVariables`: no-op unless a container requests TPUs and the first
+/// such container has neither `TPU_WORKER_HOSTNAMES` nor `TPU_WORKER_ID` yet. With subgroups,
+/// the first TPU container gets its subgroup's hosts (as in v0.8); otherwise every TPU
+/// container does (v0.9, #754): each pod is listed once per TPU container, container `i` on port
+/// `8476 + i` unless it names its own `TPU_PROCESS_PORT`, and the worker id counts containers
+/// (`pod index × containers + i`).
 fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
     let name = pod.name_any();
     let labels_ = pod.labels().clone();
@@ -167,29 +173,30 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
         return Ok(());
     };
     let subdomain = spec.subdomain.clone().unwrap_or_default();
-    let container = match spec
+    let mut containers: Vec<&mut Container> = spec
         .containers
         .iter_mut()
         .chain(spec.init_containers.iter_mut().flatten())
-        .find(|c| requests_tpus(c))
-    {
-        Some(c) => c,
-        None => return Ok(()),
+        .filter(|c| requests_tpus(c))
+        .collect();
+    let Some(first) = containers.first() else {
+        return Ok(());
     };
-    let env = container.env.get_or_insert_with(Vec::new);
-    if env
+    if first
+        .env
         .iter()
+        .flatten()
         .any(|e| e.name == "TPU_WORKER_HOSTNAMES" || e.name == "TPU_WORKER_ID")
     {
         return Ok(());
     }
-    let user_port = env
-        .iter()
-        .find(|e| e.name == "TPU_PROCESS_PORT")
-        .map(|e| e.value.clone().unwrap_or_default());
-    let port = user_port
-        .clone()
-        .unwrap_or_else(|| TPU_DEFAULT_PORT.to_string());
+    let user_port = |c: &Container| {
+        c.env
+            .iter()
+            .flatten()
+            .find(|e| e.name == "TPU_PROCESS_PORT")
+            .map(|e| e.value.clone().unwrap_or_default())
+    };
     let is_leader = labels_.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
     let leader_has_tpus = annotations
         .get(labels::LEADER_REQUESTS_TPUS)
@@ -200,10 +207,12 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
             .map(|(p, _)| p.to_string())
             .ok_or_else(|| PodDefaultError::NoOrdinal(n.to_string()))
     };
+    let var = |name: &str, value: String| EnvVar {
+        name: name.into(),
+        value: Some(value),
+        value_from: None,
+    };
 
-    let mut hosts: Vec<String> = Vec::new();
-    let worker_id;
-    let leader;
     if let Some(sgs) = annotations.get(labels::SUBGROUP_SIZE) {
         let num = |key: &'static str, v: Option<&String>| -> Result<i32, PodDefaultError> {
             let v = v.cloned().unwrap_or_default();
@@ -216,11 +225,13 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
         let sgs = num(labels::SUBGROUP_SIZE, Some(sgs))?.max(1);
         let subgroup = num(labels::SUBGROUP_INDEX, labels_.get(labels::SUBGROUP_INDEX))?;
         let worker = num(labels::WORKER_INDEX, labels_.get(labels::WORKER_INDEX))?;
-        worker_id = if leader_has_tpus {
+        let worker_id = if leader_has_tpus {
             worker % sgs
         } else {
             (worker - 1) % sgs
         };
+        let mut hosts: Vec<String> = Vec::new();
+        let leader;
         let (mut start, mut end) = (sgs * subgroup + 1, sgs * (subgroup + 1));
         if is_leader {
             leader = name.clone();
@@ -237,48 +248,92 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
             }
         }
         hosts.extend((start..=end).map(|i| format!("{leader}-{i}")));
-    } else {
-        if is_leader {
-            leader = name.clone();
-            worker_id = 0;
-            hosts.push(leader.clone());
-        } else {
-            leader = parent(&name)?;
-            let ordinal = ordinal(&name).ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
-            if leader_has_tpus {
-                worker_id = ordinal;
-                hosts.push(leader.clone());
-            } else {
-                worker_id = ordinal - 1;
-            }
+        let container = &mut containers[0];
+        let own_port = user_port(container);
+        let port = own_port
+            .clone()
+            .unwrap_or_else(|| TPU_DEFAULT_PORT.to_string());
+        let env = container.env.get_or_insert_with(Vec::new);
+        env.push(var(
+            "TPU_WORKER_HOSTNAMES",
+            hosts
+                .iter()
+                .map(|h| format!("{h}.{subdomain}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        ));
+        env.push(var("TPU_WORKER_ID", worker_id.to_string()));
+        env.push(var("TPU_NAME", leader));
+        env.push(var(
+            "TPU_PROCESS_ADDRESSES",
+            hosts
+                .iter()
+                .map(|h| format!("{h}.{subdomain}:{port}"))
+                .collect::<Vec<_>>()
+                .join(","),
+        ));
+        if own_port.is_none() {
+            env.push(var("TPU_PROCESS_PORT", port));
         }
-        hosts.extend((1..size).map(|i| format!("{leader}-{i}")));
+        return Ok(());
     }
-    let var = |name: &str, value: String| EnvVar {
-        name: name.into(),
-        value: Some(value),
-        value_from: None,
+
+    let (leader, pod_index) = if is_leader {
+        (name.clone(), 0)
+    } else {
+        let ordinal = ordinal(&name).ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
+        (
+            parent(&name)?,
+            if leader_has_tpus {
+                ordinal
+            } else {
+                ordinal - 1
+            },
+        )
     };
-    env.push(var(
-        "TPU_WORKER_HOSTNAMES",
-        hosts
-            .iter()
-            .map(|h| format!("{h}.{subdomain}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    ));
-    env.push(var("TPU_WORKER_ID", worker_id.to_string()));
-    env.push(var("TPU_NAME", leader));
-    env.push(var(
-        "TPU_PROCESS_ADDRESSES",
-        hosts
-            .iter()
-            .map(|h| format!("{h}.{subdomain}:{port}"))
-            .collect::<Vec<_>>()
-            .join(","),
-    ));
-    if user_port.is_none() {
-        env.push(var("TPU_PROCESS_PORT", port));
+    let count = i32::try_from(containers.len()).unwrap_or(i32::MAX);
+    let own_ports: Vec<Option<String>> = containers.iter().map(|c| user_port(c)).collect();
+    let ports: Vec<String> = own_ports
+        .iter()
+        .zip(0..)
+        .map(|(own, i)| {
+            own.clone()
+                .unwrap_or_else(|| (TPU_DEFAULT_PORT_NUMBER + i).to_string())
+        })
+        .collect();
+    let mut pods: Vec<String> = Vec::new();
+    if leader_has_tpus || is_leader {
+        pods.push(leader.clone());
+    }
+    pods.extend((1..size).map(|i| format!("{leader}-{i}")));
+    let subdomain = subdomain.as_str();
+    let hostnames = pods
+        .iter()
+        .flat_map(|p| ports.iter().map(move |_| format!("{p}.{subdomain}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    let addresses = pods
+        .iter()
+        .flat_map(|p| {
+            ports
+                .iter()
+                .map(move |port| format!("{p}.{subdomain}:{port}"))
+        })
+        .collect::<Vec<_>>()
+        .join(",");
+    for ((container, i), (own, port)) in containers
+        .iter_mut()
+        .zip(0..)
+        .zip(own_ports.iter().zip(&ports))
+    {
+        let env = container.env.get_or_insert_with(Vec::new);
+        env.push(var("TPU_WORKER_HOSTNAMES", hostnames.clone()));
+        env.push(var("TPU_WORKER_ID", (pod_index * count + i).to_string()));
+        env.push(var("TPU_NAME", leader.clone()));
+        env.push(var("TPU_PROCESS_ADDRESSES", addresses.clone()));
+        if own.is_none() {
+            env.push(var("TPU_PROCESS_PORT", port.clone()));
+        }
     }
     Ok(())
 }
@@ -610,6 +665,100 @@ mod tests {
             Some("test-sample-0.test-sample-0,test-sample-0-1.test-sample-0")
         );
         assert_eq!(var(&worker, "TPU_WORKER_ID").as_deref(), Some("1"));
+    }
+
+    /// v0.9 (#754): every TPU container gets the variables; each pod is listed once per TPU
+    /// container, container `i` on port 8476 + i (or its own), ids counting containers.
+    /// Upstream's unit and e2e cases (replicas 2, size 2, two TPU containers).
+    #[test]
+    fn every_tpu_container_gets_the_variables() {
+        let two = |name: &str, labels: serde_json::Value, annotations: serde_json::Value| {
+            let mut p = pod(name, labels, annotations, "default");
+            let tpu = json!({"limits": {TPU: "4"}});
+            let spec = p.spec.as_mut().unwrap();
+            spec.containers[0].resources = Some(serde_json::from_value(tpu.clone()).unwrap());
+            spec.containers
+                .push(serde_json::from_value(json!({"name": "c2", "resources": tpu})).unwrap());
+            p
+        };
+        let value = |p: &Pod, container: usize, name: &str| {
+            env(p, container)
+                .into_iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v)
+        };
+        let hosts = "test-sample-0.default,test-sample-0.default,test-sample-0-1.default,test-sample-0-1.default";
+        let mut leader = two(
+            "test-sample-0",
+            json!({labels::NAME: "test-sample", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2"}),
+        );
+        default_pod(&mut leader).unwrap();
+        for (c, id, port) in [(0, "0", "8476"), (1, "1", "8477")] {
+            assert_eq!(
+                value(&leader, c, "TPU_WORKER_HOSTNAMES").as_deref(),
+                Some(hosts)
+            );
+            assert_eq!(value(&leader, c, "TPU_WORKER_ID").as_deref(), Some(id));
+            assert_eq!(
+                value(&leader, c, "TPU_NAME").as_deref(),
+                Some("test-sample-0")
+            );
+            assert_eq!(value(&leader, c, "TPU_PROCESS_PORT").as_deref(), Some(port));
+            assert_eq!(
+                value(&leader, c, "TPU_PROCESS_ADDRESSES").as_deref(),
+                Some(
+                    "test-sample-0.default:8476,test-sample-0.default:8477,test-sample-0-1.default:8476,test-sample-0-1.default:8477"
+                )
+            );
+        }
+        let mut worker = two(
+            "test-sample-0-1",
+            json!({labels::NAME: "test-sample", labels::GROUP_INDEX: "0"}),
+            json!({labels::SIZE: "2", labels::LEADER_REQUESTS_TPUS: "true", labels::LEADER_NAME: "test-sample-0"}),
+        );
+        default_pod(&mut worker).unwrap();
+        assert_eq!(value(&worker, 0, "TPU_WORKER_ID").as_deref(), Some("2"));
+        assert_eq!(value(&worker, 1, "TPU_WORKER_ID").as_deref(), Some("3"));
+        assert_eq!(
+            value(&worker, 1, "TPU_WORKER_HOSTNAMES").as_deref(),
+            Some(hosts)
+        );
+
+        // Custom ports per container are used in the addresses and not repeated.
+        let mut custom = two(
+            "test-sample-0",
+            json!({labels::NAME: "test-sample", labels::WORKER_INDEX: "0"}),
+            json!({labels::SIZE: "2"}),
+        );
+        for (c, port) in custom
+            .spec
+            .as_mut()
+            .unwrap()
+            .containers
+            .iter_mut()
+            .zip(["8478", "8479"])
+        {
+            c.env = Some(vec![EnvVar {
+                name: "TPU_PROCESS_PORT".into(),
+                value: Some(port.into()),
+                value_from: None,
+            }]);
+        }
+        default_pod(&mut custom).unwrap();
+        assert_eq!(
+            value(&custom, 0, "TPU_PROCESS_ADDRESSES").as_deref(),
+            Some(
+                "test-sample-0.default:8478,test-sample-0.default:8479,test-sample-0-1.default:8478,test-sample-0-1.default:8479"
+            )
+        );
+        assert_eq!(
+            env(&custom, 1)
+                .iter()
+                .filter(|(n, _)| n == "TPU_PROCESS_PORT")
+                .count(),
+            1
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The revision key (`leaderworkerset.sigs.k8s.io/template-revision-hash`) and the
-//! ControllerRevision data, byte-identical to upstream LWS v0.8.0 so that groups created by the
-//! upstream controller are adopted without a rolling update.
+//! ControllerRevision data, byte-identical to upstream LWS v0.9.0 (and, for every template
+//! v0.8.0 could express, to v0.8.0) so that groups created by the upstream controller are
+//! adopted without a rolling update.
 //!
 //! Upstream stores `{"spec":{"leaderWorkerTemplate":{…,"$patch":"replace"},
 //! "networkConfig":{…,"$patch":"replace"}}}` — the Go encoding of those two fields, re-marshalled
@@ -30,6 +31,38 @@ pub fn revision_data(spec: &Value) -> Result<String, GoJsonError> {
     Ok(gojson::marshal(
         &json!({"spec": {"leaderWorkerTemplate": template, "networkConfig": network}}),
     ))
+}
+
+/// Whether a recorded ControllerRevision's `data` is the revision of `spec`, whose
+/// [`revision_data`] is `data`: the same bytes, or the same once the recorded template is
+/// re-encoded as we (and v0.9.0) encode it today — a revision written by another version or
+/// client that differs only in serialisation (`"creationTimestamp": null`, key order, an empty
+/// field an older encoder wrote) is recognised, so taking over or upgrading rolls nothing.
+///
+/// Upstream v0.9.0's `SetMatchesRevision` decides this by restoring the recorded revision onto
+/// the LWS (a strategic merge patch) and marshalling it again; we decide as it does, its two
+/// quirks included (e2e `upstream_reference::revision_matching_decides_as_upstream_v09`):
+/// - an LWS without `networkConfig` keeps none (the patch's `$patch: replace` of a key the LWS
+///   lacks drops it), so the recorded `networkConfig` does not count and Shared is assumed;
+/// - a recorded integer Go's types cannot hold (an int64 near its limit comes back from the
+///   float64 round trip as 2^63) makes the revision unreadable: only equal bytes match then.
+pub fn matches(recorded: &Value, spec: &Value, data: &str) -> bool {
+    if gojson::marshal(recorded) == data {
+        return true;
+    }
+    let Some(Value::Object(recorded_spec)) = recorded.get("spec") else {
+        return false;
+    };
+    let mut restored = serde_json::Map::new();
+    if let Some(template) = recorded_spec.get("leaderWorkerTemplate") {
+        restored.insert("leaderWorkerTemplate".into(), template.clone());
+    }
+    if spec.get("networkConfig").is_some_and(|v| !v.is_null())
+        && let Some(network) = recorded_spec.get("networkConfig")
+    {
+        restored.insert("networkConfig".into(), network.clone());
+    }
+    revision_data(&Value::Object(restored)).is_ok_and(|again| again == data)
 }
 
 /// The revision key of `data.raw`: FNV-1 (not 1a) 32-bit, decimal, `SafeEncodeString`.
@@ -95,6 +128,58 @@ mod tests {
         let mut resized = base.clone();
         resized["leaderWorkerTemplate"]["size"] = json!(3);
         assert_ne!(revision_data(&base), revision_data(&resized));
+    }
+
+    #[test]
+    fn a_revision_that_differs_only_in_serialisation_matches() {
+        let spec = json!({"leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {"containers": [
+            {"name": "c", "image": "x", "resources": {"limits": {"cpu": "1000m"}}}]}}}});
+        let data = revision_data(&spec).unwrap();
+        let recorded: Value = serde_json::from_str(&data).unwrap();
+        assert!(matches(&recorded, &spec, &data), "the same bytes");
+        // As an older client wrote it: a null creationTimestamp, the quantity as typed, no
+        // `resources` default, no $patch directive.
+        let older = json!({"spec": {
+            "leaderWorkerTemplate": {"size": 2, "workerTemplate": {
+                "metadata": {"creationTimestamp": null},
+                "spec": {"containers": [{"image": "x", "name": "c",
+                    "resources": {"limits": {"cpu": "1000m"}}}]}}},
+            "networkConfig": {"subdomainPolicy": "Shared"}}});
+        assert_ne!(gojson::marshal(&older), data);
+        assert!(matches(&older, &spec, &data));
+        // A real difference is not hidden.
+        let mut other = older.clone();
+        other["spec"]["leaderWorkerTemplate"]["size"] = json!(3);
+        assert!(!matches(&other, &spec, &data));
+        let mut image = older.clone();
+        image["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["image"] =
+            json!("y");
+        assert!(!matches(&image, &spec, &data));
+        assert!(
+            !matches(&json!({"data": 1}), &spec, &data),
+            "not a revision"
+        );
+        // Upstream's quirks: no networkConfig on the LWS ignores the recorded one; an integer
+        // beyond int64 (2^63, from the float64 round trip) cannot be read back.
+        let mut unique = older.clone();
+        unique["spec"]["networkConfig"] = json!({"subdomainPolicy": "UniquePerReplica"});
+        assert!(matches(&unique, &spec, &data));
+        let mut explicit = spec.clone();
+        explicit["networkConfig"] = json!({"subdomainPolicy": "Shared"});
+        assert!(!matches(&unique, &explicit, &data));
+        let mut huge = spec.clone();
+        huge["leaderWorkerTemplate"]["workerTemplate"]["spec"]["activeDeadlineSeconds"] =
+            json!(9_223_372_036_854_775_807_i64);
+        let huge_data = revision_data(&huge).unwrap();
+        let huge_recorded: Value = serde_json::from_str(&huge_data).unwrap();
+        assert!(matches(&huge_recorded, &huge, &huge_data), "same bytes");
+        let mut pretty = huge_recorded.clone();
+        pretty["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
+            json!({"creationTimestamp": null});
+        assert!(
+            !matches(&pretty, &huge, &huge_data),
+            "Go cannot read 2^63 into an int64"
+        );
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! Rolling update of an LWS: the leader StatefulSet's `partition` and `replicas` for the next
-//! step, from the groups' observed state. Pure; upstream LWS v0.8.0's algorithm (see
-//! docs/lws.md, "Rolling update"), so updates proceed in the same sequences.
+//! step, from the groups' observed state. Pure; upstream LWS v0.9.0's algorithm (see
+//! docs/lws.md, "Rolling update"), so updates proceed in the same sequences. v0.9 changed two
+//! things against v0.8: surge groups are reclaimed only while the unready groups fit in
+//! `maxUnavailable` (v0.8 kept one fewer surge group than unready groups, which with
+//! `maxUnavailable: 0` took a surge group away while a group was still unready), and a leader
+//! StatefulSet below `replicas` is first scaled up to `replicas` with no surge.
 //!
 //! Groups `0..replicas` are the real ones; `replicas..replicas+surge` are surge groups made
 //! from the new template while old groups are being replaced. The partition only ever moves
@@ -99,25 +103,32 @@ fn compute(input: &Input<'_>) -> Result<Step, InvalidIntOrPercent> {
         });
     };
     let surge = scaled(input.max_surge, r, true)?.min(r);
+    let max_unavailable = scaled(input.max_unavailable, r, false)?;
     let burst = r + surge;
-    // Once no more than `surge` groups are unready, surge groups are released one by one.
-    let want_replicas = |unready: i32| {
-        if unready <= surge {
-            r + (unready - 1).max(0)
-        } else {
-            burst
-        }
-    };
+    let want_replicas = |unready: i32| surge_replicas(r, surge, max_unavailable, unready);
 
     if input.template_changed {
+        let partition = r.min(sts.replicas);
+        // Scaling up comes first, without surge groups on top.
+        let replicas = if sts.replicas < r {
+            r
+        } else {
+            want_replicas(r)
+        };
         return Ok(Step {
-            partition: r.min(sts.replicas),
-            replicas: want_replicas(r),
+            partition,
+            replicas,
         });
     }
     if sts.partition == 0 && sts.replicas == r {
         return Ok(Step {
             partition: 0,
+            replicas: r,
+        });
+    }
+    if sts.replicas < r {
+        return Ok(Step {
+            partition: sts.partition,
             replicas: r,
         });
     }
@@ -139,11 +150,22 @@ fn compute(input: &Input<'_>) -> Result<Step, InvalidIntOrPercent> {
     }
 
     // Surge already reclaimed shrinks the budget, so maxUnavailable is never exceeded.
-    let rolling_step = scaled(input.max_unavailable, r, false)? + surge - (burst - sts.replicas);
+    let rolling_step = max_unavailable + surge - (burst - sts.replicas);
     Ok(Step {
         partition: rolling_partition(input.groups, sts.replicas, rolling_step, sts.partition),
         replicas: want_replicas(unready),
     })
+}
+
+/// Leader StatefulSet replicas while `unready` of the `r` real groups are not ready on the new
+/// revision: all `surge` groups while more than `surge` are unready; then only as many as the
+/// unready groups exceed `max_unavailable`, so surge groups go one by one as groups come up.
+pub fn surge_replicas(r: i32, surge: i32, max_unavailable: i32, unready: i32) -> i32 {
+    if unready <= surge {
+        r + (unready - max_unavailable).max(0)
+    } else {
+        r + surge
+    }
 }
 
 /// Where the partition can go given the groups' states and a budget of `rolling_step` groups.
@@ -292,11 +314,133 @@ mod tests {
 
     #[test]
     fn documented_example_r4_unavailable2_surge2() {
-        // docs/concepts/rollout-strategy: (P=4,S=6) → (2,6) → … → (0,4).
+        // docs/concepts/rollout-strategy: (P=4,S=6) → (2,6) → … → (0,4). v0.9 reclaims both
+        // surge groups at once when the two unready groups fit in maxUnavailable=2 (v0.8 went
+        // through (0,5)).
         let seq = simulate(4, int(2), int(2), 0);
-        assert_eq!(seq.first(), Some(&(4, 6)));
-        assert_eq!(seq, vec![(4, 6), (2, 6), (0, 6), (0, 5), (0, 4)]);
-        assert_eq!(seq.last(), Some(&(0, 4)), "{seq:?}");
+        assert_eq!(seq, vec![(4, 6), (2, 6), (0, 6), (0, 4)]);
+    }
+
+    #[test]
+    fn max_unavailable_zero_keeps_the_surge_group_until_every_group_is_ready() {
+        // Upstream v0.9's e2e "rolling update with maxUnavailable zero and maxSurge set": 5,
+        // then 4 once the update is done; v0.8 dropped the surge group while one was unready.
+        let seq = simulate(4, int(1), int(0), 0);
+        assert_eq!(seq, vec![(4, 5), (3, 5), (2, 5), (1, 5), (0, 5), (0, 4)]);
+    }
+
+    /// Upstream v0.9's `calculateRollingUpdateReplicas` cases.
+    #[test]
+    fn surge_replicas_table() {
+        // (name, lws replicas, maxSurge, maxUnavailable, unready, want)
+        let cases = [
+            (
+                "surge kept until maxUnavailable covers the unready",
+                1,
+                1,
+                0,
+                1,
+                2,
+            ),
+            (
+                "surge reclaimed gradually once enough are ready",
+                4,
+                2,
+                1,
+                2,
+                5,
+            ),
+            (
+                "surge reclaimed before the partition reaches 0",
+                2,
+                2,
+                1,
+                2,
+                3,
+            ),
+            ("all ready: the desired replicas", 1, 1, 0, 0, 1),
+            ("maxUnavailable permits the unready one", 1, 1, 1, 1, 1),
+            ("no surge with maxSurge 0", 3, 0, 0, 1, 3),
+            ("more unready than surge: full burst", 4, 1, 1, 3, 5),
+        ];
+        for (name, r, surge, unavailable, unready, want) in cases {
+            assert_eq!(
+                surge_replicas(r, surge, unavailable, unready),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    fn step(
+        r: i32,
+        surge: i32,
+        unavailable: i32,
+        sts: LeaderSts,
+        template_changed: bool,
+        groups: &[GroupState],
+    ) -> Step {
+        next_step(&Input {
+            replicas: r,
+            max_surge: &int(surge),
+            max_unavailable: &int(unavailable),
+            user_partition: 0,
+            leader_sts: Some(sts),
+            template_changed,
+            groups,
+        })
+        .unwrap()
+    }
+
+    /// Upstream v0.9's `TestRollingUpdateParameters…` cases: scaling up comes before surge.
+    #[test]
+    fn scaling_up_adds_no_surge_on_top() {
+        let sts = LeaderSts {
+            replicas: 2,
+            partition: 0,
+            recorded_lws_replicas: Some(2),
+        };
+        let old = GroupState {
+            ready: true,
+            updated: true,
+        };
+        // Replicas 2 → 3, no template change: 3 replicas, not 4.
+        assert_eq!(
+            step(3, 1, 0, sts, false, &[old, old]),
+            Step {
+                partition: 0,
+                replicas: 3
+            }
+        );
+        // Replicas 2 → 3 with a template change: partition 2, replicas 3.
+        assert_eq!(
+            step(3, 1, 0, sts, true, &[old, old]),
+            Step {
+                partition: 2,
+                replicas: 3
+            }
+        );
+        // A template change at the same replicas, maxSurge 2, maxUnavailable 1: 2 + (2 - 1).
+        assert_eq!(
+            step(2, 2, 1, sts, true, &[old, old]),
+            Step {
+                partition: 2,
+                replicas: 3
+            }
+        );
+        // Mid-update, the StatefulSet still below the new replicas: scale up first.
+        let mid = LeaderSts {
+            replicas: 2,
+            partition: 1,
+            recorded_lws_replicas: Some(2),
+        };
+        assert_eq!(
+            step(4, 2, 1, mid, false, &[old, old]),
+            Step {
+                partition: 1,
+                replicas: 4
+            }
+        );
     }
 
     #[test]

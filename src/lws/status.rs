@@ -157,16 +157,19 @@ fn exclusive(a: &str, b: &str) -> bool {
     )
 }
 
-/// Upstream's `setCondition`: a True condition replaces one of the same type with another
-/// status, is added when absent, and flips only the *status* of a True exclusive condition to
-/// False (keeping its reason and message). Returns whether anything changed.
+/// Upstream v0.9's `setCondition`: a True condition replaces one of the same type with another
+/// status or another `observedGeneration`, is added when absent, and flips a True exclusive
+/// condition to False (keeping its reason and message; its transition time and generation
+/// move). Returns whether anything changed.
 pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
     let mut changed = false;
     let mut found = false;
     for current in conditions.iter_mut() {
         if current.type_ == new.type_ {
             found = true;
-            if current.status != new.status {
+            if current.status != new.status
+                || current.observed_generation != new.observed_generation
+            {
                 *current = new.clone();
                 changed = true;
             }
@@ -175,6 +178,8 @@ pub fn set_condition(conditions: &mut Vec<Condition>, new: Condition) -> bool {
             && current.status == "True"
         {
             current.status = "False".into();
+            current.last_transition_time = new.last_transition_time.clone();
+            current.observed_generation = new.observed_generation;
             changed = true;
         }
     }
@@ -229,6 +234,13 @@ pub fn compute(input: &StatusInput<'_>, groups: &[ObservedGroup]) -> StatusOutco
             &mut conditions,
             make_condition(type_, input.generation, &input.now),
         );
+    }
+    // v0.9: every condition states the generation it was computed for.
+    for condition in &mut conditions {
+        if condition.observed_generation != input.generation {
+            condition.observed_generation = input.generation;
+            changed = true;
+        }
     }
     let event = changed.then(|| {
         let first = make_condition(wanted[0], None, &input.now);
@@ -445,6 +457,75 @@ mod tests {
                 .any(|c| c.type_ == PROGRESSING && c.status == "True")
         );
         assert_eq!(out.event.unwrap().0, "GroupsUpdating");
+    }
+
+    /// v0.9: every condition carries the generation it was computed for; a new generation
+    /// rewrites the conditions (and says so once, like any condition change), the exclusive
+    /// flip moves its transition time.
+    #[test]
+    fn conditions_carry_the_observed_generation() {
+        let first = compute(
+            &input(&LeaderWorkerSetStatus::default(), 1, 0),
+            &[group(0, true, "new")],
+        );
+        let gen2 = first.status.conditions.clone().unwrap();
+        assert!(gen2.iter().all(|c| c.observed_generation == Some(2)));
+        assert_eq!(first.status.observed_generation, Some(2));
+        // A scale or any other spec change: generation 3, same groups.
+        let later = Time(k8s_openapi::jiff::Timestamp::from_second(1_795_328_000).unwrap());
+        let third = compute(
+            &StatusInput {
+                generation: Some(3),
+                now: later.clone(),
+                ..input(&first.status, 1, 0)
+            },
+            &[group(0, true, "new")],
+        );
+        let gen3 = third.status.conditions.clone().unwrap();
+        assert_eq!(gen3.len(), 1);
+        assert_eq!(gen3[0].observed_generation, Some(3));
+        assert_eq!(gen3[0].status, "True");
+        assert_eq!(
+            gen3[0].last_transition_time, later,
+            "v0.9 replaces the condition"
+        );
+        assert!(third.event.is_some());
+        // A stale foreign condition (ours: ReplicaFailure) gets the generation too.
+        let mut with_failure = third.status.clone();
+        with_failure.conditions.as_mut().unwrap().push(Condition {
+            observed_generation: Some(1),
+            ..make_condition(REPLICA_FAILURE, Some(1), &now())
+        });
+        let again = compute(
+            &StatusInput {
+                generation: Some(3),
+                ..input(&with_failure, 1, 0)
+            },
+            &[group(0, true, "new")],
+        );
+        assert!(
+            again
+                .status
+                .conditions
+                .unwrap()
+                .iter()
+                .all(|c| c.observed_generation == Some(3))
+        );
+        // The exclusive flip: Available goes False at the update's time and generation.
+        let update = compute(
+            &StatusInput {
+                generation: Some(4),
+                revision: "newer",
+                now: later.clone(),
+                ..input(&first.status, 1, 0)
+            },
+            &[group(0, true, "new")],
+        );
+        let conditions = update.status.conditions.unwrap();
+        let available = conditions.iter().find(|c| c.type_ == AVAILABLE).unwrap();
+        assert_eq!(available.status, "False");
+        assert_eq!(available.observed_generation, Some(4));
+        assert_eq!(available.last_transition_time, later);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
     api::{
-        BatchRelease, LeaderWorkerSet, Rollout,
+        BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset,
         kueue::{self, Workload},
     },
     k8s::{apply::controller_kind, pod::CachedPod, watch::SharedCache},
@@ -38,6 +38,10 @@ pub struct Caches {
     /// Kueue Workloads made for a job-like object (an LWS group's among them), indexed by that
     /// object's uid; empty on a cluster without Kueue (docs/kueue.md).
     pub workloads: SharedCache<Workload>,
+    /// All DisaggregatedSets.
+    pub disaggregated_sets: SharedCache<DisaggregatedSet>,
+    /// Services that belong to a DisaggregatedSet.
+    pub set_services: SharedCache<Service>,
 }
 
 impl Caches {
@@ -63,6 +67,11 @@ impl Caches {
                 Config::default().labels(kueue::JOB_UID_LABEL),
             )
             .with_index(kueue::JOB_UID_LABEL),
+            disaggregated_sets: SharedCache::new(Api::all(client.clone()), Config::default()),
+            set_services: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(disaggregatedset::SET_NAME_LABEL),
+            ),
         }
     }
 
@@ -77,6 +86,8 @@ impl Caches {
             self.rollouts.driver(),
             self.batch_releases.driver(),
             self.workloads.driver(),
+            self.disaggregated_sets.driver(),
+            self.set_services.driver(),
         ]
     }
 }

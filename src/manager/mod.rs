@@ -268,7 +268,7 @@ async fn run_controllers(
     );
     let client_for_kueue = client.clone();
     let releases = crate::batchrelease::controller::run(
-        client,
+        client.clone(),
         crate::batchrelease::controller::Caches {
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
@@ -284,8 +284,18 @@ async fn run_controllers(
         &caches.lws,
         stopped(&stop_all),
     );
+    let sets = crate::disaggregatedset::controller::run(
+        client.clone(),
+        crate::disaggregatedset::controller::Caches {
+            sets: &mut caches.disaggregated_sets,
+            lws: &mut caches.lws,
+            services: &mut caches.set_services,
+        },
+        metrics.controller("disaggregatedset"),
+        stopped(&stop_all),
+    );
     let drivers = futures::future::join_all(caches.drivers());
-    let controllers = futures::future::join4(lws, rollouts, releases, kueue_waits);
+    let controllers = futures::future::join5(lws, rollouts, releases, kueue_waits, sets);
     let stop = async move {
         lost_or_stopped.await;
         let _ = stop_all.send(());
@@ -412,7 +422,8 @@ async fn start_webhook(
 async fn check_crds(client: &Client) -> Result<(), Error> {
     probe::<LeaderWorkerSet>(client, "LeaderWorkerSet").await?;
     probe::<Rollout>(client, "Rollout").await?;
-    probe::<BatchRelease>(client, "BatchRelease").await
+    probe::<BatchRelease>(client, "BatchRelease").await?;
+    probe::<crate::api::DisaggregatedSet>(client, "DisaggregatedSet").await
 }
 
 async fn probe<K>(client: &Client, kind: &'static str) -> Result<(), Error>

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The benchmark: our LWS controller and the upstream LWS v0.8.0 controller, one after the other,
+# The benchmark: our LWS controller and the upstream LWS controller (test/upstream/versions.env:
+# v0.9.0), one after the other,
 # each alone on a fresh local control plane, same scenarios, one table (docs/performance.md).
 #
 #   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream,
@@ -17,6 +18,9 @@ command -v cargo >/dev/null 2>&1 || die "no cargo on PATH: install Rust >= 1.92 
 
 BIN=$(test/cluster/build.sh)
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# shellcheck source=../upstream/versions.env
+. test/upstream/versions.env
+export LWS_UPSTREAM_VERSION
 log "building lws-rollout and lws-bench (release)"
 cargo build --release --locked --bin lws-rollout
 cargo build --release --locked -p lws-bench

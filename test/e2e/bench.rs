@@ -72,7 +72,7 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
     assert_eq!(sides.len(), 2, "{results:#}");
     for (r, side, agent) in [
         (&sides[0], "ours", "lws-rollout/"),
-        (&sides[1], "upstream", "lws/v0.8.0"),
+        (&sides[1], "upstream", "lws/v0.9.0"),
     ] {
         assert_eq!(r["side"], side);
         let f = |k: &str| r[k].as_f64().unwrap_or(-1.0);

@@ -146,11 +146,12 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
                 pod.metadata.name.clone().unwrap_or_default()
             );
         }
-        // The default strategy moves the partition down one group at a time: 3 → 2 → 1 → 0.
+        // The default strategy moves the partition down one group at a time: 3 → 2 → 1 → 0
+        // (v0.9's texts name the group each step releases).
         let is_step = |e: &k8s_openapi::api::events::v1::Event| {
             e.note
                 .as_deref()
-                .is_some_and(|n| n.starts_with("Updating replicas"))
+                .is_some_and(|n| n.starts_with("Updating replica"))
         };
         let events = events_when(&ns, Duration::from_secs(30), |events| {
             events.iter().filter(|e| is_step(e)).count() >= 3
@@ -159,15 +160,15 @@ async fn image_change_rolls_every_group_to_the_new_revision() -> anyhow::Result<
         let mut steps: Vec<_> = events
             .iter()
             .filter_map(|e| e.note.clone())
-            .filter(|n| n.starts_with("Updating replicas"))
+            .filter(|n| n.starts_with("Updating replica"))
             .collect();
         steps.sort();
         assert_eq!(
             steps,
             [
-                "Updating replicas 1 to 0",
-                "Updating replicas 2 to 1",
-                "Updating replicas 3 to 2"
+                "Updating replica 0",
+                "Updating replica 1",
+                "Updating replica 2"
             ]
         );
         // Old revisions are truncated once the update is done.
@@ -299,17 +300,17 @@ async fn deleting_a_worker_recreates_its_whole_group_and_only_that_group() -> an
         let events = events_when(&ns, Duration::from_secs(30), |events| {
             events
                 .iter()
-                .any(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+                .any(|e| e.reason.as_deref() == Some("RecreateGroup"))
         })
         .await?;
         let recreations: Vec<_> = events
             .iter()
-            .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+            .filter(|e| e.reason.as_deref() == Some("RecreateGroup"))
             .collect();
         assert_eq!(recreations.len(), 1, "one recreation per incident");
         assert_eq!(
             recreations[0].note.as_deref(),
-            Some("Worker pod rs-0-1 failed, deleted leader pod rs-0 to recreate group rs")
+            Some("Worker pod rs-0-1 failed, deleted leader pod rs-0 to recreate group 0")
         );
         assert_eq!(
             recreations[0].series.as_ref().map_or(1, |s| s.count),
@@ -509,9 +510,7 @@ async fn a_container_restart_in_a_worker_recreates_its_group() -> anyhow::Result
         events_when(&ns, Duration::from_secs(30), |events| {
             events.iter().any(|e| {
                 e.note.as_deref()
-                    == Some(
-                        "Worker pod cr-1-1 failed, deleted leader pod cr-1 to recreate group cr",
-                    )
+                    == Some("Worker pod cr-1-1 failed, deleted leader pod cr-1 to recreate group 1")
             })
         })
         .await?;

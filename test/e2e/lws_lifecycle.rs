@@ -539,25 +539,29 @@ async fn deleting_a_worker_recreates_its_group(
         )
         .await?;
         let after = uids(&ns, name).await?;
-        for pod in [format!("{name}-1"), format!("{name}-1-1"), format!("{name}-1-2")] {
+        for pod in [
+            format!("{name}-1"),
+            format!("{name}-1-1"),
+            format!("{name}-1-2"),
+        ] {
             assert_eq!(before[&pod], after[&pod], "{pod} kept running");
         }
         let events = events_when(&ns, Duration::from_secs(30), |events| {
             events
                 .iter()
-                .any(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+                .any(|e| e.reason.as_deref() == Some("RecreateGroup"))
         })
         .await?;
         let notes: Vec<_> = events
             .iter()
-            .filter(|e| e.reason.as_deref() == Some("RecreateGroupOnPodRestart"))
+            .filter(|e| e.reason.as_deref() == Some("RecreateGroup"))
             .map(|e| (e.note.clone(), e.series.as_ref().map_or(1, |s| s.count)))
             .collect();
         assert_eq!(
             notes,
             [(
                 Some(format!(
-                    "Worker pod {worker} failed, deleted leader pod {name}-0 to recreate group {name}"
+                    "Worker pod {worker} failed, deleted leader pod {name}-0 to recreate group 0"
                 )),
                 1
             )],

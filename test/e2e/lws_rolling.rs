@@ -1,4 +1,4 @@
-//! Rolling updates step the leader StatefulSet through exactly upstream LWS v0.8's
+//! Rolling updates step the leader StatefulSet through exactly upstream LWS v0.9's
 //! (replicas, partition) sequences (`../shared/docs/lws-upstream.md` §3.2), and only the
 //! changes that make a new revision roll groups.
 //!
@@ -157,6 +157,35 @@ async fn max_surge_one_rolls_through_five_replicas_then_back_to_four() -> anyhow
             [(4, 0), (5, 4), (5, 3), (5, 2), (5, 1), (5, 0), (4, 0)]
         );
         all_groups_run(&ns, "s1", 4, "vllm:2").await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn max_unavailable_zero_keeps_the_surge_group_until_the_last_group_is_ready()
+-> anyhow::Result<()> {
+    with_ns("roll-surge1-mu0", |ns| async move {
+        // Upstream v0.9's e2e "rolling update with maxUnavailable zero and maxSurge set": 5
+        // replicas during the update, 4 once it is done. v0.8 released the surge group as soon
+        // as group 0 was replaced, with group 0 not ready yet (one group short).
+        let obj = with_strategy(
+            lws("s1z", 4, SIZE, "vllm:1"),
+            json!({"maxSurge": 1, "maxUnavailable": 0}),
+        );
+        create_available(&ns, &obj).await?;
+        let script = [
+            release(4, Some((5, 3))),
+            release(3, Some((5, 2))),
+            release(2, Some((5, 1))),
+            release(1, Some((5, 0))),
+            release(0, Some((4, 0))),
+        ];
+        let seq = roll_scripted(&ns, &obj, 4, &script).await?;
+        assert_eq!(
+            seq,
+            [(4, 0), (5, 4), (5, 3), (5, 2), (5, 1), (5, 0), (4, 0)]
+        );
+        all_groups_run(&ns, "s1z", 4, "vllm:2").await
     })
     .await
 }
@@ -463,10 +492,12 @@ async fn replicas_raised_with_the_template_surge_above_the_new_count() -> anyhow
             release(0, None),
         ];
         release_until(&ns, name, &recorder, &script, (4, 4)).await?;
-        // 4 groups plus 2 surge, the partition at the old count; then down as groups get ready.
+        // v0.9 scales up to the 4 groups first (no surge on top), then adds the 2 surge groups
+        // with the partition at the old count; then down as groups get ready (v0.8 went to 6 at
+        // once).
         assert_eq!(
             settled_sequence(&ns, name, &recorder).await?,
-            [(2, 0), (6, 2), (6, 1), (6, 0), (5, 0), (4, 0)]
+            [(2, 0), (4, 2), (6, 2), (6, 1), (6, 0), (5, 0), (4, 0)]
         );
         all_groups_run(&ns, name, 4, "vllm:2").await
     })

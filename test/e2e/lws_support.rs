@@ -65,13 +65,15 @@ pub async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The status of the condition `type_`, counted (as upstream v0.9's e2e helpers count it) only
+/// when it was computed for the current generation.
 fn condition(l: &LeaderWorkerSet, type_: &str) -> Option<String> {
     l.status
         .as_ref()?
         .conditions
         .iter()
         .flatten()
-        .find(|c| c.type_ == type_)
+        .find(|c| c.type_ == type_ && c.observed_generation == l.metadata.generation)
         .map(|c| c.status.clone())
 }
 

@@ -1,7 +1,7 @@
-//! Migration from the upstream LWS v0.8.0 controller: groups upstream built keep running, pod
-//! for pod, when our manager replaces it (the procedure docs/lws.md gives), and from then on our
-//! manager rolls them. In a cluster of its own, since upstream and our suite manager must never
-//! both own the same objects.
+//! Migration from the upstream LWS controller (v0.9.0, `test/upstream/versions.env`): groups
+//! upstream built keep running, pod for pod, when our manager replaces it (the procedure
+//! docs/lws.md gives), and from then on our manager rolls them. In a cluster of its own, since
+//! upstream and our suite manager must never both own the same objects.
 
 use std::{collections::BTreeMap, time::Duration};
 
@@ -132,7 +132,21 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     // Its PID is recorded with the cluster's, so stopping the cluster stops it.
     let _ours = ManagerProcess::start(cluster, "ours", &[])?;
 
-    // Ours has reconciled once it reports observedGeneration (upstream v0.8 never does).
+    // Ours has reconciled once the worker StatefulSets carry its roster (upstream writes no
+    // such annotation; since v0.9 it writes observedGeneration too, so that is no sign).
+    for group in ["mig-0", "mig-1"] {
+        wait_for(
+            &sts_api,
+            group,
+            Duration::from_secs(60),
+            |s: Option<&StatefulSet>| {
+                s.and_then(|s| s.metadata.annotations.as_ref())
+                    .is_some_and(|a| a.contains_key("lws-rollout.x-k8s.io/worker-uids"))
+            },
+        )
+        .await
+        .with_context(|| format!("our manager reconciled {group}"))?;
+    }
     let lws_now = wait_for(
         &lws_api,
         "mig",
@@ -156,6 +170,12 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
         pods_before,
         "every pod kept (same UIDs)"
     );
+    let revisions_after = lws_revisions_in(
+        &Api::<ControllerRevision>::namespaced(client.clone(), "default"),
+        &ListParams::default().labels(&format!("{NAME}=mig")),
+    )
+    .await?;
+    assert_eq!(revisions_after, revisions_before, "no new revision");
     let sts_after = statefulsets(&sts_api).await?;
     assert_eq!(
         sts_after.keys().collect::<Vec<_>>(),
@@ -212,6 +232,103 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     .await?;
     if after_roll.is_none() {
         bail!("the LWS vanished");
+    }
+    Ok(())
+}
+
+/// v0.9's revision matching across serialisation changes, on a cluster: an LWS whose leader
+/// StatefulSet runs a revision another version or client recorded — under another key, its
+/// bytes as an encoder before Kubernetes 1.34 wrote them (`"creationTimestamp": null`) — is
+/// adopted as it is: no new revision, the StatefulSet keeps that key, the groups come up on
+/// it. (Without the matching, the spec hashes to another key and the groups would roll.)
+#[tokio::test]
+async fn a_revision_recorded_in_another_serialisation_under_another_key_is_adopted()
+-> anyhow::Result<()> {
+    let mut cluster = IsolatedCluster::start("older-revision", &[]).await?;
+    let result = adopt_older_revision(&cluster).await;
+    if result.is_err() {
+        cluster.keep_logs();
+    }
+    cluster.stop();
+    result
+}
+
+async fn adopt_older_revision(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    use lws_rollout::lws::{objects, revision};
+    const OLDER_KEY: &str = "olderkey1";
+    let client = cluster.client.clone();
+    let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), "default");
+    let sts_api: Api<StatefulSet> = Api::namespaced(client.clone(), "default");
+    let revisions_api: Api<ControllerRevision> = Api::namespaced(client.clone(), "default");
+    // What another controller left, before ours runs: the LWS, its revision and its leader
+    // StatefulSet (scaled to 0, so no pod is made without our pod webhook).
+    let lws: LeaderWorkerSet = serde_json::from_value(json!({
+        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "metadata": {"name": "old"},
+        "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": "vllm:1"}]}}}}
+    }))?;
+    let lws = lws_api.create(&PostParams::default(), &lws).await?;
+    let spec = serde_json::to_value(&lws.spec)?;
+    let data = revision::revision_data(&spec)?;
+    assert_ne!(revision::revision_key(&data), OLDER_KEY);
+    let mut older: serde_json::Value = serde_json::from_str(&data)?;
+    older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"]["creationTimestamp"] =
+        serde_json::Value::Null;
+    let recorded = objects::controller_revision(&lws, OLDER_KEY, 1, &older.to_string())?;
+    revisions_api
+        .create(&PostParams::default(), &recorded)
+        .await?;
+    let sts = objects::leader_statefulset(&lws, OLDER_KEY, 0, 0, 1);
+    sts_api.create(&PostParams::default(), &sts).await?;
+
+    let _ours = ManagerProcess::start(cluster, "ours", &[])?;
+    wait_for(
+        &lws_api,
+        "old",
+        Duration::from_secs(120),
+        |l: Option<&LeaderWorkerSet>| {
+            l.and_then(|l| l.status.as_ref())
+                .is_some_and(|s| s.ready_replicas == Some(2) && s.updated_replicas == Some(2))
+                && available(2)(l)
+        },
+    )
+    .await
+    .context("the groups come up on the recorded revision")?;
+    let revisions = lws_revisions_in(
+        &revisions_api,
+        &ListParams::default().labels(&format!("{NAME}=old")),
+    )
+    .await?;
+    assert_eq!(
+        revisions,
+        [recorded.metadata.name.clone().unwrap_or_default()],
+        "no new revision: the recorded one is the spec's template"
+    );
+    let leader = sts_api.get("old").await?;
+    assert_eq!(
+        leader
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(REVISION)
+            .map(String::as_str),
+        Some(OLDER_KEY)
+    );
+    for pod in Api::<Pod>::namespaced(client, "default")
+        .list(&ListParams::default().labels(&format!("{NAME}=old")))
+        .await?
+    {
+        assert_eq!(
+            pod.metadata
+                .labels
+                .unwrap_or_default()
+                .get(REVISION)
+                .map(String::as_str),
+            Some(OLDER_KEY),
+            "{:?} runs the recorded revision",
+            pod.metadata.name
+        );
     }
     Ok(())
 }

@@ -1,7 +1,15 @@
-// Command lwsref prints reference data from upstream LeaderWorkerSet v0.8.0 (its own Go code)
-// for lws-rollout's tests. It is test tooling only; the product is Rust.
+// Command lwsref prints reference data from upstream LeaderWorkerSet v0.9.0 (its own Go code)
+// for lws-rollout's tests. It is test tooling only; the product is Rust. (v0.8.0's revisions
+// come from the sibling module v08/.)
 //
 //	lwsref hash <lws-objects.json>   one JSON line per object: {"name", "key", "raw"}
+//	lwsref matches <pairs.json>      one JSON line per {"lws": object, "raw": revision data}:
+//	                                 {"name", "match"}: does v0.9.0 take the stored revision for
+//	                                 the object's own (SetMatchesRevision: no rolling update)?
+//	lwsref dsrevision <sets.json>    one JSON line per DisaggregatedSet: {"name", "revision"}
+//	                                 (upstream's ComputeRevision of its roles)
+//	lwsref dsplan <cases.json>       one JSON line per {"initial", "target", "config"}: the whole
+//	                                 rolling update upstream's planner computes (ComputeAllSteps)
 //	lwsref gotypes                   the Go JSON shape of every type reachable from an LWS spec
 //	lwsref quantity <strings.json>   one JSON line per string: what resource.Quantity makes of it
 package main
@@ -16,11 +24,16 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/lru"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	sigsjson "sigs.k8s.io/json"
+	disaggv1 "sigs.k8s.io/lws/api/disaggregatedset/v1"
 	leaderworkerset "sigs.k8s.io/lws/api/leaderworkerset/v1"
+	dscontroller "sigs.k8s.io/lws/pkg/controllers/disaggregatedset"
+	dsutils "sigs.k8s.io/lws/pkg/utils/disaggregatedset"
 	revisionutils "sigs.k8s.io/lws/pkg/utils/revision"
 )
 
@@ -34,6 +47,21 @@ func main() {
 			fail("usage: lwsref hash <file>")
 		}
 		hash(os.Args[2])
+	case "matches":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref matches <file>")
+		}
+		matches(os.Args[2])
+	case "dsrevision":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref dsrevision <file>")
+		}
+		dsrevision(os.Args[2])
+	case "dsplan":
+		if len(os.Args) != 3 {
+			fail("usage: lwsref dsplan <file>")
+		}
+		dsplan(os.Args[2])
 	case "gotypes":
 		gotypes()
 	case "quantity":
@@ -81,6 +109,97 @@ func hash(path string) {
 			"key":  revisionutils.GetRevisionKey(cr),
 			"raw":  string(cr.Data.Raw),
 		})
+	}
+}
+
+// matches asks upstream v0.9.0 whether a stored ControllerRevision (its data as another version
+// or client wrote it) is the revision of the object's current template: equal bytes, or equal
+// after re-serialising the stored template as v0.9.0 does (SetMatchesRevision).
+func matches(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var pairs []struct {
+		LWS json.RawMessage `json:"lws"`
+		Raw string          `json:"raw"`
+	}
+	if err := json.Unmarshal(data, &pairs); err != nil {
+		fail("input must be a JSON array of {lws, raw}: " + err.Error())
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = leaderworkerset.AddToScheme(scheme)
+	c := fake.NewClientBuilder().WithScheme(scheme).Build()
+	out := json.NewEncoder(os.Stdout)
+	for i, pair := range pairs {
+		var lws leaderworkerset.LeaderWorkerSet
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(pair.LWS, &lws); err != nil {
+			fail(fmt.Sprintf("pair %d: %v", i, err))
+		}
+		proposed, err := revisionutils.NewRevision(context.Background(), c, &lws, "")
+		if err != nil {
+			fail(fmt.Sprintf("pair %d: %v", i, err))
+		}
+		existing := &appsv1.ControllerRevision{}
+		existing.ResourceVersion = fmt.Sprint(i + 1)
+		existing.Data.Raw = []byte(pair.Raw)
+		match := revisionutils.EqualRevision(proposed, existing) ||
+			revisionutils.SetMatchesRevision(&lws, proposed, existing, lru.New(4))
+		_ = out.Encode(map[string]any{"name": lws.Name, "match": match})
+	}
+}
+
+// dsrevision decodes each DisaggregatedSet as controller-runtime does and prints upstream's
+// revision of its roles.
+func dsrevision(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var items []json.RawMessage
+	if err := json.Unmarshal(data, &items); err != nil {
+		fail("input must be a JSON array of DisaggregatedSet objects: " + err.Error())
+	}
+	out := json.NewEncoder(os.Stdout)
+	for i, item := range items {
+		var ds disaggv1.DisaggregatedSet
+		if err := sigsjson.UnmarshalCaseSensitivePreserveInts(item, &ds); err != nil {
+			fail(fmt.Sprintf("object %d: %v", i, err))
+		}
+		_ = out.Encode(map[string]string{"name": ds.Name, "revision": dsutils.ComputeRevision(ds.Spec.Roles)})
+	}
+}
+
+// dsplan runs upstream's planner over whole rolling updates.
+func dsplan(path string) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		fail(err.Error())
+	}
+	var cases []struct {
+		Initial []int `json:"initial"`
+		Target  []int `json:"target"`
+		Config  []struct {
+			MaxSurge       int `json:"maxSurge"`
+			MaxUnavailable int `json:"maxUnavailable"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(data, &cases); err != nil {
+		fail("input must be a JSON array of {initial, target, config}: " + err.Error())
+	}
+	out := json.NewEncoder(os.Stdout)
+	for _, c := range cases {
+		config := make([]dscontroller.RollingUpdateConfig, len(c.Config))
+		for i, rc := range c.Config {
+			config[i] = dscontroller.RollingUpdateConfig{MaxSurge: rc.MaxSurge, MaxUnavailable: rc.MaxUnavailable}
+		}
+		steps := dscontroller.ComputeAllSteps(c.Initial, c.Target, config)
+		rows := make([]map[string][]int, len(steps))
+		for i, s := range steps {
+			rows[i] = map[string][]int{"old": s.Past, "new": s.New}
+		}
+		_ = out.Encode(rows)
 	}
 }
 

@@ -11,7 +11,7 @@
 #   3. a build through the Go module proxy of a wrapper module requiring only sigs.k8s.io/lws
 #      (cold: a few minutes on 2 cores), so it builds with exactly the dependency versions
 #      upstream pins; the version is stamped like upstream's
-#      Makefile does (pkg/version.GitVersion), so its user agent reads `lws/v0.8.0 ...`.
+#      Makefile does (pkg/version.GitVersion), so its user agent reads `lws/v0.9.0 ...`.
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/../cluster/lib.sh"
 # shellcheck source=versions.env
@@ -31,11 +31,11 @@ STAMP="$DIR/.complete"
 if [ -x "$OUT" ] && [ -f "$STAMP" ]; then echo "$OUT"; exit 0; fi
 
 HINT="or set LWS_UPSTREAM_BIN to a prebuilt sigs.k8s.io/lws $LWS_UPSTREAM_VERSION manager binary"
-command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH: install Go >= 1.25 to build upstream LWS $LWS_UPSTREAM_VERSION, $HINT"
+command -v go >/dev/null 2>&1 || die "no Go toolchain on PATH: install Go >= 1.26 to build upstream LWS $LWS_UPSTREAM_VERSION, $HINT"
 GOV=$(go env GOVERSION | sed 's/^go//')
 case "$GOV" in
-  1.2[5-9]*|1.[3-9]*|[2-9]*) ;;
-  *) die "Go $GOV is too old: sigs.k8s.io/lws $LWS_UPSTREAM_VERSION needs Go >= 1.25, $HINT" ;;
+  1.2[6-9]*|1.[3-9]*|[2-9]*) ;;
+  *) die "Go $GOV is too old: sigs.k8s.io/lws $LWS_UPSTREAM_VERSION needs Go >= 1.26, $HINT" ;;
 esac
 
 mkdir -p "$DIR"
@@ -52,7 +52,7 @@ fi
 # (`go install ...@version` would do the same but asks the proxy for the module's version list.)
 SRC="$DIR/src"
 mkdir -p "$SRC"
-printf 'module lws-rollout.local/lwsupstream\n\ngo 1.25.0\n' >"$SRC/go.mod"
+printf 'module lws-rollout.local/lwsupstream\n\ngo 1.26.0\n' >"$SRC/go.mod"
 cat >"$SRC/tools.go" <<'GO'
 //go:build tools
 

@@ -10,7 +10,9 @@
 #   for IP 127.0.0.1 made here with openssl, metrics and health on free loopback ports;
 # - upstream's MutatingWebhookConfiguration and ValidatingWebhookConfiguration as its kustomize
 #   install renders them (names lws-*-webhook-configuration, same webhooks, paths, rules and
-#   pod objectSelector), server-side applied with clientConfig.url and caBundle;
+#   pod objectSelector; v0.9's DisaggregatedSet webhook too), server-side applied with
+#   clientConfig.url and caBundle. The cluster needs the DisaggregatedSet CRD (crds/ has it):
+#   v0.9's manager watches DisaggregatedSets;
 # - --no-webhooks: ENABLE_WEBHOOKS=false and no webhook configurations (upstream's pods then get
 #   none of the labels its controller relies on: only for measuring the bare controller).
 #
@@ -161,6 +163,13 @@ webhooks:
     matchExpressions: [{key: leaderworkerset.sigs.k8s.io/name, operator: Exists}]
   rules:
   - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+- name: vdisaggregatedset.kb.io
+  admissionReviewVersions: [v1]
+  clientConfig: {url: "$URL/validate-disaggregatedset-x-k8s-io-v1-disaggregatedset", caBundle: "$CA"}
+  failurePolicy: Fail
+  sideEffects: None
+  rules:
+  - {apiGroups: [disaggregatedset.x-k8s.io], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [disaggregatedsets]}
 YAML
   KUBECONFIG="$STATE/kubeconfig" "$KUBECTL" apply --server-side --force-conflicts \
     --field-manager=lws-upstream-start -f "$W/webhooks.yaml" >/dev/null \

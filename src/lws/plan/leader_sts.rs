@@ -143,13 +143,35 @@ pub fn plan(
             reasons::GROUPS_PROGRESSING,
             format!("Created leader statefulset {name}"),
         )],
-        Some(old) if !revisions.template_changed && old.partition != step.partition => {
-            vec![EventSpec::normal(
-                reasons::GROUPS_UPDATING,
-                format!("Updating replicas {} to {}", old.partition, step.partition),
-            )]
+        Some(old) => {
+            let mut events = Vec::new();
+            // v0.9's texts: the groups the partition move releases, inclusive.
+            if !revisions.template_changed && old.partition != step.partition {
+                let note = if old.partition - 1 == step.partition {
+                    format!("Updating replica {}", step.partition)
+                } else {
+                    format!(
+                        "Updating replicas {} to {} (inclusive)",
+                        step.partition,
+                        old.partition - 1
+                    )
+                };
+                events.push(EventSpec::normal(reasons::GROUPS_UPDATING, note));
+            }
+            if step.replicas < old.replicas {
+                let note = if step.replicas == old.replicas - 1 {
+                    format!("deleting surge replica {name}-{}", step.replicas)
+                } else {
+                    format!(
+                        "deleting surge replicas from {name}-{} to {name}-{}",
+                        step.replicas,
+                        old.replicas - 1
+                    )
+                };
+                events.push(EventSpec::normal(reasons::GROUPS_PROGRESSING, note));
+            }
+            events
         }
-        Some(_) => Vec::new(),
     };
     let on_failure = match leader_sts {
         None => vec![EventSpec::warning(

@@ -7,13 +7,16 @@
 //! - [`leader_sts`]: the leader StatefulSet's partition and replicas (the rolling update);
 //! - [`services`]: the shared headless Service, or one Service per group;
 //! - [`groups`]: one worker StatefulSet per leader pod;
-//! - [`restarts`]: which groups to take down and rebuild (RecreateGroupOnPodRestart).
+//! - [`restarts`]: which groups to take down and rebuild (RecreateGroupOnPodRestart,
+//!   RecreateGroupAfterStart);
+//! - [`progress`]: a group that cannot come up within its deadline (ours).
 //!
 //! [`super::apply`] carries the plan out without deciding anything; [`super::status`] turns the
 //! observation and the apply's outcome into the status.
 
 pub mod groups;
 pub mod leader_sts;
+pub mod progress;
 pub mod restarts;
 pub mod revisions;
 pub mod services;
@@ -51,8 +54,9 @@ pub mod reasons {
     pub const GROUPS_PROGRESSING: &str = "GroupsProgressing";
     /// The rolling update moved.
     pub const GROUPS_UPDATING: &str = "GroupsUpdating";
-    /// A group is rebuilt because one of its pods restarted or went away.
-    pub const RECREATE_GROUP: &str = "RecreateGroupOnPodRestart";
+    /// A group is rebuilt because one of its pods restarted or went away (v0.9's reason; v0.8
+    /// said `RecreateGroupOnPodRestart`).
+    pub const RECREATE_GROUP: &str = "RecreateGroup";
     /// An object could not be created.
     pub const FAILED_CREATE: &str = "FailedCreate";
 }
@@ -213,15 +217,18 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);
     groups::plan(lws, observed, deref, &mut plan);
-    if lws
+    match lws
         .spec
         .leader_worker_template
         .restart_policy
         .unwrap_or_default()
-        == RestartPolicy::RecreateGroupOnPodRestart
     {
-        restarts::plan(lws, observed, &mut plan);
+        RestartPolicy::RecreateGroupOnPodRestart | RestartPolicy::RecreateGroupAfterStart => {
+            restarts::plan(lws, observed, &mut plan);
+        }
+        RestartPolicy::Default | RestartPolicy::None => {}
     }
+    progress::plan(lws, observed, now, &mut plan);
     let outcome = status::observed_status(
         lws,
         observed,

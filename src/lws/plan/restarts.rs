@@ -13,6 +13,15 @@
 //!
 //! Once per incident: a leader already being deleted is left alone, and a worker from another
 //! revision than its leader is part of an update, not an incident.
+//!
+//! `RecreateGroupAfterStart` (v0.9; also `RecreateGroupOnPodRestart` with the v0.8 annotation
+//! `leaderworkerset.sigs.k8s.io/experimental-recreate-group-after-start`): a restarted or
+//! terminating pod rebuilds its group only when the group has started — all `size` pods exist
+//! and none is Pending — so a group whose pods are still being scheduled or pulling images is
+//! not torn down in a loop. The roster of such a group is recorded only once the group has
+//! started, so a recorded worker that is gone (even one whose replacement is Pending) always
+//! means a started group lost a pod, and it is rebuilt: upstream, which sees only the
+//! replacement, misses that case (docs/lws.md).
 
 use std::sync::Arc;
 
@@ -21,7 +30,7 @@ use kube::ResourceExt;
 
 use super::{Plan, Restart, Roster, reasons};
 use crate::{
-    api::leaderworkerset::LeaderWorkerSet,
+    api::leaderworkerset::{LeaderWorkerSet, RestartPolicy},
     k8s::{
         apply::controller_uid,
         events::EventSpec,
@@ -89,15 +98,34 @@ fn roster(sts: &StatefulSet) -> Option<Vec<&str>> {
         .map(|v| v.split(',').filter(|s| !s.is_empty()).collect())
 }
 
-/// Why the group must be rebuilt, naming the pod: `None` when it is whole.
-fn incident(group: &Group<'_>, size: i32) -> Option<String> {
+/// Whether a group is recreated only once it has started (v0.9's policy, or v0.8's annotation).
+pub fn after_start(lws: &LeaderWorkerSet) -> bool {
+    lws.spec.leader_worker_template.restart_policy == Some(RestartPolicy::RecreateGroupAfterStart)
+        || lws
+            .annotations()
+            .contains_key(labels::RECREATE_GROUP_AFTER_START)
+}
+
+/// The group has started: all `size` pods exist and none is Pending (upstream's
+/// `pendingPodsInGroup`, negated, over the group's current incarnation).
+fn started(group: &Group<'_>, size: i32) -> bool {
+    let pods = std::iter::once(group.leader).chain(group.workers.iter().copied());
+    usize::try_from(size).is_ok_and(|n| n == 1 + group.workers.len())
+        && pods.into_iter().all(|p| p.phase != Phase::Pending)
+}
+
+/// Why the group must be rebuilt, naming the pod: `None` when it is whole (or, with
+/// `after_start`, when it has not started yet and only a restart or a terminating pod says so).
+fn incident(group: &Group<'_>, size: i32, after_start: bool) -> Option<String> {
     let leader = group.leader;
-    if restarted_or_terminating(leader) && !pod::terminating(leader) {
+    let may_restart = !after_start || started(group, size);
+    if may_restart && restarted_or_terminating(leader) && !pod::terminating(leader) {
         return Some(leader.name_any());
     }
     let leader_revision = leader.labels().get(labels::REVISION);
     for worker in &group.workers {
-        if worker.labels().get(labels::REVISION) == leader_revision
+        if may_restart
+            && worker.labels().get(labels::REVISION) == leader_revision
             && restarted_or_terminating(worker)
         {
             return Some(worker.name_any());
@@ -119,10 +147,14 @@ fn incident(group: &Group<'_>, size: i32) -> Option<String> {
         .map(|i| format!("{}-{}", leader.name_any(), i + 1))
 }
 
-/// The roster to record for a group whose workers all exist and none is recorded yet.
-fn new_roster(group: &Group<'_>, size: i32) -> Option<Roster> {
+/// The roster to record for a group whose workers all exist and none is recorded yet (with
+/// `after_start`: once the group has started).
+fn new_roster(group: &Group<'_>, size: i32, after_start: bool) -> Option<Roster> {
     let sts = group.workers_sts?;
-    if roster(sts).is_some() || sts.metadata.deletion_timestamp.is_some() {
+    if roster(sts).is_some()
+        || sts.metadata.deletion_timestamp.is_some()
+        || (after_start && !started(group, size))
+    {
         return None;
     }
     let mut workers: Vec<(i32, &str)> = group
@@ -150,12 +182,13 @@ fn new_roster(group: &Group<'_>, size: i32) -> Option<Roster> {
 /// Plans group restarts and rosters.
 pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, plan: &mut Plan) {
     let size = objects::size(lws);
+    let after_start = after_start(lws);
     for group in groups(observed) {
         let leader = group.leader;
         if pod::terminating(leader) {
             continue; // already going: nothing to add
         }
-        if let Some(pod_name) = incident(&group, size) {
+        if let Some(pod_name) = incident(&group, size, after_start) {
             let Some(uid) = leader.metadata.uid.clone() else {
                 continue;
             };
@@ -167,11 +200,14 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, plan: &mut Plan) {
                     format!(
                         "Worker pod {pod_name} failed, deleted leader pod {} to recreate group {}",
                         leader.name_any(),
-                        lws.name_any()
+                        leader
+                            .labels()
+                            .get(labels::GROUP_INDEX)
+                            .map_or("", String::as_str)
                     ),
                 ),
             });
-        } else if let Some(roster) = new_roster(&group, size) {
+        } else if let Some(roster) = new_roster(&group, size, after_start) {
             plan.rosters.push(roster);
         }
     }

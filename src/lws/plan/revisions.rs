@@ -19,7 +19,7 @@ use super::{How, Write, reasons};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::events::EventSpec,
-    lws::{error::Failure, gojson, labels, objects, observe::Observed, revision},
+    lws::{error::Failure, labels, objects, observe::Observed, revision},
 };
 
 /// The revision decision.
@@ -98,8 +98,15 @@ pub fn plan(
     // The revision the leader StatefulSet runs: adopt an existing one, or record one for an
     // LWS seen for the first time (a StatefulSet labelled by an older controller keeps its key).
     let current_key = sts_key.clone().unwrap_or_else(|| spec_key.clone());
-    let current_data = match with_key(observed, &current_key) {
-        Some(rev) => gojson::marshal(&rev.data.as_ref().map(|d| d.0.clone()).unwrap_or_default()),
+    // Whether the running revision is the spec's template: byte for byte, or once re-encoded
+    // (a revision another version or client wrote differently is still ours: v0.9's
+    // SetMatchesRevision).
+    let same_template = match with_key(observed, &current_key) {
+        Some(rev) => revision::matches(
+            &rev.data.as_ref().map(|d| d.0.clone()).unwrap_or_default(),
+            &spec,
+            &data,
+        ),
         None => {
             let note = if sts_key.is_some() {
                 format!(
@@ -112,7 +119,7 @@ pub fn plan(
             };
             writes.push(record(lws, &current_key, next_number, &data, note)?);
             next_number += 1;
-            data.clone()
+            true
         }
     };
 
@@ -129,7 +136,7 @@ pub fn plan(
         });
     }
 
-    let template_changed = leader_sts.is_some() && current_data != data;
+    let template_changed = leader_sts.is_some() && !same_template;
     let key = if template_changed {
         if with_key(observed, &spec_key).is_none() {
             writes.push(record(

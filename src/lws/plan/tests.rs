@@ -421,6 +421,52 @@ fn a_template_change_records_a_revision_and_starts_the_rolling_update() {
     assert!(plan.truncate_revisions.is_empty(), "{old_key} still runs");
 }
 
+/// v0.9's event texts for the rolling update: the groups a partition move releases
+/// (inclusive), and the surge groups a step deletes.
+#[test]
+fn rolling_update_events_use_upstream_v09_texts() {
+    // (maxUnavailable, maxSurge, StatefulSet replicas and partition before, expected notes)
+    let cases: [(i32, i32, i32, i32, &[&str]); 3] = [
+        (1, 0, 4, 4, &["Updating replica 3"]),
+        (2, 0, 4, 4, &["Updating replicas 2 to 3 (inclusive)"]),
+        (
+            1,
+            2,
+            6,
+            0,
+            &["deleting surge replicas from vllm-4 to vllm-5"],
+        ),
+    ];
+    for (unavailable, surge, sts_replicas, partition, notes) in cases {
+        let extra = json!({"rolloutStrategy": {"rollingUpdateConfiguration":
+            {"maxUnavailable": unavailable, "maxSurge": surge}}});
+        let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", extra.clone()));
+        let old_key = key_of(&world.lws);
+        world.lws = lws_with("vllm", 4, 2, "img:2", extra);
+        let new_key = key_of(&world.lws);
+        world.add_revision(&new_key, 2);
+        // The update has started: the StatefulSet runs the new template at `partition`.
+        let mut sts = objects::leader_statefulset(&world.lws, &new_key, partition, sts_replicas, 1);
+        sts.metadata.uid = Some("leader-sts-uid".into());
+        world.observed.leader_sts = Some(Arc::new(sts));
+        if partition == 0 {
+            // Every real group is on the new revision and ready; the surge groups too.
+            world.observed.pods.clear();
+            world.observed.worker_sts.clear();
+            for i in 0..sts_replicas {
+                world.add_group(i, &new_key, "b");
+            }
+        }
+        let plan = world.plan();
+        let write = plan.leader_sts.expect("the StatefulSet moves");
+        let got: Vec<&str> = write.on_success.iter().map(|e| e.note.as_str()).collect();
+        assert_eq!(
+            got, notes,
+            "maxUnavailable {unavailable}, maxSurge {surge} ({old_key})"
+        );
+    }
+}
+
 #[test]
 fn a_held_lws_keeps_its_groups_on_the_stable_revision() {
     let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
@@ -458,6 +504,45 @@ fn taking_over_upstream_objects_records_the_missing_revision_and_rolls_nothing()
         "same template, same partition: nothing rolls"
     );
     assert!(plan.restarts.is_empty());
+}
+
+/// v0.9's revision matching: a ControllerRevision another version or client wrote for the same
+/// template, serialised differently, is the running revision — no new revision, no roll; a real
+/// template difference still rolls.
+#[test]
+fn a_revision_written_differently_for_the_same_template_rolls_nothing() {
+    let mut world = World::settled(lws_with("vllm", 2, 2, "img:1", json!({})));
+    let rev = Arc::make_mut(&mut world.observed.revisions[0]);
+    let mut older: Value = serde_json::from_str(&data_of(&world.lws)).unwrap();
+    // An older client: `"creationTimestamp": null` in the pod template, no `$patch` markers,
+    // an empty `resources` left out.
+    older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
+        json!({"creationTimestamp": null});
+    older["spec"]["leaderWorkerTemplate"]
+        .as_object_mut()
+        .unwrap()
+        .remove("$patch");
+    older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+        .as_object_mut()
+        .unwrap()
+        .remove("resources");
+    assert_ne!(crate::lws::gojson::marshal(&older), data_of(&world.lws));
+    rev.data = Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
+        older.clone(),
+    ));
+    let plan = world.plan();
+    assert!(plan.revisions.is_empty(), "{:#?}", plan.revisions);
+    assert!(plan.leader_sts.is_none(), "nothing rolls");
+
+    // The same stored revision against a new image: a template change.
+    world.lws = lws_with("vllm", 2, 2, "img:2", json!({}));
+    let plan = world.plan();
+    assert_eq!(plan.revisions.len(), 1);
+    let sts = plan.leader_sts.expect("the rolling update starts");
+    assert_eq!(
+        sts.object.labels().get(labels::REVISION),
+        Some(&key_of(&world.lws))
+    );
 }
 
 #[test]
@@ -622,9 +707,7 @@ fn group_restarts_table() {
             name: "a worker container restarted",
             change: |w| w.pod_mut("vllm-1-2").restarts = 1,
             restarts: &["vllm-1"],
-            note: Some(
-                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
-            ),
+            note: Some("Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group 1"),
         },
         Case {
             name: "a worker is terminating",
@@ -638,9 +721,7 @@ fn group_restarts_table() {
             name: "a worker vanished before any cache saw it terminating",
             change: |w| w.remove_pod("vllm-1-2"),
             restarts: &["vllm-1"],
-            note: Some(
-                "Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group vllm",
-            ),
+            note: Some("Worker pod vllm-1-2 failed, deleted leader pod vllm-1 to recreate group 1"),
         },
         Case {
             name: "a worker was replaced by the StatefulSet controller (new uid)",
@@ -722,6 +803,286 @@ fn group_restarts_table() {
                 r.uid.starts_with(&format!("leader-{}", &r.leader[5..])),
                 "uid precondition: {}",
                 case.name
+            );
+        }
+    }
+}
+
+/// RecreateGroupAfterStart (v0.9) and v0.8's annotation: a group is rebuilt only once it has
+/// started (all `size` pods exist, none Pending); a roster — recorded only once the group has
+/// started — still rebuilds a started group that lost a worker to a Pending replacement.
+#[test]
+fn recreate_group_after_start_table() {
+    use crate::k8s::pod::Phase;
+    const AFTER_START: &str = "RecreateGroupAfterStart";
+    const ON_RESTART: &str = "RecreateGroupOnPodRestart";
+    struct Case {
+        name: &'static str,
+        policy: &'static str,
+        annotation: bool,
+        change: fn(&mut World),
+        restarts: &'static [&'static str],
+    }
+    fn pending(w: &mut World, pod: &str) {
+        w.pod_mut(pod).phase = Phase::Pending;
+    }
+    let cases = [
+        Case {
+            name: "started group, a worker container restarted",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| w.pod_mut("vllm-1-2").restarts = 1,
+            restarts: &["vllm-1"],
+        },
+        Case {
+            name: "started group, a worker is terminating",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now()),
+            restarts: &["vllm-0"],
+        },
+        Case {
+            name: "a Pending worker: a terminating sibling does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a Pending worker: a restarted leader does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-1-1");
+                w.pod_mut("vllm-1").restarts = 3;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a Pending leader: a restarted worker does not rebuild the group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-1");
+                w.pod_mut("vllm-1-2").restarts = 1;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a worker not created yet (no roster): a restart waits",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                let sts = Arc::make_mut(w.observed.worker_sts.get_mut("vllm-0").unwrap());
+                sts.metadata
+                    .annotations
+                    .as_mut()
+                    .unwrap()
+                    .remove(labels::WORKER_ROSTER);
+                w.remove_pod("vllm-0-2");
+                w.pod_mut("vllm-0-1").restarts = 1;
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "a started group lost a worker to a Pending replacement (roster)",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                w.pod_mut("vllm-0-2").metadata.uid = Some("worker-0-2-replacement".into());
+                pending(w, "vllm-0-2");
+            },
+            restarts: &["vllm-0"],
+        },
+        Case {
+            name: "the leader's other groups are unaffected by one Pending group",
+            policy: AFTER_START,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-1-1").restarts = 1;
+            },
+            restarts: &["vllm-1"],
+        },
+        Case {
+            name: "v0.8 annotation on RecreateGroupOnPodRestart: same as RecreateGroupAfterStart",
+            policy: ON_RESTART,
+            annotation: true,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &[],
+        },
+        Case {
+            name: "RecreateGroupOnPodRestart alone rebuilds a group with a Pending pod",
+            policy: ON_RESTART,
+            annotation: false,
+            change: |w| {
+                pending(w, "vllm-0-2");
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+            },
+            restarts: &["vllm-0"],
+        },
+    ];
+    for case in cases {
+        let mut lws = lws_with(
+            "vllm",
+            2,
+            3,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"restartPolicy": case.policy}}),
+        );
+        if case.annotation {
+            lws.annotations_mut()
+                .insert(labels::RECREATE_GROUP_AFTER_START.into(), "true".into());
+        }
+        let mut world = World::settled(lws);
+        (case.change)(&mut world);
+        assert_eq!(restarted(&world.plan()), case.restarts, "{}", case.name);
+    }
+}
+
+#[test]
+fn after_start_records_a_roster_only_once_the_group_started() {
+    for (policy, pending_roster) in [
+        ("RecreateGroupAfterStart", false),
+        ("RecreateGroupOnPodRestart", true),
+    ] {
+        let mut world = World::settled(lws_with(
+            "vllm",
+            1,
+            3,
+            "img:1",
+            json!({"leaderWorkerTemplate": {"restartPolicy": policy}}),
+        ));
+        let sts = Arc::make_mut(world.observed.worker_sts.get_mut("vllm-0").unwrap());
+        sts.metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(labels::WORKER_ROSTER);
+        world.pod_mut("vllm-0-1").phase = crate::k8s::pod::Phase::Pending;
+        assert_eq!(!world.plan().rosters.is_empty(), pending_roster, "{policy}");
+        world.pod_mut("vllm-0-1").phase = crate::k8s::pod::Phase::Running;
+        assert_eq!(world.plan().rosters.len(), 1, "{policy}: started");
+    }
+}
+
+/// Ours: a group still not ready a deadline after its newest pod was created is reported
+/// (`ReplicaFailure` / `ProgressDeadlineExceeded`), and the plan looks again when the next
+/// unready group reaches its deadline.
+#[test]
+fn a_group_that_cannot_come_up_is_reported_after_its_deadline() {
+    let at = |secs_ago: i64| Time(Timestamp::from_second(now().0.as_second() - secs_ago).unwrap());
+    // (name, annotation, ages of group 0's and group 1's pods, unready pods, failure, requeue ≤)
+    type Case = (
+        &'static str,
+        Option<&'static str>,
+        i64,
+        i64,
+        &'static [&'static str],
+        Option<&'static str>,
+        Option<u64>,
+    );
+    let cases: [Case; 6] = [
+        (
+            "all ready, old pods: nothing",
+            None,
+            5000,
+            5000,
+            &[],
+            None,
+            None,
+        ),
+        (
+            "a worker not ready 1801 s after the group's newest pod",
+            None,
+            9000,
+            1801,
+            &["vllm-1-2"],
+            Some("group 1 (leader vllm-1) is not ready 1800s after its newest pod was created"),
+            None,
+        ),
+        (
+            "not ready for 100 s: look again at the deadline",
+            None,
+            9000,
+            100,
+            &["vllm-1-2"],
+            None,
+            Some(1701),
+        ),
+        (
+            "the annotation shortens the deadline",
+            Some("30"),
+            9000,
+            31,
+            &["vllm-1"],
+            Some("group 1 (leader vllm-1) is not ready 30s after its newest pod was created"),
+            None,
+        ),
+        (
+            "two late groups: the first is named",
+            Some("30"),
+            40,
+            31,
+            &["vllm-0-1", "vllm-1"],
+            Some(
+                "group 0 (leader vllm-0) is not ready 30s after its newest pod was created, and 1 more group(s)",
+            ),
+            None,
+        ),
+        (
+            "an unparsable annotation keeps the default",
+            Some("soon"),
+            9000,
+            100,
+            &["vllm-1"],
+            None,
+            Some(1701),
+        ),
+    ];
+    for (name, annotation, age0, age1, unready, failure, requeue) in cases {
+        let mut lws = lws_with("vllm", 2, 3, "img:1", json!({}));
+        if let Some(a) = annotation {
+            lws.annotations_mut()
+                .insert(labels::PROGRESS_DEADLINE.into(), a.into());
+        }
+        let mut world = World::settled(lws);
+        for pod in [
+            "vllm-0", "vllm-0-1", "vllm-0-2", "vllm-1", "vllm-1-1", "vllm-1-2",
+        ] {
+            let age = if pod.starts_with("vllm-0") {
+                age0
+            } else {
+                age1
+            };
+            world.pod_mut(pod).metadata.creation_timestamp = Some(at(age));
+        }
+        for pod in unready {
+            world.pod_mut(pod).ready_condition = false;
+            if let Some(sts) = world.observed.worker_sts.get_mut(&pod[..6]) {
+                let sts = Arc::make_mut(sts);
+                sts.status.as_mut().unwrap().ready_replicas = Some(1);
+            }
+        }
+        let plan = world.plan();
+        assert_eq!(
+            plan.failure
+                .as_ref()
+                .map(|f| (f.reason, f.message.as_str())),
+            failure.map(|m| (progress::REASON, m)),
+            "{name}"
+        );
+        if let Some(max) = requeue {
+            let wait = plan.requeue.expect(name);
+            assert!(
+                wait.as_secs() <= max && wait.as_secs() + 5 >= max,
+                "{name}: {wait:?}"
             );
         }
     }

@@ -10,18 +10,58 @@
 // A script error is what Argo CD shows as health "Unknown" with the error as message; it is
 // printed that way too, with "error" set, and the exit code stays 0 so callers can assert on
 // it. An object Argo CD has no health check for prints status "" (Argo CD skips it).
+//
+//	argocd-health [--argocd-cm FILE] < object.json
+//
+// With --argocd-cm, FILE is an argocd-cm ConfigMap (YAML or JSON) as a user applies it: Argo
+// CD's own settings manager reads its resource customizations (e.g.
+// resource.customizations.health.<group>_<kind>) exactly as the application controller does,
+// and those overrides take part in the health check.
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 
 	"github.com/argoproj/argo-cd/gitops-engine/v3/pkg/health"
 	"github.com/argoproj/argo-cd/v3/util/lua"
+	"github.com/argoproj/argo-cd/v3/util/settings"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes/fake"
+	"sigs.k8s.io/yaml"
 )
+
+// overrides reads the resource overrides of an argocd-cm ConfigMap through Argo CD's settings
+// manager (here on a fake clientset holding just that ConfigMap).
+func overrides(path string) (lua.ResourceHealthOverrides, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	cm := &corev1.ConfigMap{}
+	if err := yaml.Unmarshal(raw, cm); err != nil {
+		return nil, fmt.Errorf("%s is not a ConfigMap: %w", path, err)
+	}
+	if cm.Name != "argocd-cm" {
+		return nil, fmt.Errorf("%s: the ConfigMap must be named argocd-cm, not %q", path, cm.Name)
+	}
+	cm.Namespace = "argocd"
+	if cm.Labels == nil {
+		cm.Labels = map[string]string{}
+	}
+	cm.Labels["app.kubernetes.io/part-of"] = "argocd"
+	mgr := settings.NewSettingsManager(context.Background(), fake.NewClientset(cm), "argocd")
+	got, err := mgr.GetResourceOverrides()
+	if err != nil {
+		return nil, err
+	}
+	return lua.ResourceHealthOverrides(got), nil
+}
 
 type result struct {
 	Status  string `json:"status"`
@@ -30,6 +70,15 @@ type result struct {
 }
 
 func main() {
+	cmPath := flag.String("argocd-cm", "", "an argocd-cm ConfigMap whose resource customizations apply")
+	flag.Parse()
+	custom := lua.ResourceHealthOverrides{}
+	if *cmPath != "" {
+		var err error
+		if custom, err = overrides(*cmPath); err != nil {
+			fail("reading %s: %v", *cmPath, err)
+		}
+	}
 	raw, err := io.ReadAll(os.Stdin)
 	if err != nil {
 		fail("reading stdin: %v", err)
@@ -39,8 +88,8 @@ func main() {
 	if err := obj.UnmarshalJSON(raw); err != nil {
 		fail("stdin is not a Kubernetes object: %v", err)
 	}
-	// No resource.customizations: the built-in script is the one that runs.
-	status, err := health.GetResourceHealth(obj, lua.ResourceHealthOverrides{})
+	// Without --argocd-cm, no resource.customizations: the built-in script is the one that runs.
+	status, err := health.GetResourceHealth(obj, custom)
 	out := result{}
 	if status != nil {
 		out.Status = string(status.Status)

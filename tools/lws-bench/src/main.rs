@@ -1,4 +1,5 @@
-//! Benchmark driver: our LWS controller and the upstream LWS v0.8.0 controller, one after the
+//! Benchmark driver: our LWS controller and the upstream LWS controller (the version
+//! test/upstream/versions.env pins, v0.9.0), one after the
 //! other, each on a fresh local cluster (`test/cluster/up.sh`) with only the controller under
 //! test running. Prints one Markdown table (and writes JSON). Entry point: `test/bench/run.sh`;
 //! method and results: `docs/performance.md`.
@@ -61,9 +62,12 @@ const OUR_WEBHOOK: &str = "mpod.lws-rollout.x-k8s.io";
 const UPSTREAM_WEBHOOK: &str = "mpod.kb.io";
 const UPSTREAM_VALIDATING_WEBHOOK: &str = "vpod.kb.io";
 
-/// Our LWS controller side by side with upstream LWS v0.8.0 on the same local control plane.
+/// Our LWS controller side by side with upstream LWS on the same local control plane.
 #[derive(Debug, Parser, Clone)]
 struct Args {
+    /// The upstream version the upstream binary is (for the table's header).
+    #[arg(long, env = "LWS_UPSTREAM_VERSION", default_value = "v0.9.0")]
+    upstream_version: String,
     /// Number of LWS objects (S1, S2). The full size is 200 (with --noise-pods 10000);
     /// the default fits the 2-core machine's ~15 minutes (docs/performance.md).
     #[arg(long, default_value_t = 60)]
@@ -1427,7 +1431,10 @@ fn table(args: &Args, results: &[SideResult]) -> String {
         ));
     }
     out.push_str("\n\n");
-    out.push_str("| figure | ours | upstream v0.8.0 | ours / upstream |\n|---|---:|---:|---:|\n");
+    out.push_str(&format!(
+        "| figure | ours | upstream {} | ours / upstream |\n|---|---:|---:|---:|\n",
+        args.upstream_version
+    ));
     for (l, o, u, r) in rows {
         out.push_str(&format!("| {l} | {o} | {u} | {r} |\n"));
     }

@@ -1,0 +1,113 @@
+//! The DisaggregatedSet controller: one reconcile per set — preflight → observe → plan →
+//! apply. Woken by the set, by the LWSs it controls (their status says when the new revision is
+//! ready for the next step) or that carry one of its names, and by its Services.
+
+use std::{sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::{
+    Controller,
+    controller::{Action, Config as ControllerConfig},
+    reflector::ObjectRef,
+};
+
+use super::{apply, observe, plan};
+use crate::{
+    api::{DisaggregatedSet, LeaderWorkerSet},
+    k8s::{
+        apply::{ApiError, Applier},
+        events::Events,
+        metrics::ControllerMetrics,
+        runner::Runner,
+        watch::{SharedCache, store_ready},
+    },
+};
+
+/// Shared state of the reconciler.
+pub struct Context {
+    applier: Applier,
+    events: Events,
+    stores: observe::Stores,
+    runner: Runner<DisaggregatedSet>,
+}
+
+/// The caches the DisaggregatedSet controller reads and is woken by.
+pub struct Caches<'a> {
+    /// DisaggregatedSets.
+    pub sets: &'a mut SharedCache<DisaggregatedSet>,
+    /// LeaderWorkerSets.
+    pub lws: &'a mut SharedCache<LeaderWorkerSet>,
+    /// Services labelled with a set's name.
+    pub services: &'a mut SharedCache<Service>,
+}
+
+/// Runs the controller until `shutdown` completes.
+pub fn run(
+    client: kube::Client,
+    caches: Caches<'_>,
+    metrics: ControllerMetrics,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> + Send + 'static {
+    let stores = observe::Stores {
+        sets: caches.sets.store(),
+        lws: caches.lws.store(),
+        services: caches.services.store(),
+    };
+    let ctx = Arc::new(Context {
+        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        events: Events::new(client, "lws-rollout"),
+        stores: stores.clone(),
+        runner: Runner::new("disaggregatedset", metrics.clone()),
+    });
+    let (by_lws, by_service) = (stores.sets.clone(), stores.sets.clone());
+    let queued_store = caches.sets.store();
+    let changes = caches.sets.subscribe().inspect(move |set| {
+        let key = ObjectRef::from_obj(set.as_ref());
+        if queued_store.get(&key).is_some() {
+            metrics.queued(key.to_string());
+        }
+    });
+    Controller::for_shared_stream(changes, caches.sets.store())
+        .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
+        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
+            observe::sets_of(&by_lws, lws.as_ref())
+        })
+        .watches_shared_stream(caches.services.subscribe(), move |svc: Arc<Service>| {
+            observe::sets_of(&by_service, svc.as_ref())
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|_| async {})
+}
+
+async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Action, ApiError> {
+    if set.metadata.deletion_timestamp.is_some() {
+        // Owner references take everything with it.
+        return Ok(Action::await_change());
+    }
+    let s = &ctx.stores;
+    let caches = [
+        store_ready(&s.sets),
+        store_ready(&s.lws),
+        store_ready(&s.services),
+    ];
+    ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
+}
+
+/// The steps of one reconcile: observe → plan → apply.
+async fn steps(set: &DisaggregatedSet, ctx: &Context) -> Result<Action, ApiError> {
+    let observed = observe::observe(&ctx.stores, set);
+    let now =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    let plan = plan::plan(set, &observed, &now);
+    apply::apply(&ctx.applier, &ctx.events, set, &plan).await?;
+    Ok(match plan.requeue {
+        Some(wait) => Action::requeue(wait),
+        None => Action::await_change(),
+    })
+}
+
+fn error_policy(set: Arc<DisaggregatedSet>, err: &ApiError, ctx: Arc<Context>) -> Action {
+    ctx.runner.error_policy(set.as_ref(), err)
+}

@@ -1,0 +1,14 @@
+//! The DisaggregatedSet controller (`disaggregatedset.x-k8s.io/v1`, upstream LWS v0.9.0's
+//! second API): one LeaderWorkerSet per role and revision, rolled together so the roles never
+//! run mismatched revisions, and a headless Service per role of a complete revision. The same
+//! steps as every controller here: `controller` → `observe` → `plan/` (pure, table-tested;
+//! `plan/steps` is the rolling-update planner) → `apply` → `status`. See
+//! docs/disaggregatedset.md.
+
+pub mod apply;
+pub mod controller;
+pub mod objects;
+pub mod observe;
+pub mod plan;
+pub mod revision;
+pub mod status;

@@ -1,0 +1,570 @@
+//! Table tests of the DisaggregatedSet plan: a set and the LWSs and Services the caches show,
+//! built as plain data; the plan checked as plain data.
+
+use std::sync::Arc;
+
+use k8s_openapi::{
+    api::core::v1::Service,
+    apimachinery::pkg::apis::meta::v1::{Condition, Time},
+    jiff::Timestamp,
+};
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use super::*;
+use crate::{
+    api::{
+        LeaderWorkerSetStatus,
+        disaggregatedset::{DisaggregatedSet, REVISION_LABEL},
+    },
+    disaggregatedset::{objects, observe::Observed, revision, status},
+};
+
+fn now() -> Time {
+    Time(Timestamp::from_second(1_795_327_200).unwrap())
+}
+
+fn role(name: &str, replicas: i32, image: &str) -> Value {
+    json!({"name": name, "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 2,
+        "workerTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}}}})
+}
+
+fn set(roles: Value) -> DisaggregatedSet {
+    serde_json::from_value(json!({
+        "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+        "metadata": {"name": "pd", "namespace": "ns", "uid": "set-uid", "generation": 3},
+        "spec": {"roles": roles}
+    }))
+    .unwrap()
+}
+
+fn pd(prefill: i32, decode: i32, image: &str) -> DisaggregatedSet {
+    set(json!([
+        role("prefill", prefill, image),
+        role("decode", decode, image)
+    ]))
+}
+
+fn rev(s: &DisaggregatedSet) -> String {
+    revision::revision(&s.spec.roles).unwrap()
+}
+
+/// The set's world: its LWSs (as the set made them) and Services.
+#[derive(Default)]
+struct World {
+    observed: Observed,
+}
+
+impl World {
+    /// An LWS of `s`'s role `role` at revision `r` with `replicas`, `ready` of them ready,
+    /// created at second `created`.
+    fn lws(
+        &mut self,
+        s: &DisaggregatedSet,
+        r: &str,
+        role: &str,
+        replicas: i32,
+        ready: i32,
+        created: i64,
+    ) -> &mut Self {
+        let spec = s
+            .spec
+            .roles
+            .iter()
+            .find(|x| x.name == role)
+            .cloned()
+            .unwrap_or_else(|| serde_json::from_value(self::role(role, 1, "old")).unwrap());
+        let mut lws = objects::lws(s, &spec, r, replicas);
+        lws.metadata.uid = Some(format!("uid-{r}-{role}"));
+        lws.metadata.generation = Some(1);
+        lws.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created).unwrap()));
+        lws.status = Some(LeaderWorkerSetStatus {
+            replicas: Some(replicas),
+            ready_replicas: Some(ready),
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        self.observed.lws.push(Arc::new(lws));
+        self
+    }
+
+    fn initial(&mut self, name: &str, replicas: i32) -> &mut Self {
+        let l = self
+            .observed
+            .lws
+            .iter_mut()
+            .find(|l| l.name_any() == name)
+            .unwrap();
+        Arc::make_mut(l)
+            .annotations_mut()
+            .insert(INITIAL_REPLICAS_ANNOTATION.into(), replicas.to_string());
+        self
+    }
+
+    fn service(&mut self, s: &DisaggregatedSet, role: &str, r: &str) -> &mut Self {
+        let mut svc: Service = objects::service(s, role, r);
+        svc.metadata.uid = Some(format!("svc-{r}-{role}"));
+        self.observed.services.push(Arc::new(svc));
+        self
+    }
+
+    fn plan(&self, s: &DisaggregatedSet) -> Plan {
+        plan(s, &self.observed, &now())
+    }
+}
+
+fn created(p: &Plan) -> Vec<(String, i32)> {
+    p.create
+        .iter()
+        .map(|c| (c.lws.name_any(), c.lws.spec.replicas.unwrap_or(1)))
+        .collect()
+}
+
+fn scaled(p: &Plan) -> Vec<(String, i32, i32)> {
+    p.scale
+        .iter()
+        .map(|s| (s.name.clone(), s.from, s.replicas))
+        .collect()
+}
+
+fn deleted(p: &Plan) -> Vec<String> {
+    p.delete.iter().map(|d| d.name.clone()).collect()
+}
+
+fn cond<'a>(p: &'a Plan, type_: &str) -> &'a Condition {
+    p.status
+        .conditions
+        .iter()
+        .flatten()
+        .find(|c| c.type_ == type_)
+        .unwrap()
+}
+
+#[test]
+fn a_new_set_creates_one_lws_per_role() {
+    let s = pd(2, 3, "v1");
+    let r = rev(&s);
+    let p = World::default().plan(&s);
+    assert_eq!(
+        created(&p),
+        [
+            (format!("pd-{r}-prefill"), 2),
+            (format!("pd-{r}-decode"), 3)
+        ]
+    );
+    assert!(p.services.is_empty(), "no Service before a ready group");
+    assert_eq!(cond(&p, status::PROGRESSING).status, "True");
+    assert_eq!(cond(&p, status::AVAILABLE).status, "False");
+    assert!(
+        p.status
+            .conditions
+            .iter()
+            .flatten()
+            .all(|c| c.observed_generation == Some(3))
+    );
+}
+
+#[test]
+fn a_settled_set_serves_each_role_and_writes_nothing_else() {
+    let s = pd(2, 2, "v1");
+    let r = rev(&s);
+    let mut w = World::default();
+    w.lws(&s, &r, "prefill", 2, 2, 10)
+        .lws(&s, &r, "decode", 2, 2, 10);
+    let p = w.plan(&s);
+    assert!(p.create.is_empty() && p.scale.is_empty() && p.delete.is_empty());
+    let services: Vec<_> = p.services.iter().map(|s| s.name_any()).collect();
+    assert_eq!(
+        services,
+        [format!("pd-{r}-prefill-prv"), format!("pd-{r}-decode-prv")]
+    );
+    assert_eq!(cond(&p, status::AVAILABLE).status, "True");
+    assert_eq!(cond(&p, status::PROGRESSING).status, "False");
+    assert_eq!(cond(&p, status::DEGRADED).status, "False");
+    let roles = p.status.role_statuses.clone().unwrap();
+    assert_eq!(
+        (
+            roles[0].name.as_str(),
+            roles[0].replicas,
+            roles[0].ready_replicas,
+            roles[0].updated_replicas
+        ),
+        ("prefill", Some(2), Some(2), Some(2))
+    );
+    // With its Services there: nothing to create.
+    w.service(&s, "prefill", &r).service(&s, "decode", &r);
+    let p = w.plan(&s);
+    assert!(p.services.is_empty() && p.delete_services.is_empty());
+}
+
+#[test]
+fn scaling_a_role_scales_only_its_lws() {
+    let s = pd(3, 2, "v1");
+    let r = rev(&s);
+    let mut w = World::default();
+    w.lws(&s, &r, "prefill", 2, 2, 10)
+        .lws(&s, &r, "decode", 2, 2, 10);
+    let p = w.plan(&s);
+    assert_eq!(scaled(&p), [(format!("pd-{r}-prefill"), 2, 3)]);
+    assert_eq!(p.scale[0].event.reason, reasons::SCALING_UP);
+    assert!(p.create.is_empty());
+}
+
+#[test]
+fn a_template_change_starts_a_rolling_update() {
+    let old = pd(2, 2, "v1");
+    let new = pd(2, 2, "v2");
+    let (r1, r2) = (rev(&old), rev(&new));
+    assert_ne!(r1, r2);
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 2, 2, 10)
+        .lws(&old, &r1, "decode", 2, 2, 10);
+    let p = w.plan(&new);
+    assert_eq!(
+        created(&p),
+        [
+            (format!("pd-{r2}-prefill"), 0),
+            (format!("pd-{r2}-decode"), 0)
+        ]
+    );
+    let annotated: Vec<_> = p
+        .annotate
+        .iter()
+        .map(|a| (a.name.clone(), a.replicas))
+        .collect();
+    assert_eq!(
+        annotated,
+        [
+            (format!("pd-{r1}-decode"), 2),
+            (format!("pd-{r1}-prefill"), 2)
+        ]
+    );
+    assert_eq!(p.on_created[0].reason, reasons::ROLLING_UPDATE_STARTED);
+    assert!(
+        p.scale.is_empty(),
+        "nothing moves before the new LWSs exist"
+    );
+    assert_eq!(cond(&p, status::PROGRESSING).reason, "RollingUpdate");
+    // The old revision keeps its Services.
+    w.service(&old, "prefill", &r1).service(&old, "decode", &r1);
+    assert!(w.plan(&new).delete_services.is_empty());
+}
+
+/// One rolling update of a 2/2 pair at upstream's default (maxSurge 1, maxUnavailable 0),
+/// reconcile by reconcile: (old LWS replicas, new LWS replicas, new ready) → what the plan does.
+#[test]
+fn rolling_update_steps_table() {
+    let old = pd(2, 2, "v1");
+    let new = pd(2, 2, "v2");
+    let (r1, r2) = (rev(&old), rev(&new));
+    // (name, old p/d, new p/d, new ready p/d, scales (name, from, to), deletes)
+    type Case = (
+        &'static str,
+        [i32; 2],
+        [i32; 2],
+        [i32; 2],
+        Vec<(String, i32, i32)>,
+        Vec<String>,
+    );
+    let o = |role: &str| format!("pd-{r1}-{role}");
+    let n = |role: &str| format!("pd-{r2}-{role}");
+    let cases: Vec<Case> = vec![
+        (
+            "new at 0 and ready: both roles scale up together",
+            [2, 2],
+            [0, 0],
+            [0, 0],
+            vec![(n("prefill"), 0, 1), (n("decode"), 0, 1)],
+            vec![],
+        ),
+        (
+            "new not ready yet: wait",
+            [2, 2],
+            [1, 1],
+            [1, 0],
+            vec![],
+            vec![],
+        ),
+        (
+            "new ready: the old revision drains one group of each role",
+            [2, 2],
+            [1, 1],
+            [1, 1],
+            vec![(o("prefill"), 2, 1), (o("decode"), 2, 1)],
+            vec![],
+        ),
+        (
+            "surge room again: up to the target",
+            [1, 1],
+            [1, 1],
+            [1, 1],
+            vec![(n("prefill"), 1, 2), (n("decode"), 1, 2)],
+            vec![],
+        ),
+        (
+            "new at target: the old revision goes to 0, both roles at once",
+            [1, 1],
+            [2, 2],
+            [2, 2],
+            vec![(o("prefill"), 1, 0), (o("decode"), 1, 0)],
+            vec![],
+        ),
+        (
+            "both old roles at 0: deleted together",
+            [0, 0],
+            [2, 2],
+            [2, 2],
+            vec![],
+            vec![o("decode"), o("prefill")],
+        ),
+    ];
+    for (name, old_replicas, new_replicas, new_ready, scales, deletes) in cases {
+        let mut w = World::default();
+        w.lws(&old, &r1, "prefill", old_replicas[0], old_replicas[0], 10)
+            .lws(&old, &r1, "decode", old_replicas[1], old_replicas[1], 10)
+            .initial(&o("prefill"), 2)
+            .initial(&o("decode"), 2)
+            .lws(&new, &r2, "prefill", new_replicas[0], new_ready[0], 20)
+            .lws(&new, &r2, "decode", new_replicas[1], new_ready[1], 20);
+        let p = w.plan(&new);
+        assert_eq!(scaled(&p), scales, "{name}");
+        assert_eq!(deleted(&p), deletes, "{name}");
+        assert!(p.create.is_empty(), "{name}");
+    }
+}
+
+#[test]
+fn an_old_revision_with_one_role_still_running_is_not_deleted() {
+    let old = pd(2, 2, "v1");
+    let new = pd(2, 2, "v2");
+    let (r1, r2) = (rev(&old), rev(&new));
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 0, 0, 10)
+        .lws(&old, &r1, "decode", 1, 1, 10)
+        .initial(&format!("pd-{r1}-prefill"), 2)
+        .initial(&format!("pd-{r1}-decode"), 2)
+        .lws(&new, &r2, "prefill", 2, 2, 20)
+        .lws(&new, &r2, "decode", 2, 2, 20);
+    let p = w.plan(&new);
+    assert!(
+        p.delete.is_empty(),
+        "a half-drained revision stays until every role is at 0"
+    );
+    assert_eq!(scaled(&p), [(format!("pd-{r1}-decode"), 1, 0)]);
+}
+
+#[test]
+fn two_old_revisions_drain_newest_first() {
+    let a = pd(2, 2, "v1");
+    let b = pd(2, 2, "v2");
+    let c = pd(2, 2, "v3");
+    let (ra, rb, rc) = (rev(&a), rev(&b), rev(&c));
+    let mut w = World::default();
+    // Revision a at (1,1), b (newer) at (1,1), the new one c at (1,1) and ready.
+    w.lws(&a, &ra, "prefill", 1, 1, 10)
+        .lws(&a, &ra, "decode", 1, 1, 10)
+        .lws(&b, &rb, "prefill", 1, 1, 20)
+        .lws(&b, &rb, "decode", 1, 1, 20)
+        .lws(&c, &rc, "prefill", 1, 1, 30)
+        .lws(&c, &rc, "decode", 1, 1, 30);
+    for name in [
+        format!("pd-{ra}-prefill"),
+        format!("pd-{ra}-decode"),
+        format!("pd-{rb}-prefill"),
+        format!("pd-{rb}-decode"),
+    ] {
+        w.initial(&name, 1);
+    }
+    let p = w.plan(&c);
+    let names: Vec<_> = scaled(&p).into_iter().map(|(n, _, to)| (n, to)).collect();
+    assert!(
+        names.iter().all(|(n, to)| n.contains(&rb) && *to == 0),
+        "the newest old revision goes first, whole: {names:?}"
+    );
+}
+
+#[test]
+fn added_and_removed_roles_roll_with_the_rest() {
+    let old = pd(1, 1, "v1");
+    // Decode goes, router comes.
+    let new = set(json!([role("prefill", 1, "v1"), role("router", 1, "v1")]));
+    let (r1, r2) = (rev(&old), rev(&new));
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 1, 1, 10)
+        .lws(&old, &r1, "decode", 1, 1, 10);
+    let p = w.plan(&new);
+    assert_eq!(
+        created(&p),
+        [
+            (format!("pd-{r2}-prefill"), 0),
+            (format!("pd-{r2}-router"), 0)
+        ]
+    );
+    // Later: the new pair at target and ready; the old revision, decode included, drains whole.
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 1, 1, 10)
+        .lws(&old, &r1, "decode", 1, 1, 10)
+        .initial(&format!("pd-{r1}-prefill"), 1)
+        .initial(&format!("pd-{r1}-decode"), 1)
+        .lws(&new, &r2, "prefill", 1, 1, 20)
+        .lws(&new, &r2, "router", 1, 1, 20);
+    let p = w.plan(&new);
+    let mut to: Vec<_> = scaled(&p).into_iter().map(|(n, _, to)| (n, to)).collect();
+    to.sort();
+    assert_eq!(
+        to,
+        [
+            (format!("pd-{r1}-decode"), 0),
+            (format!("pd-{r1}-prefill"), 0)
+        ]
+    );
+}
+
+#[test]
+fn a_new_lws_deleted_by_hand_mid_update_is_recreated() {
+    let old = pd(2, 2, "v1");
+    let new = pd(2, 2, "v2");
+    let (r1, r2) = (rev(&old), rev(&new));
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 2, 2, 10)
+        .lws(&old, &r1, "decode", 2, 2, 10)
+        .lws(&new, &r2, "prefill", 1, 1, 20);
+    let p = w.plan(&new);
+    assert_eq!(created(&p), [(format!("pd-{r2}-decode"), 0)]);
+    assert!(p.scale.is_empty());
+    // In the steady state, too.
+    let mut w = World::default();
+    w.lws(&new, &r2, "prefill", 2, 2, 20);
+    assert_eq!(created(&w.plan(&new)), [(format!("pd-{r2}-decode"), 2)]);
+}
+
+#[test]
+fn an_lws_of_another_owner_with_a_role_name_is_never_taken_over() {
+    let s = pd(1, 1, "v1");
+    let r = rev(&s);
+    let mut w = World::default();
+    let mut foreign = objects::lws(&s, &s.spec.roles[1], &r, 1);
+    foreign.metadata.owner_references = None;
+    foreign.metadata.labels = None;
+    w.observed
+        .foreign
+        .insert(foreign.name_any(), Arc::new(foreign));
+    let p = w.plan(&s);
+    assert_eq!(created(&p), [(format!("pd-{r}-prefill"), 1)]);
+    let degraded = cond(&p, status::DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", "ObjectConflict")
+    );
+    assert!(
+        degraded.message.contains(&format!("pd-{r}-decode")),
+        "{}",
+        degraded.message
+    );
+}
+
+#[test]
+fn only_complete_revisions_keep_their_services() {
+    let old = pd(1, 1, "v1");
+    let new = pd(1, 1, "v2");
+    let (r1, r2) = (rev(&old), rev(&new));
+    // The new revision had its Services; its decode group died: its Services go (no traffic
+    // to a prefill without a decode), the old complete revision keeps its own.
+    let mut w = World::default();
+    w.lws(&old, &r1, "prefill", 1, 1, 10)
+        .lws(&old, &r1, "decode", 1, 1, 10)
+        .initial(&format!("pd-{r1}-prefill"), 1)
+        .initial(&format!("pd-{r1}-decode"), 1)
+        .lws(&new, &r2, "prefill", 1, 1, 20)
+        .lws(&new, &r2, "decode", 1, 0, 20)
+        .service(&old, "prefill", &r1)
+        .service(&old, "decode", &r1)
+        .service(&new, "prefill", &r2)
+        .service(&new, "decode", &r2);
+    let p = w.plan(&new);
+    let mut gone: Vec<_> = p.delete_services.iter().map(|d| d.name.clone()).collect();
+    gone.sort();
+    assert_eq!(
+        gone,
+        [
+            format!("pd-{r2}-decode-prv"),
+            format!("pd-{r2}-prefill-prv")
+        ]
+    );
+    assert!(
+        p.scale.is_empty(),
+        "and nothing moves while the new pair is not whole"
+    );
+}
+
+#[test]
+fn a_lws_failure_degrades_the_set() {
+    let s = pd(1, 1, "v1");
+    let r = rev(&s);
+    let mut w = World::default();
+    w.lws(&s, &r, "prefill", 1, 1, 10)
+        .lws(&s, &r, "decode", 1, 0, 10);
+    let l = w
+        .observed
+        .lws
+        .iter_mut()
+        .find(|l| l.name_any().ends_with("decode"))
+        .unwrap();
+    Arc::make_mut(l).status.as_mut().unwrap().conditions = Some(vec![Condition {
+        type_: "ReplicaFailure".into(),
+        status: "True".into(),
+        reason: "ProgressDeadlineExceeded".into(),
+        message: "group 0 stuck".into(),
+        last_transition_time: now(),
+        observed_generation: Some(1),
+    }]);
+    let p = w.plan(&s);
+    let degraded = cond(&p, status::DEGRADED);
+    assert_eq!(degraded.reason, "LeaderWorkerSetFailure");
+    assert_eq!(
+        degraded.message,
+        format!(
+            "role decode: LeaderWorkerSet pd-{r}-decode: ProgressDeadlineExceeded: group 0 stuck"
+        )
+    );
+    let _ = REVISION_LABEL;
+}
+
+#[test]
+fn role_configs_are_read_as_upstream_reads_them() {
+    let with = |rc: Value| -> RoleConfig {
+        let mut r = role("x", 4, "v1");
+        r["spec"]["rolloutStrategy"] =
+            json!({"type": "RollingUpdate", "rollingUpdateConfiguration": rc});
+        role_config(&serde_json::from_value(r).unwrap())
+    };
+    assert_eq!(
+        role_config(&serde_json::from_value(role("x", 4, "v1")).unwrap()),
+        RoleConfig::DEFAULT
+    );
+    assert_eq!(
+        with(json!({"maxSurge": 2})),
+        RoleConfig {
+            max_surge: 2,
+            max_unavailable: 0
+        }
+    );
+    assert_eq!(
+        with(json!({"maxSurge": 2, "maxUnavailable": 1})),
+        RoleConfig {
+            max_surge: 2,
+            max_unavailable: 1
+        }
+    );
+    assert_eq!(
+        with(json!({"maxSurge": "50%", "maxUnavailable": "25%"})),
+        RoleConfig {
+            max_surge: 2,
+            max_unavailable: 1
+        }
+    );
+    assert_eq!(
+        with(json!({"maxSurge": 0, "maxUnavailable": 0})),
+        RoleConfig::DEFAULT
+    );
+}

@@ -1,0 +1,187 @@
+//! The status of a DisaggregatedSet (ours: upstream v0.9.0's schema has these fields but its
+//! controller writes none): per role, its groups, ready groups and groups on the current
+//! revision; and the conditions upstream's schema names — `Available` (every role has its
+//! replicas ready), `Progressing` (a rolling update or a scale under way), `Degraded` (the set
+//! cannot be realised, or a role's LWS reports `ReplicaFailure`). Each condition states the
+//! generation it was computed for. Pure.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::ResourceExt;
+
+use super::observe::Observed;
+use crate::{
+    api::disaggregatedset::{
+        DisaggregatedSet, DisaggregatedSetStatus, REVISION_LABEL, ROLE_LABEL, RoleStatus,
+    },
+    k8s::conditions,
+};
+
+/// Condition type: every role has its replicas ready.
+pub const AVAILABLE: &str = "Available";
+/// Condition type: a rolling update or a scale is under way.
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: the set or one of its LWSs cannot be realised.
+pub const DEGRADED: &str = "Degraded";
+
+fn condition(
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: String,
+    set: &DisaggregatedSet,
+    now: &Time,
+) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { "True" } else { "False" }.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: now.clone(),
+        observed_generation: set.metadata.generation,
+    }
+}
+
+/// The status from what was observed; `failure` (reason, message) makes the set Degraded.
+pub fn compute(
+    set: &DisaggregatedSet,
+    observed: &Observed,
+    revision: &str,
+    failure: Option<(&str, &str)>,
+    now: &Time,
+) -> DisaggregatedSetStatus {
+    fn of_role<'a>(
+        observed: &'a Observed,
+        role: &'a str,
+    ) -> impl Iterator<Item = &'a std::sync::Arc<crate::api::LeaderWorkerSet>> + 'a {
+        observed
+            .lws
+            .iter()
+            .filter(move |l| l.labels().get(ROLE_LABEL).map(String::as_str) == Some(role))
+    }
+
+    let status_of = |l: &crate::api::LeaderWorkerSet| l.status.clone().unwrap_or_default();
+    let mut roles = Vec::new();
+    let mut summary = Vec::new();
+    let (mut all_ready, mut settled) = (true, true);
+    let mut lws_failure: Option<String> = None;
+    for role in &set.spec.roles {
+        let want = role.replicas();
+        let replicas: i32 = of_role(observed, &role.name)
+            .map(|l| status_of(l).replicas.unwrap_or(0))
+            .sum();
+        let ready: i32 = of_role(observed, &role.name)
+            .map(|l| status_of(l).ready_replicas.unwrap_or(0))
+            .sum();
+        let current = of_role(observed, &role.name)
+            .find(|l| l.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision));
+        let updated = current.map_or(0, |l| status_of(l).replicas.unwrap_or(0));
+        let current_ready = current.map_or(0, |l| status_of(l).ready_replicas.unwrap_or(0));
+        all_ready &= ready >= want;
+        settled &= current.is_some_and(|l| {
+            l.spec.replicas.unwrap_or(1) == want
+                && status_of(l).observed_generation == l.metadata.generation
+        }) && updated == want
+            && current_ready == want
+            && replicas == want;
+        if lws_failure.is_none() {
+            lws_failure = of_role(observed, &role.name).find_map(|l| {
+                status_of(l)
+                    .conditions
+                    .iter()
+                    .flatten()
+                    .find(|c| c.type_ == "ReplicaFailure" && c.status == "True")
+                    .map(|c| {
+                        format!(
+                            "role {}: LeaderWorkerSet {}: {}: {}",
+                            role.name,
+                            l.name_any(),
+                            c.reason,
+                            c.message
+                        )
+                    })
+            });
+        }
+        summary.push(format!("{} {ready}/{want}", role.name));
+        roles.push(RoleStatus {
+            name: role.name.clone(),
+            replicas: Some(replicas),
+            ready_replicas: Some(ready),
+            updated_replicas: Some(updated),
+        });
+    }
+    let old: Vec<String> = {
+        let mut revs: Vec<String> = observed
+            .lws
+            .iter()
+            .filter_map(|l| l.labels().get(REVISION_LABEL).cloned())
+            .filter(|r| r != revision)
+            .collect();
+        revs.sort();
+        revs.dedup();
+        revs
+    };
+    let ready_text = format!("groups ready: {}", summary.join(", "));
+
+    let mut conditions = set
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let available = condition(
+        AVAILABLE,
+        all_ready,
+        if all_ready {
+            "AllRolesReady"
+        } else {
+            "RolesNotReady"
+        },
+        ready_text.clone(),
+        set,
+        now,
+    );
+    let progressing = if !old.is_empty() {
+        condition(
+            PROGRESSING,
+            true,
+            "RollingUpdate",
+            format!(
+                "rolling update to revision {revision} from {}; {ready_text}",
+                old.join(", ")
+            ),
+            set,
+            now,
+        )
+    } else if !settled {
+        condition(
+            PROGRESSING,
+            true,
+            "RolesProgressing",
+            format!("revision {revision}: {ready_text}"),
+            set,
+            now,
+        )
+    } else {
+        condition(
+            PROGRESSING,
+            false,
+            "Complete",
+            format!("revision {revision}: every role at its replicas and ready"),
+            set,
+            now,
+        )
+    };
+    let degraded = match (failure, lws_failure) {
+        (Some((reason, message)), _) => condition(DEGRADED, true, reason, message.into(), set, now),
+        (None, Some(message)) => {
+            condition(DEGRADED, true, "LeaderWorkerSetFailure", message, set, now)
+        }
+        (None, None) => condition(DEGRADED, false, "AsExpected", String::new(), set, now),
+    };
+    for c in [available, progressing, degraded] {
+        conditions::upsert(&mut conditions, c);
+    }
+    DisaggregatedSetStatus {
+        role_statuses: Some(roles),
+        conditions: Some(conditions),
+    }
+}
