@@ -65,15 +65,26 @@ pub async fn health<K: Serialize + Resource<DynamicType = ()> + Clone>(
     cm: &PathBuf,
     obj: &K,
 ) -> anyhow::Result<(String, String)> {
+    health_with(bin, Some(cm), obj).await
+}
+
+/// Argo CD's health of one live object: its built-in checks, plus an `argocd-cm` if given.
+pub async fn health_with<K: Serialize + Resource<DynamicType = ()> + Clone>(
+    bin: &str,
+    cm: Option<&PathBuf>,
+    obj: &K,
+) -> anyhow::Result<(String, String)> {
     let mut obj = obj.clone();
     obj.meta_mut().managed_fields = None;
     let mut value = serde_json::to_value(&obj)?;
     // As Argo CD's cluster cache holds live objects: with apiVersion and kind.
     value["apiVersion"] = json!(K::api_version(&()));
     value["kind"] = json!(K::kind(&()));
-    let mut child = tokio::process::Command::new(bin)
-        .arg("--argocd-cm")
-        .arg(cm)
+    let mut command = tokio::process::Command::new(bin);
+    if let Some(cm) = cm {
+        command.arg("--argocd-cm").arg(cm);
+    }
+    let mut child = command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

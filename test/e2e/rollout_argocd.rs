@@ -10,13 +10,11 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, bail};
 use futures::StreamExt;
 use kube::{
-    ResourceExt,
     api::{Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::Rollout;
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
 
 use crate::{
     harness::with_ns,
@@ -27,32 +25,9 @@ use crate::{
     },
 };
 
-/// Argo CD's health of one object: (status, message).
+/// Argo CD's health of one object with its built-in checks: (status, message).
 async fn argocd_health(bin: &str, obj: &Rollout) -> anyhow::Result<(String, String)> {
-    let mut obj = obj.clone();
-    // As Argo CD's cluster cache holds live objects: with apiVersion/kind, as served.
-    obj.managed_fields_mut().clear();
-    let mut child = tokio::process::Command::new(bin)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .context("starting argocd-health")?;
-    let mut stdin = child.stdin.take().context("stdin")?;
-    stdin.write_all(&serde_json::to_vec(&obj)?).await?;
-    drop(stdin);
-    let out = child.wait_with_output().await?;
-    if !out.status.success() {
-        bail!(
-            "argocd-health failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)?;
-    Ok((
-        v["status"].as_str().unwrap_or_default().to_string(),
-        v["message"].as_str().unwrap_or_default().to_string(),
-    ))
+    crate::lws_argocd::health_with(bin, None, obj).await
 }
 
 #[tokio::test]
