@@ -27,7 +27,9 @@ use crate::{
 pub struct Revisions {
     /// The revision the leader StatefulSet should run.
     pub key: String,
-    /// The spec's own revision (differs from `key` while held).
+    /// The revision of the template as it is now: the running one when it matches the spec
+    /// (even recorded under another key, by another controller), else the spec's own key.
+    /// Differs from `key` while held and the template has moved on.
     pub spec_key: String,
     /// The template differs from the running revision: a rolling update starts or goes on.
     pub template_changed: bool,
@@ -123,6 +125,12 @@ pub fn plan(
         }
     };
 
+    // Groups on an adopted revision that matches the spec are on the template, whatever its key.
+    let template_key = if leader_sts.is_some() && same_template {
+        current_key.clone()
+    } else {
+        spec_key.clone()
+    };
     // Held by a Rollout: stay on the held revision while the spec moves on.
     if let Some(held) = held(lws)
         && leader_sts.is_some()
@@ -130,7 +138,7 @@ pub fn plan(
     {
         return Ok(Revisions {
             key: held.to_string(),
-            spec_key,
+            spec_key: template_key,
             template_changed: held != current_key,
             writes,
         });
@@ -153,7 +161,7 @@ pub fn plan(
     };
     Ok(Revisions {
         key,
-        spec_key,
+        spec_key: template_key,
         template_changed,
         writes,
     })

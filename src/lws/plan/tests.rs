@@ -70,6 +70,12 @@ struct World {
 impl World {
     fn settled(lws: LeaderWorkerSet) -> Self {
         let key = key_of(&lws);
+        Self::settled_under(lws, &key)
+    }
+
+    /// [`World::settled`], with the revision recorded under `key` (another controller's).
+    fn settled_under(lws: LeaderWorkerSet, key: &str) -> Self {
+        let key = key.to_string();
         let mut world = World {
             observed: Observed::default(),
             deref: Dereferenced::default(),
@@ -543,6 +549,33 @@ fn a_revision_written_differently_for_the_same_template_rolls_nothing() {
         sts.object.labels().get(labels::REVISION),
         Some(&key_of(&world.lws))
     );
+}
+
+/// Groups on a revision another controller recorded under its own key for the spec's template
+/// are on the template: they count as updated, held by a Rollout or not.
+#[test]
+fn groups_on_an_adopted_revision_of_the_template_count_as_updated() {
+    let mut world = World::settled_under(lws_with("vllm", 2, 2, "img:1", json!({})), "olderkey");
+    let updated = |plan: &Plan| plan.status.as_ref().and_then(|s| s.status.updated_replicas);
+    let plan = world.plan();
+    assert!(plan.revisions.is_empty() && plan.leader_sts.is_none());
+    assert_eq!(updated(&plan), Some(2));
+
+    world
+        .lws
+        .annotations_mut()
+        .insert(labels::HELD_REVISION.into(), "olderkey".into());
+    assert_eq!(
+        updated(&world.plan()),
+        Some(2),
+        "held on the template itself"
+    );
+
+    // The template moves on while held: nothing of it has rolled.
+    let held = world.lws.annotations().clone();
+    world.lws = lws_with("vllm", 2, 2, "img:2", json!({}));
+    *world.lws.annotations_mut() = held;
+    assert_eq!(updated(&world.plan()), Some(0));
 }
 
 #[test]
