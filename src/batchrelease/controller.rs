@@ -42,6 +42,8 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// LWS pods (read, not subscribed: the canary LWS's status follows them).
     pub pods: &'a SharedCache<crate::k8s::pod::CachedPod>,
+    /// LWS ControllerRevisions (read, not subscribed).
+    pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Kueue Workloads (a canary group's says why it is not admitted; empty without Kueue).
     pub workloads: &'a mut SharedCache<Workload>,
 }
@@ -56,6 +58,7 @@ pub fn run(
     let stores = observe::Stores {
         batch_releases: caches.batch_releases.store(),
         lws: caches.lws.store(),
+        revisions: caches.revisions.store(),
         pods: crate::lws::controller::index_of(caches.pods),
         workloads: crate::lws::controller::index_of(caches.workloads),
     };
@@ -128,6 +131,7 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
     let caches = [
         store_ready(&s.batch_releases),
         store_ready(&s.lws),
+        store_ready(&s.revisions),
         watch::index_ready(&s.pods),
     ];
     ctx.runner.reconcile(&br, caches, steps(&br, &ctx)).await

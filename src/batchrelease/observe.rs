@@ -85,6 +85,8 @@ pub struct Stores {
     pub batch_releases: kube::runtime::reflector::Store<BatchRelease>,
     /// LeaderWorkerSets (stable and canary).
     pub lws: kube::runtime::reflector::Store<LeaderWorkerSet>,
+    /// ControllerRevisions of LWSes (the revision the stable LWS's template is on).
+    pub revisions: kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Pods of LWSes by LWS name (group readiness of the canary).
     pub pods: crate::k8s::label_index::LabelIndex<crate::k8s::pod::CachedPod>,
     /// Kueue Workloads by the uid of the object they stand for (`kueue.x-k8s.io/job-uid`).
@@ -93,7 +95,7 @@ pub struct Stores {
 
 /// Fills the observed state of `br` from the stores.
 pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
-    use crate::lws::{labels, revision};
+    use crate::lws::labels;
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let ns = br.namespace().unwrap_or_default();
     let w = &br.spec.workload_ref;
@@ -101,7 +103,10 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
         .then(|| stores.lws.get(&ObjectRef::new(&w.name).within(&ns)))
         .flatten()
         .map(|lws| StableLws {
-            update_revision: revision::spec_key(&lws.spec).unwrap_or_default(),
+            update_revision: crate::release::revision::template_key(
+                &lws,
+                &crate::release::revision::recorded(&stores.revisions, &lws),
+            ),
             hold: lws
                 .annotations()
                 .get(labels::HELD_REVISION)

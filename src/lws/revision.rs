@@ -86,6 +86,31 @@ pub fn spec_key(spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec) -> Opti
     revision_data(&spec).ok().map(|data| revision_key(&data))
 }
 
+/// The revision key the groups of an LWS with `spec` are on once they run its template: the key
+/// of a `recorded` revision (key, data) that is the spec's template — recorded by another
+/// controller or version under its own key, see [`matches`] — else the spec's own key. `None`
+/// when the spec cannot be hashed. The Rollout and BatchRelease controllers read a release's
+/// revision through this, as the LWS controller does, so an adopted revision is not taken for a
+/// template change.
+pub fn template_key<'a>(
+    spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec,
+    recorded: impl IntoIterator<Item = (&'a str, &'a Value)>,
+) -> Option<String> {
+    let spec = serde_json::to_value(spec).ok()?;
+    let data = revision_data(&spec).ok()?;
+    let own = revision_key(&data);
+    let recorded: Vec<_> = recorded.into_iter().collect();
+    if recorded.iter().any(|(key, _)| *key == own) {
+        return Some(own);
+    }
+    Some(
+        recorded
+            .into_iter()
+            .find(|(_, rev)| matches(rev, &spec, &data))
+            .map_or(own, |(key, _)| key.to_string()),
+    )
+}
+
 /// ControllerRevision name: `<lws name, at most 220 bytes>-<key>-<revision number>`.
 pub fn revision_name(lws_name: &str, key: &str, number: i64) -> String {
     let mut end = lws_name.len().min(220);
@@ -104,6 +129,37 @@ mod tests {
         // Values printed by Go's fnv.New32 + rand.SafeEncodeString.
         assert_eq!(revision_key(""), "65bb57b6b5");
         assert_eq!(revision_key("a"), "d8bfb88b");
+    }
+
+    #[test]
+    fn a_recorded_revision_of_the_template_lends_its_key() {
+        let spec: crate::api::leaderworkerset::LeaderWorkerSetSpec =
+            serde_json::from_value(json!({"replicas": 1, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}))
+            .unwrap();
+        let data = revision_data(&serde_json::to_value(&spec).unwrap()).unwrap();
+        let own = revision_key(&data);
+        let mut older: Value = serde_json::from_str(&data).unwrap();
+        older["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
+            json!({"creationTimestamp": null});
+        let other: Value = json!({"spec": {"leaderWorkerTemplate": {"size": 3}}});
+        let key = |recorded: &[(&str, &Value)]| template_key(&spec, recorded.iter().copied());
+        assert_eq!(key(&[]), Some(own.clone()), "nothing recorded: its own key");
+        assert_eq!(
+            key(&[("other", &other), ("older", &older)]).as_deref(),
+            Some("older")
+        );
+        let exact: Value = serde_json::from_str(&data).unwrap();
+        assert_eq!(
+            key(&[("older", &older), (own.as_str(), &exact)]),
+            Some(own.clone()),
+            "its own key when recorded under it"
+        );
+        assert_eq!(
+            key(&[("other", &other)]),
+            Some(own),
+            "no match: its own key"
+        );
     }
 
     #[test]

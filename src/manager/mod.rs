@@ -273,6 +273,7 @@ async fn run_controllers(
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
             pods: &caches.pods,
+            revisions: &caches.revisions,
             workloads: &mut caches.workloads,
         },
         metrics.controller("batchrelease"),

@@ -6,3 +6,4 @@
 pub mod groups;
 pub mod names;
 pub mod progress;
+pub mod revision;

@@ -195,27 +195,19 @@ fn stable_workload(
     stores: &Stores,
     lws: &crate::api::leaderworkerset::LeaderWorkerSet,
 ) -> StableWorkload {
-    use crate::lws::{labels, revision};
+    use crate::{lws::labels, release};
     use kube::ResourceExt;
-    let update_revision = revision::spec_key(&lws.spec).unwrap_or_default();
     let hold = lws
         .annotations()
         .get(labels::HELD_REVISION)
         .filter(|v| !v.is_empty())
         .cloned();
+    let recorded = release::revision::recorded(&stores.revisions, lws);
+    let update_revision = release::revision::template_key(lws, &recorded);
     // The revision the groups run when no hold says so: the oldest recorded revision still
     // there (the LWS controller truncates the others once an update is done).
-    let oldest = stores
-        .revisions
-        .state()
-        .into_iter()
-        .filter(|r| {
-            r.namespace() == lws.namespace()
-                && r.labels().get(labels::NAME) == lws.metadata.name.as_ref()
-                && r.owner_references()
-                    .iter()
-                    .any(|o| Some(&o.uid) == lws.metadata.uid.as_ref())
-        })
+    let oldest = recorded
+        .iter()
         .min_by_key(|r| r.revision)
         .and_then(|r| r.labels().get(labels::REVISION).cloned());
     let status = lws.status.clone().unwrap_or_default();
