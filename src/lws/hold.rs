@@ -10,7 +10,7 @@
 //! controls the LWS gets it back.
 
 use crate::{
-    api::{leaderworkerset::LeaderWorkerSet, rollout::Rollout},
+    api::{batchrelease::RollingStyle, leaderworkerset::LeaderWorkerSet, rollout::Rollout},
     lws::{labels, revision},
 };
 
@@ -27,12 +27,7 @@ pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
         && rollout.metadata.namespace == lws.metadata.namespace
         && !rollout.spec.disabled
         && rollout.metadata.deletion_timestamp.is_none()
-        && rollout
-            .spec
-            .strategy
-            .canary
-            .as_ref()
-            .is_some_and(|c| c.enable_extra_workload_for_canary)
+        && rollout.spec.strategy.rolling_style() == Some(RollingStyle::Canary)
 }
 
 fn held(lws: &LeaderWorkerSet) -> Option<&str> {

@@ -1,5 +1,5 @@
-//! Which Rollouts are ours at all, what makes one of ours unacceptable (partition style or
-//! blue-green, a second Rollout for one workload), and how it is refused.
+//! Which Rollouts are ours at all, what makes one of ours unacceptable (a style this controller
+//! does not run, see [`super::style`]; a second Rollout for one workload), and how it is refused.
 //!
 //! A refused Rollout never acts on the workload another Rollout releases: it holds nothing,
 //! routes nothing and finalises nothing of its own unless a release of its own is in flight
@@ -31,28 +31,8 @@ pub fn releasing(status: &RolloutStatus) -> bool {
 /// Why this controller will not run the Rollout, as (reason, message).
 pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
     let r = &obs.rollout.spec;
-    match (&r.strategy.canary, &r.strategy.blue_green) {
-        (None, Some(_)) => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "blue-green releases of a LeaderWorkerSet are not supported yet".into(),
-            ));
-        }
-        (Some(c), _) if !c.enable_extra_workload_for_canary => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "partition-style canary releases (enableExtraWorkloadForCanary: false) of a \
-                 LeaderWorkerSet are not supported yet; set enableExtraWorkloadForCanary: true"
-                    .into(),
-            ));
-        }
-        (None, None) => {
-            return Some((
-                reason::UNSUPPORTED_STRATEGY,
-                "strategy has no canary".into(),
-            ));
-        }
-        _ => {}
+    if let Err(why) = super::style::of(&obs.rollout) {
+        return Some((reason::UNSUPPORTED_STRATEGY, why));
     }
     obs.conflicting_rollout.as_ref().map(|other| {
         (

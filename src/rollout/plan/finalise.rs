@@ -1,17 +1,9 @@
 //! Finishing a release, in an order persisted step by step in `canaryStatus.finalisingStep`,
 //! so a restarted manager resumes at the step it was in.
 //!
-//! | reason | order |
-//! |---|---|
-//! | success | ResumeWorkload (hold released, stable LWS rolls; waits until every stable group is updated and ready) → RouteTrafficToStable → RestoreStableService → RemoveCanaryService → ReleaseWorkloadControl (BatchRelease, and so the canary LWS, deleted) |
-//! | rollback, disable, delete | RouteTrafficToStable → ResumeWorkload → ReleaseWorkloadControl → RestoreStableService → RemoveCanaryService |
-//! | third template mid-release | RouteTrafficToStable → ReleaseWorkloadControl, then a new release from step 1 (stable Service stays pinned) |
-//!
-//! Kruise's success order restores the stable Service first and resumes the workload last;
-//! for an LWS that would send traffic to stable groups while they roll, so ours resumes first
-//! and moves traffic only when the stable side is whole. Disable and delete use the rollback
-//! order (traffic off the canary before anything else) and do not wait for the stable LWS to
-//! roll: it rolls by its own rolloutStrategy, and a Rollout being deleted must not hang on it.
+//! The order depends on the style ([`super::style::Style::finalising_order`]; the canary
+//! style's orders and why they differ from Kruise's are in [`super::canary`]). Each step checks
+//! the cluster before it counts as done.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
@@ -21,7 +13,8 @@ use crate::k8s::events::EventSpec;
 use crate::rollout::names::{event, reason};
 use crate::rollout::observe::RolloutObserved;
 
-use super::{BatchReleaseAction, Draft, HoldAction, routing, status, steps};
+use super::style::Style;
+use super::{BatchReleaseAction, Draft, HoldAction, routing, status};
 
 /// Why a release is being finished.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -38,37 +31,9 @@ pub enum Reason {
     Continuous,
 }
 
-static SUCCESS_ORDER: [FinalisingStep; 5] = [
-    FinalisingStep::ResumeWorkload,
-    FinalisingStep::RouteTrafficToStable,
-    FinalisingStep::RestoreStableService,
-    FinalisingStep::RemoveCanaryService,
-    FinalisingStep::ReleaseWorkloadControl,
-];
-static CANCEL_ORDER: [FinalisingStep; 5] = [
-    FinalisingStep::RouteTrafficToStable,
-    FinalisingStep::ResumeWorkload,
-    FinalisingStep::ReleaseWorkloadControl,
-    FinalisingStep::RestoreStableService,
-    FinalisingStep::RemoveCanaryService,
-];
-static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
-    FinalisingStep::RouteTrafficToStable,
-    FinalisingStep::ReleaseWorkloadControl,
-];
-
-/// The order of finalising steps for a reason.
-pub fn order(reason: Reason) -> &'static [FinalisingStep] {
-    match reason {
-        Reason::Success => &SUCCESS_ORDER,
-        Reason::Rollback | Reason::Disabled | Reason::Deleting => &CANCEL_ORDER,
-        Reason::Continuous => &CONTINUOUS_ORDER,
-    }
-}
-
-/// The step after `current` (`Unset` = not started yet gives the first; the last gives `END`).
-pub fn next(reason: Reason, current: &FinalisingStep) -> FinalisingStep {
-    let order = order(reason);
+/// The step after `current` in `order` (`Unset` = not started yet gives the first; the last
+/// gives `END`).
+pub fn next(order: &[FinalisingStep], current: &FinalisingStep) -> FinalisingStep {
     if current.is_unset() {
         return order[0].clone();
     }
@@ -117,6 +82,7 @@ pub enum TrafficStage {
 /// The traffic stage of `step` in the order for `reason`. A disable or delete with no release
 /// in flight (no BatchRelease) only restores.
 pub fn traffic_stage(
+    style: Style,
     reason: Reason,
     step: &FinalisingStep,
     batch_release_exists: bool,
@@ -131,7 +97,7 @@ pub fn traffic_stage(
             TrafficStage::Restored
         };
     }
-    let order = order(reason);
+    let order = style.finalising_order(reason);
     let at = |s: &FinalisingStep| order.iter().position(|x| x == s);
     let Some(pos) = at(step) else {
         return TrafficStage::Step;
@@ -149,11 +115,12 @@ pub fn traffic_stage(
 /// Runs the finalising steps for `reason` as far as the observed state allows. `true` when the
 /// last one is done.
 pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
-    for _ in 0..order(why).len() + 2 {
+    let order = d.style.finalising_order(why);
+    for _ in 0..order.len() + 2 {
         let now = d.now;
         let canary = status::canary(d.status());
         if canary.common.finalising_step.is_unset() {
-            canary.common.finalising_step = next(why, &FinalisingStep::Unset);
+            canary.common.finalising_step = next(order, &FinalisingStep::Unset);
             canary.common.last_update_time = Some(Time(now));
         }
         let step = canary.common.finalising_step.clone();
@@ -182,7 +149,7 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                     ),
                 ));
                 status::canary(d.status()).common.finalising_step =
-                    next(why, &FinalisingStep::Unset);
+                    next(order, &FinalisingStep::Unset);
                 continue;
             }
         };
@@ -190,7 +157,7 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
             return false;
         }
         let canary = status::canary(d.status());
-        canary.common.finalising_step = next(why, &step);
+        canary.common.finalising_step = next(order, &step);
         canary.common.last_update_time = Some(Time(now));
         if canary.common.finalising_step == FinalisingStep::End {
             return true;
@@ -216,7 +183,7 @@ fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
     };
     let mut br_done = true;
     if let Some(observed) = obs.batch_release.as_ref() {
-        let desired = steps::desired_batch_release(d, None, Some(policy));
+        let desired = d.style.batch_release(d, None, Some(policy));
         if observed.spec != desired.spec {
             d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
             br_done = false;

@@ -3,6 +3,8 @@
 //! decision derives from the observed cluster and the Rollout's stored status (where the
 //! finalising step is persisted), so a restarted manager continues where the last one stopped.
 //!
+//! - [`style`]: the one place the release style is picked; [`canary`] is the canary style
+//!   (its BatchRelease, its finalising orders).
 //! - [`phase`]: Initial / Healthy / Progressing / Terminating / Disabling / Disabled.
 //! - [`accept`]: what makes a Rollout unacceptable (workload kind, style, a second Rollout).
 //! - [`events`]: Events for every phase, step and finalising-step change.
@@ -12,6 +14,7 @@
 //! - [`status`]: conditions and messages with Kruise's strings.
 
 pub mod accept;
+pub mod canary;
 pub mod events;
 pub mod finalise;
 pub mod hash;
@@ -19,6 +22,7 @@ pub mod phase;
 pub mod routing;
 pub mod status;
 pub mod steps;
+pub mod style;
 
 #[cfg(test)]
 mod tests;
@@ -101,6 +105,8 @@ pub struct Draft<'a> {
     pub now: Timestamp,
     /// The strategy hash of the Rollout's current spec.
     pub hash: String,
+    /// The release style (of the release in flight, when the Rollout is refused mid-release).
+    pub style: style::Style,
     /// What the traffic objects say about the stored status's traffic.
     pub traffic: routing::TrafficState,
     /// The plan so far.
@@ -156,6 +162,7 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             requeue_after: None,
         },
         hash,
+        style: style::in_flight(&obs.rollout),
         traffic: routing::observed(obs),
         visited: Vec::new(),
     };

@@ -163,6 +163,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         Phase::Progressing | Phase::Disabling | Phase::Terminating => {
             match finalise::reason_of(obs, status) {
                 Some(reason) => finalise::traffic_stage(
+                    super::style::in_flight(&obs.rollout),
                     reason,
                     &canary.common.finalising_step,
                     obs.batch_release.is_some(),

@@ -8,14 +8,10 @@
 //! One reconcile runs as many states as the observed state allows; it stops where it must
 //! wait for the cluster (a BatchRelease to apply or get ready, traffic to settle) or time.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{Resource, ResourceExt};
 
-use crate::api::batchrelease::{
-    BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
-};
-use crate::api::rollout::{CanaryStep, Rollout, StepState};
+use crate::api::rollout::{CanaryStep, StepState};
 use crate::release::{
     groups::desired_groups,
     progress::{BatchProgress, batch_state, progress},
@@ -42,62 +38,8 @@ pub fn step_groups(step: &CanaryStep, stable_replicas: i32) -> i32 {
         .map_or(0, |r| desired_groups(r, stable_replicas))
 }
 
-fn stable_replicas(d: &Draft<'_>) -> i32 {
+pub(super) fn stable_replicas(d: &Draft<'_>) -> i32 {
     d.obs.workload.as_ref().map_or(0, |w| w.replicas)
-}
-
-/// The BatchRelease the Rollout wants: one batch per step, run up to `partition` (0-based;
-/// `None` = finish), owned by the Rollout.
-pub fn desired_batch_release(
-    d: &Draft<'_>,
-    partition: Option<i32>,
-    policy: Option<FinalizingPolicy>,
-) -> BatchRelease {
-    let rollout = &d.obs.rollout;
-    let canary = rollout.spec.strategy.canary.clone().unwrap_or_default();
-    let rollout_id = d
-        .plan
-        .status
-        .canary_status
-        .as_ref()
-        .and_then(|c| c.common.observed_rollout_id.clone());
-    BatchRelease {
-        metadata: ObjectMeta {
-            name: Some(rollout.name_any()),
-            namespace: rollout.namespace(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: Rollout::api_version(&()).into_owned(),
-                kind: Rollout::kind(&()).into_owned(),
-                name: rollout.name_any(),
-                uid: rollout.uid().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
-            ..ObjectMeta::default()
-        },
-        spec: BatchReleaseSpec {
-            workload_ref: rollout.spec.workload_ref.clone(),
-            release_plan: ReleasePlan {
-                batches: Some(
-                    canary
-                        .steps
-                        .iter()
-                        .map(|s| ReleaseBatch {
-                            canary_replicas: s.replicas.clone().unwrap_or(IntOrString::Int(0)),
-                        })
-                        .collect(),
-                ),
-                batch_partition: partition,
-                rollout_id,
-                failure_threshold: canary.failure_threshold,
-                finalizing_policy: policy,
-                patch_pod_template_metadata: canary.patch_pod_template_metadata,
-                rolling_style: Some(RollingStyle::Canary),
-                enable_extra_workload_for_canary: true,
-            },
-        },
-        status: None,
-    }
 }
 
 /// Puts an out-of-range `nextStepIndex` (hand-edited) back to the natural next step.
@@ -343,7 +285,7 @@ pub const STALL_SECONDS: i64 = 10;
 fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
     let now = d.now;
     let mut message = status::upgrading(index, steps);
-    let desired = desired_batch_release(d, Some(index - 1), None);
+    let desired = d.style.batch_release(d, Some(index - 1), None);
     let ready = match d.obs.batch_release.as_ref() {
         Some(br) if br.spec == desired.spec => {
             let ready = batch_progress(d, br)

@@ -1,0 +1,109 @@
+//! The canary style with a canary LWS beside the stable one (`enableExtraWorkloadForCanary:
+//! true`): what differs from another style is the BatchRelease it asks for (one batch per
+//! step, a canary LWS of that many groups) and the orders it finishes in.
+//!
+//! | reason | order |
+//! |---|---|
+//! | success | ResumeWorkload (hold released, stable LWS rolls; waits until every stable group is updated and ready) → RouteTrafficToStable → RestoreStableService → RemoveCanaryService → ReleaseWorkloadControl (BatchRelease, and so the canary LWS, deleted) |
+//! | rollback, disable, delete | RouteTrafficToStable → ResumeWorkload → ReleaseWorkloadControl → RestoreStableService → RemoveCanaryService |
+//! | third template mid-release | RouteTrafficToStable → ReleaseWorkloadControl, then a new release from step 1 (stable Service stays pinned) |
+//!
+//! Kruise's success order restores the stable Service first and resumes the workload last;
+//! for an LWS that would send traffic to stable groups while they roll, so ours resumes first
+//! and moves traffic only when the stable side is whole. Disable and delete use the rollback
+//! order (traffic off the canary before anything else) and do not wait for the stable LWS to
+//! roll: it rolls by its own rolloutStrategy, and a Rollout being deleted must not hang on it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::{Resource, ResourceExt};
+
+use crate::api::batchrelease::{
+    BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
+};
+use crate::api::rollout::{FinalisingStep, Rollout};
+
+use super::Draft;
+use super::finalise::Reason;
+
+static SUCCESS_ORDER: [FinalisingStep; 5] = [
+    FinalisingStep::ResumeWorkload,
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::RestoreStableService,
+    FinalisingStep::RemoveCanaryService,
+    FinalisingStep::ReleaseWorkloadControl,
+];
+static CANCEL_ORDER: [FinalisingStep; 5] = [
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::ResumeWorkload,
+    FinalisingStep::ReleaseWorkloadControl,
+    FinalisingStep::RestoreStableService,
+    FinalisingStep::RemoveCanaryService,
+];
+static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::ReleaseWorkloadControl,
+];
+
+/// The order of finalising steps for a reason.
+pub fn finalising_order(reason: Reason) -> &'static [FinalisingStep] {
+    match reason {
+        Reason::Success => &SUCCESS_ORDER,
+        Reason::Rollback | Reason::Disabled | Reason::Deleting => &CANCEL_ORDER,
+        Reason::Continuous => &CONTINUOUS_ORDER,
+    }
+}
+
+/// The BatchRelease the Rollout wants: one batch per step, run up to `partition` (0-based;
+/// `None` = finish), owned by the Rollout.
+pub fn batch_release(
+    d: &Draft<'_>,
+    partition: Option<i32>,
+    policy: Option<FinalizingPolicy>,
+) -> BatchRelease {
+    let rollout = &d.obs.rollout;
+    let canary = rollout.spec.strategy.canary.clone().unwrap_or_default();
+    let rollout_id = d
+        .plan
+        .status
+        .canary_status
+        .as_ref()
+        .and_then(|c| c.common.observed_rollout_id.clone());
+    BatchRelease {
+        metadata: ObjectMeta {
+            name: Some(rollout.name_any()),
+            namespace: rollout.namespace(),
+            owner_references: Some(vec![OwnerReference {
+                api_version: Rollout::api_version(&()).into_owned(),
+                kind: Rollout::kind(&()).into_owned(),
+                name: rollout.name_any(),
+                uid: rollout.uid().unwrap_or_default(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]),
+            ..ObjectMeta::default()
+        },
+        spec: BatchReleaseSpec {
+            workload_ref: rollout.spec.workload_ref.clone(),
+            release_plan: ReleasePlan {
+                batches: Some(
+                    canary
+                        .steps
+                        .iter()
+                        .map(|s| ReleaseBatch {
+                            canary_replicas: s.replicas.clone().unwrap_or(IntOrString::Int(0)),
+                        })
+                        .collect(),
+                ),
+                batch_partition: partition,
+                rollout_id,
+                failure_threshold: canary.failure_threshold,
+                finalizing_policy: policy,
+                patch_pod_template_metadata: canary.patch_pod_template_metadata,
+                rolling_style: Some(RollingStyle::Canary),
+                enable_extra_workload_for_canary: true,
+            },
+        },
+        status: None,
+    }
+}

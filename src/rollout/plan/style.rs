@@ -1,0 +1,108 @@
+//! The one place a Rollout's release style is picked, and what differs per style: the
+//! BatchRelease it asks for and the orders it finishes in. The step machine (`steps`), the
+//! phases (`phase`), traffic (`routing`) and finalising (`finalise`) are shared and ask the
+//! style through [`Style`]; a new style is a module beside [`super::canary`] and an arm here.
+
+use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
+use crate::api::rollout::{FinalisingStep, Rollout};
+
+use super::finalise::Reason;
+use super::{Draft, canary};
+
+/// A release style this controller runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Style {
+    /// A canary LWS beside the stable one, grown batch by batch ([`canary`]).
+    Canary,
+}
+
+/// The style `rollout` asks for, or why this controller does not run it (the message of the
+/// `Accepted=False` condition).
+pub fn of(rollout: &Rollout) -> Result<Style, String> {
+    match rollout.spec.strategy.rolling_style() {
+        Some(RollingStyle::Canary) => Ok(Style::Canary),
+        Some(RollingStyle::BlueGreen) => {
+            Err("blue-green releases of a LeaderWorkerSet are not supported yet".into())
+        }
+        Some(RollingStyle::Partition) => Err(
+            "partition-style canary releases (enableExtraWorkloadForCanary: false) of a \
+             LeaderWorkerSet are not supported yet; set enableExtraWorkloadForCanary: true"
+                .into(),
+        ),
+        None => Err("strategy has no canary".into()),
+    }
+}
+
+/// The style of the release `rollout` may have in flight. Admission keeps the style immutable
+/// while a release is in flight, so a Rollout refused for its style can only be finishing a
+/// release it ran before this version refused that style — a canary, the only style run so far.
+pub fn in_flight(rollout: &Rollout) -> Style {
+    of(rollout).unwrap_or(Style::Canary)
+}
+
+impl Style {
+    /// The BatchRelease this style wants: run up to batch `partition` (0-based; `None` =
+    /// finish), finalised by `policy`.
+    pub fn batch_release(
+        self,
+        d: &Draft<'_>,
+        partition: Option<i32>,
+        policy: Option<FinalizingPolicy>,
+    ) -> BatchRelease {
+        match self {
+            Style::Canary => canary::batch_release(d, partition, policy),
+        }
+    }
+
+    /// The finalising order for `reason`.
+    pub fn finalising_order(self, reason: Reason) -> &'static [FinalisingStep] {
+        match self {
+            Style::Canary => canary::finalising_order(reason),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn rollout(strategy: serde_json::Value) -> Rollout {
+        serde_json::from_value(json!({
+            "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+            "metadata": {"name": "r", "namespace": "ns"},
+            "spec": {"workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1",
+                "kind": "LeaderWorkerSet", "name": "m"}, "strategy": strategy}
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_style_is_picked_from_the_strategy_as_kruise_reads_it() {
+        let steps = json!([{"replicas": 1}]);
+        let cases = [
+            (
+                json!({"canary": {"enableExtraWorkloadForCanary": true, "steps": steps}}),
+                Ok(Style::Canary),
+            ),
+            (
+                json!({"canary": {"steps": steps}}),
+                Err("partition-style canary releases"),
+            ),
+            (
+                json!({"blueGreen": {"steps": steps}}),
+                Err("blue-green releases"),
+            ),
+            (json!({}), Err("strategy has no canary")),
+        ];
+        for (strategy, want) in cases {
+            let r = rollout(strategy.clone());
+            match (of(&r), want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{strategy}"),
+                (Err(got), Err(want)) => assert!(got.starts_with(want), "{strategy}: {got}"),
+                (got, want) => panic!("{strategy}: {got:?}, want {want:?}"),
+            }
+            assert_eq!(in_flight(&r), Style::Canary, "{strategy}");
+        }
+    }
+}
