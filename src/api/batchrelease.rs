@@ -110,6 +110,20 @@ pub enum RollingStyle {
     BlueGreen,
 }
 
+impl RollingStyle {
+    /// The release style a Rollout's strategy asks for, as Kruise reads it: `blueGreen` is
+    /// blue-green; `canary` with `enableExtraWorkloadForCanary` a canary workload beside the
+    /// stable one, without it the stable workload's own partition; neither, none.
+    pub fn of(strategy: &crate::api::rollout::RolloutStrategy) -> Option<Self> {
+        match (&strategy.canary, &strategy.blue_green) {
+            (_, Some(_)) => Some(Self::BlueGreen),
+            (Some(c), None) if c.enable_extra_workload_for_canary => Some(Self::Canary),
+            (Some(_), None) => Some(Self::Partition),
+            (None, None) => None,
+        }
+    }
+}
+
 /// Observed state of a BatchRelease.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -133,21 +133,6 @@ pub struct RolloutStrategy {
     pub blue_green: Option<BlueGreenStrategy>,
 }
 
-impl RolloutStrategy {
-    /// The release style this strategy asks for, as Kruise reads it: `blueGreen` is
-    /// blue-green; `canary` with `enableExtraWorkloadForCanary` a canary workload beside the
-    /// stable one, without it the stable workload's own partition; neither, none.
-    pub fn rolling_style(&self) -> Option<crate::api::batchrelease::RollingStyle> {
-        use crate::api::batchrelease::RollingStyle;
-        match (&self.canary, &self.blue_green) {
-            (_, Some(_)) => Some(RollingStyle::BlueGreen),
-            (Some(c), None) if c.enable_extra_workload_for_canary => Some(RollingStyle::Canary),
-            (Some(_), None) => Some(RollingStyle::Partition),
-            (None, None) => None,
-        }
-    }
-}
-
 /// Canary release: new pods in batches, traffic shifted step by step.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -8,12 +8,16 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 
 use super::*;
-use crate::api::batchrelease::{BatchRelease, BatchReleaseSpec, ReleaseBatch, ReleasePlan};
+use crate::api::batchrelease::{
+    BatchRelease, BatchReleaseSpec, BatchReleaseStatus, FinalizingPolicy, ReleaseBatch, ReleasePlan,
+};
+use crate::api::leaderworkerset::LeaderWorkerSet;
 use crate::api::leaderworkerset::{
     LeaderWorkerSetSpec, LeaderWorkerSetStatus, LeaderWorkerTemplate,
 };
 use crate::api::rollout::{ObjectRef, PatchPodTemplateMetadata};
 use crate::batchrelease::names::{CANARY_LABEL, CONTROL_INFO};
+use crate::batchrelease::observe::CanaryLws;
 use crate::batchrelease::observe::{GroupReadiness, StableLws};
 
 fn now() -> Timestamp {

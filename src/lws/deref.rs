@@ -15,7 +15,7 @@ use kube::{
     api::{ListParams, PartialObjectMeta},
 };
 
-use super::{labels, objects, observe::Observed, plan::groups};
+use super::{labels, objects, observe::Observed, plan::candidates};
 use crate::{
     api::leaderworkerset::{LeaderWorkerSet, SubdomainPolicy},
     k8s::apply::{ApiError, Applier},
@@ -60,7 +60,7 @@ pub async fn dereference(
         deref.shared_service = applier.get_opt(&ns, &name).await?;
     }
     let exclusive = lws.annotations().contains_key(labels::EXCLUSIVE_TOPOLOGY);
-    let candidates: Vec<_> = groups::wanting_workers(lws, observed)
+    let candidates: Vec<_> = candidates::wanting_workers(lws, observed)
         .into_iter()
         .filter(|c| c.revision.is_some())
         .collect();

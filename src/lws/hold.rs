@@ -27,7 +27,7 @@ pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
         && rollout.metadata.namespace == lws.metadata.namespace
         && !rollout.spec.disabled
         && rollout.metadata.deletion_timestamp.is_none()
-        && rollout.spec.strategy.rolling_style() == Some(RollingStyle::Canary)
+        && RollingStyle::of(&rollout.spec.strategy) == Some(RollingStyle::Canary)
 }
 
 fn held(lws: &LeaderWorkerSet) -> Option<&str> {

@@ -11,19 +11,14 @@
 //! a leader the read finds replaced, gone or deleting has the StatefulSet just made for it
 //! taken back at once ([`stale_workers`]).
 
-use std::{collections::BTreeMap, sync::Arc, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
-use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::ResourceExt;
 
-use super::{Delete, How, OnRefusal, Plan, Write, reasons, revisions};
+use super::{Delete, How, OnRefusal, Plan, Write, reasons};
 use crate::{
-    api::leaderworkerset::{LeaderWorkerSet, StartupPolicy},
-    k8s::{
-        events::EventSpec,
-        expected,
-        pod::{self, CachedPod},
-    },
+    api::leaderworkerset::LeaderWorkerSet,
+    k8s::{events::EventSpec, expected},
     lws::{
         deref::{Dereferenced, LiveLeader},
         error::Failure,
@@ -35,50 +30,7 @@ use crate::{
 /// How soon to look again when the revision a leader runs is not in the cache yet.
 const REVISION_NOT_CACHED: Duration = Duration::from_secs(1);
 
-/// A leader whose group needs its worker StatefulSet now.
-#[derive(Clone, Debug)]
-pub struct Candidate {
-    /// The leader pod, as cached.
-    pub leader: Arc<CachedPod>,
-    /// Its group index.
-    pub index: i32,
-    /// The revision it runs.
-    pub key: String,
-    /// That revision, when cached.
-    pub revision: Option<Arc<ControllerRevision>>,
-}
-
-/// Leaders whose groups lack a worker StatefulSet and may get one now. The dereference step
-/// reads their nodes (exclusive topology) before planning; the leaders themselves are read
-/// fresh beside the creates ([`leaders_to_verify`], [`stale_workers`]).
-pub fn wanting_workers(lws: &LeaderWorkerSet, observed: &Observed) -> Vec<Candidate> {
-    if objects::size(lws) == 1 {
-        return Vec::new();
-    }
-    let leader_ready_first =
-        lws.spec.startup_policy.unwrap_or_default() == StartupPolicy::LeaderReady;
-    observed
-        .leaders
-        .iter()
-        .filter(|l| !pod::terminating(l))
-        .filter(|l| {
-            let name = l.name_any();
-            !observed.worker_sts.contains_key(&name) && !observed.pending_workers.contains(&name)
-        })
-        .filter(|l| !leader_ready_first || pod::ready(l))
-        .filter_map(|leader| {
-            let index = objects::group_index(leader)?;
-            let key = leader.labels().get(labels::REVISION)?.clone();
-            let revision = revisions::with_key(observed, &key).cloned();
-            Some(Candidate {
-                leader: leader.clone(),
-                index,
-                key,
-                revision,
-            })
-        })
-        .collect()
-}
+pub use super::candidates::{Candidate, wanting_workers};
 
 /// Plans the worker StatefulSets.
 pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, plan: &mut Plan) {

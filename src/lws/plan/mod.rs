@@ -14,6 +14,7 @@
 //! [`super::apply`] carries the plan out without deciding anything; [`super::status`] turns the
 //! observation and the apply's outcome into the status.
 
+pub mod candidates;
 pub mod groups;
 pub mod leader_sts;
 pub mod progress;

@@ -24,7 +24,7 @@ use crate::api::batchrelease::{
 use crate::api::rollout::{FinalisingStep, Rollout};
 
 use super::Draft;
-use super::finalise::Reason;
+use super::reason::Reason;
 
 static SUCCESS_ORDER: [FinalisingStep; 5] = [
     FinalisingStep::ResumeWorkload,

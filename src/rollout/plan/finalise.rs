@@ -8,28 +8,12 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use crate::api::batchrelease::FinalizingPolicy;
-use crate::api::rollout::{FinalisingStep, Phase, RolloutStatus};
+use crate::api::rollout::FinalisingStep;
 use crate::k8s::events::EventSpec;
-use crate::rollout::names::{event, reason};
-use crate::rollout::observe::RolloutObserved;
+use crate::rollout::names::event;
 
-use super::style::Style;
+pub use super::reason::{Reason, TrafficStage, reason_of, traffic_stage};
 use super::{BatchReleaseAction, Draft, HoldAction, routing, status};
-
-/// Why a release is being finished.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
-    /// All steps done.
-    Success,
-    /// The workload template went back to the stable revision.
-    Rollback,
-    /// `spec.disabled` mid-release.
-    Disabled,
-    /// The Rollout is being deleted.
-    Deleting,
-    /// A third template mid-release: reset, then start again.
-    Continuous,
-}
 
 /// The step after `current` in `order` (`Unset` = not started yet gives the first; the last
 /// gives `END`).
@@ -40,75 +24,6 @@ pub fn next(order: &[FinalisingStep], current: &FinalisingStep) -> FinalisingSte
     match order.iter().position(|s| s == current) {
         Some(i) if i + 1 < order.len() => order[i + 1].clone(),
         _ => FinalisingStep::End,
-    }
-}
-
-/// The finalising reason a status is in, if any.
-pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason> {
-    if obs.rollout.metadata.deletion_timestamp.is_some() {
-        return Some(Reason::Deleting);
-    }
-    if status.phase == Phase::Disabling {
-        return Some(Reason::Disabled);
-    }
-    match status::progressing_reason(status) {
-        reason::FINALISING => Some(Reason::Success),
-        reason::CANCELLING => Some(Reason::Rollback),
-        reason::IN_ROLLING
-            if status
-                .canary_status
-                .as_ref()
-                .is_some_and(|c| !c.common.finalising_step.is_unset()) =>
-        {
-            Some(Reason::Continuous)
-        }
-        _ => None,
-    }
-}
-
-/// What the traffic looks like at a finalising step.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TrafficStage {
-    /// The current step's route (nothing finalised yet).
-    Step,
-    /// Everything to the stable side: the route without the split and no canary Ingress
-    /// (Kruise's `RestoreGateway`), the stable Service still pinned, the canary Service still
-    /// there.
-    ToStable,
-    /// The user's objects as they were.
-    Restored,
-}
-
-/// The traffic stage of `step` in the order for `reason`. A disable or delete with no release
-/// in flight (no BatchRelease) only restores.
-pub fn traffic_stage(
-    style: Style,
-    reason: Reason,
-    step: &FinalisingStep,
-    batch_release_exists: bool,
-) -> TrafficStage {
-    if matches!(reason, Reason::Disabled | Reason::Deleting) && !batch_release_exists {
-        return TrafficStage::Restored;
-    }
-    if *step == FinalisingStep::End {
-        return if reason == Reason::Continuous {
-            TrafficStage::ToStable
-        } else {
-            TrafficStage::Restored
-        };
-    }
-    let order = style.finalising_order(reason);
-    let at = |s: &FinalisingStep| order.iter().position(|x| x == s);
-    let Some(pos) = at(step) else {
-        return TrafficStage::Step;
-    };
-    match (
-        at(&FinalisingStep::RouteTrafficToStable),
-        at(&FinalisingStep::RestoreStableService),
-    ) {
-        (Some(route), _) if pos < route => TrafficStage::Step,
-        (_, Some(restore)) if pos >= restore => TrafficStage::Restored,
-        _ => TrafficStage::ToStable,
     }
 }
 

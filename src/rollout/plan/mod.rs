@@ -19,6 +19,7 @@ pub mod events;
 pub mod finalise;
 pub mod hash;
 pub mod phase;
+pub mod reason;
 pub mod routing;
 pub mod status;
 pub mod steps;

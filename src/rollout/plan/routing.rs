@@ -21,7 +21,7 @@ use crate::traffic::{
 };
 
 use super::Draft;
-use super::finalise::{self, TrafficStage};
+use super::reason::{self as finalise, TrafficStage};
 use super::status;
 
 /// What the traffic objects say about the traffic the *stored* status asks for, worked out once
@@ -163,7 +163,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         Phase::Progressing | Phase::Disabling | Phase::Terminating => {
             match finalise::reason_of(obs, status) {
                 Some(reason) => finalise::traffic_stage(
-                    super::style::in_flight(&obs.rollout),
+                    super::style::in_flight(&obs.rollout).finalising_order(reason),
                     reason,
                     &canary.common.finalising_step,
                     obs.batch_release.is_some(),

@@ -6,7 +6,7 @@
 use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
 use crate::api::rollout::{FinalisingStep, Rollout};
 
-use super::finalise::Reason;
+use super::reason::Reason;
 use super::{Draft, canary};
 
 /// A release style this controller runs.
@@ -19,7 +19,7 @@ pub enum Style {
 /// The style `rollout` asks for, or why this controller does not run it (the message of the
 /// `Accepted=False` condition).
 pub fn of(rollout: &Rollout) -> Result<Style, String> {
-    match rollout.spec.strategy.rolling_style() {
+    match RollingStyle::of(&rollout.spec.strategy) {
         Some(RollingStyle::Canary) => Ok(Style::Canary),
         Some(RollingStyle::BlueGreen) => {
             Err("blue-green releases of a LeaderWorkerSet are not supported yet".into())

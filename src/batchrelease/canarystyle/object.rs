@@ -7,11 +7,11 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 
-use super::names::CONTROL_INFO;
 use crate::api::batchrelease::BatchRelease;
 use crate::api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_LABEL};
 use crate::api::leaderworkerset::LeaderWorkerSet;
 use crate::api::rollout::PatchPodTemplateMetadata;
+use crate::batchrelease::names::CONTROL_INFO;
 use crate::release::names::CANARY_LABEL;
 
 /// The BatchRelease as a controller ownerReference.

@@ -1,0 +1,210 @@
+//! The canary style (Kruise's `canarystyle/`): a canary LWS beside the stable one, grown batch
+//! by batch to the groups the current batch asks for and never shrunk during a release; its
+//! progress read off the canary LWS; finalised by removing it at once (Immediate) or once the
+//! stable LWS has rolled (WaitResume). `object` builds the canary LWS.
+
+pub mod object;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+
+use super::draft::{BatchReleasePlan, canary_names, hold_progress, note, release_plan_hash};
+use super::names::{batch_state, event, phase};
+use super::observe::{BatchReleaseObserved, CanaryLws, StableLws};
+use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy};
+use crate::k8s::events::EventSpec;
+use crate::release::groups::desired_groups;
+use crate::release::names::canary_name;
+use crate::release::progress::{BatchProgress, progress};
+use object::{desired_canary, keep_kueue_labels};
+
+/// Plans the release of `released` (the revision the release is about) for the stable LWS
+/// `stable`, once the generic part of the plan has set the phase up.
+pub fn control(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    released: &str,
+    now: Timestamp,
+) {
+    let br = &obs.br;
+    let rp = &br.spec.release_plan;
+    let name = canary_name(&stable.lws.name_any(), released);
+    out.delete_canaries = canary_names(&obs.canaries)
+        .into_iter()
+        .filter(|n| *n != name)
+        .collect();
+    let canary = obs.canaries.iter().find(|c| c.lws.name_any() == name);
+
+    if rp.batch_partition.is_none() {
+        finalizing(obs, out, stored, canary, released);
+        return;
+    }
+    out.status.phase = Some(phase::PROGRESSING.into());
+    if stable.update_revision != released {
+        let msg = format!(
+            "the workload's template changed during the release (now revision {}, releasing {}); \
+             waiting for the Rollout to restart the release",
+            stable.update_revision, released
+        );
+        note(out, stored, false, event::PROGRESSING, msg);
+        return;
+    }
+    let batches = rp.batches.clone().unwrap_or_default();
+    let Some(last) = batches.len().checked_sub(1) else {
+        note(
+            out,
+            stored,
+            true,
+            event::UNSUPPORTED,
+            "releasePlan has no batches".into(),
+        );
+        return;
+    };
+    let batch = usize::try_from(rp.batch_partition.unwrap_or(0))
+        .unwrap_or(0)
+        .min(last);
+    let desired = desired_groups(&batches[batch].canary_replicas, stable.replicas());
+    // Kruise never scales a canary down during a release (a jump back keeps its groups).
+    let have_spec = canary.and_then(|c| c.lws.spec.replicas).unwrap_or(0);
+    let target = desired.max(have_spec);
+    let mut wanted = desired_canary(
+        br,
+        &stable.lws,
+        &name,
+        target,
+        rp.patch_pod_template_metadata.as_ref(),
+    );
+    if let Some(c) = canary {
+        keep_kueue_labels(&mut wanted, &c.lws);
+    }
+    out.canary_in_place = canary.is_some_and(|c| {
+        match (serde_json::to_value(&wanted), serde_json::to_value(&c.lws)) {
+            (Ok(want), Ok(have)) => crate::k8s::apply::already_applied(&want, &have),
+            _ => false,
+        }
+    });
+    out.apply_canary = Some(wanted);
+    let counts = canary.map(|c| crate::release::progress::CanaryCounts::of(&c.lws));
+    let BatchProgress {
+        state,
+        updated,
+        ready,
+    } = progress(desired, counts.as_ref(), rp.failure_threshold.as_ref());
+    let old = stored.canary_status.clone().unwrap_or_default();
+    let batch_i32 = i32::try_from(batch).unwrap_or(0);
+    let was_ready = old.current_batch == batch_i32
+        && old.current_batch_state.as_deref() == Some(batch_state::READY);
+    out.status.canary_status = Some(BatchReleaseCanaryStatus {
+        current_batch_state: Some(state.into()),
+        current_batch: batch_i32,
+        batch_ready_time: match (state == batch_state::READY, was_ready) {
+            (true, true) => old.batch_ready_time.clone(),
+            (true, false) => Some(Time(now)),
+            (false, _) => None,
+        },
+        updated_replicas: updated,
+        updated_ready_replicas: ready,
+        no_need_update_replicas: None,
+    });
+    out.status.observed_rollout_id = rp.rollout_id.clone();
+    out.status.observed_workload_replicas = Some(stable.replicas());
+    out.status.observed_release_plan_hash = Some(release_plan_hash(br));
+    if old.current_batch_state.as_deref() != Some(state) || old.current_batch != batch_i32 {
+        out.events.push(EventSpec::normal(
+            event::PROGRESSING,
+            format!(
+                "batch {} ({desired} of {} groups): {state}",
+                batch + 1,
+                stable.replicas()
+            ),
+        ));
+    }
+    let msg = match (state, canary) {
+        (batch_state::VERIFYING, Some(c)) => {
+            Some(not_ready_message(batch + 1, &name, c, desired, ready))
+        }
+        _ => None,
+    };
+    match msg {
+        Some(m) => note(out, stored, true, event::CANARY_NOT_READY, m),
+        None => out.status.message = None,
+    }
+    hold_progress(stored, &mut out.status);
+}
+
+/// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it
+/// still serves the canary share of traffic) until the stable LWS has rolled to the released
+/// revision, then the release is Completed (the Rollout deletes this BatchRelease, and the
+/// canary with it, once traffic is back on the stable Service).
+fn finalizing(
+    obs: &BatchReleaseObserved,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    canary: Option<&CanaryLws>,
+    released: &str,
+) {
+    let policy = obs
+        .br
+        .spec
+        .release_plan
+        .finalizing_policy
+        .unwrap_or_default();
+    let done = match policy {
+        FinalizingPolicy::Immediate => {
+            if let Some(c) = canary {
+                out.delete_canaries.push(c.lws.name_any());
+            }
+            obs.canaries.is_empty()
+        }
+        FinalizingPolicy::WaitResume => obs.stable.as_ref().is_some_and(|s| s.rolled_to(released)),
+    };
+    out.status.phase = Some(
+        if done {
+            phase::COMPLETED
+        } else {
+            phase::FINALIZING
+        }
+        .into(),
+    );
+    if done && stored.phase.as_deref() != Some(phase::COMPLETED) {
+        out.events
+            .push(EventSpec::normal(event::COMPLETED, "release finalized"));
+    }
+    out.status.message = (!done).then(|| match policy {
+        FinalizingPolicy::Immediate => "removing the canary LeaderWorkerSet".to_string(),
+        FinalizingPolicy::WaitResume => {
+            "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
+        }
+    });
+}
+
+/// "batch 2 waits for LeaderWorkerSet vllm-canary-x: 1/2 groups ready; not ready: group 1".
+/// Groups, not pods: the message (and so the status) changes when a group's readiness does,
+/// not with every pod that starts. A group whose Kueue Workload is not admitted adds Kueue's
+/// reason: "…; canary group 1 waits for Kueue admission in queue gpu-team: couldn't assign
+/// flavors to pod set main: insufficient quota …" (docs/kueue.md).
+fn not_ready_message(batch: usize, name: &str, c: &CanaryLws, desired: i32, ready: i32) -> String {
+    let groups: Vec<String> = c
+        .not_ready_groups
+        .iter()
+        .map(|g| format!("group {}", g.index))
+        .collect();
+    let mut m =
+        format!("batch {batch} waits for LeaderWorkerSet {name}: {ready}/{desired} groups ready");
+    if !groups.is_empty() {
+        m.push_str("; not ready: ");
+        m.push_str(&groups.join(", "));
+    }
+    for g in &c.not_ready_groups {
+        if let Some(k) = &g.kueue {
+            m.push_str(&format!(
+                "; canary group {} waits for Kueue admission in queue {}: {}",
+                g.index, k.queue, k.why
+            ));
+        }
+    }
+    m
+}
