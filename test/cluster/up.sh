@@ -41,7 +41,7 @@ GW_CRDS=$(gateway_crds_dir)
 # (its namespace and host route) before the record of it is removed.
 if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"; fi
 rm -rf "$STATE"
-mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok}
+mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok,cmd}
 STATE="$(cd "$STATE" && pwd)"
 export PATH="$BIN:$PATH"
 
@@ -137,8 +137,9 @@ current-context: lws-rollout
 EOF
 export KUBECONFIG="$KUBECONFIG_FILE"
 
-start() { # name, then the command
+start() { # name, then the command (recorded, so test/cluster/restart.sh can run it again)
   local name=$1; shift
+  printf '%q ' "$@" >"$STATE/cmd/$name"
   "$@" >"$STATE/logs/$name.log" 2>&1 &
   echo $! >"$STATE/pids/$name.pid"
 }
@@ -198,7 +199,7 @@ for f in "$CP_CACHE"/kwok-stages/*.yaml "$CLUSTER_DIR"/stages/*.yaml; do
   [ -f "$f" ] && { echo "---"; cat "$f"; echo; }
 done >"$STATE/kwok/stages.yaml"
 log "starting kwok"
-KWOK_WORKDIR="$STATE/kwok" start kwok "$BIN/kwok" --kubeconfig="$KUBECONFIG_FILE" \
+start kwok env KWOK_WORKDIR="$STATE/kwok" "$BIN/kwok" --kubeconfig="$KUBECONFIG_FILE" \
   --config="$STATE/kwok/stages.yaml" --manage-nodes-with-label-selector=type=kwok \
   --node-lease-duration-seconds=40 --cidr=10.244.0.0/16 \
   --server-address="127.0.0.1:$KWOK_PORT" --tls-cert-file="$PKI/admin.crt" --tls-private-key-file="$PKI/admin.key"

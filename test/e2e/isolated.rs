@@ -118,6 +118,32 @@ impl IsolatedCluster {
         Ok(cluster)
     }
 
+    /// Kills `component` (`kube-apiserver`, `etcd`, …) with SIGKILL, keeps it down for
+    /// `outage`, starts it again with the same command line and data, and returns once it
+    /// serves again (`test/cluster/restart.sh`).
+    pub async fn restart(
+        &self,
+        component: &str,
+        outage: std::time::Duration,
+    ) -> anyhow::Result<()> {
+        let out = tokio::process::Command::new("bash")
+            .arg(repo().join("test/cluster/restart.sh"))
+            .arg(&self.dir)
+            .arg(component)
+            .arg(outage.as_secs().to_string())
+            .stdin(Stdio::null())
+            .output()
+            .await
+            .context("running test/cluster/restart.sh")?;
+        if !out.status.success() {
+            bail!(
+                "test/cluster/restart.sh {component} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Ok(())
+    }
+
     /// Marks the run as failed: the logs are kept when the cluster stops.
     pub fn keep_logs(&mut self) {
         self.failed = true;

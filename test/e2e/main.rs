@@ -8,6 +8,7 @@ mod harness;
 mod isolated;
 
 mod bench;
+mod chaos;
 mod cluster;
 mod crds;
 mod disaggregatedset;

@@ -80,10 +80,10 @@ impl Drop for CrashCluster {
 }
 
 /// Object name → every uid it had.
-type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
+pub type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
 
 /// Every uid each object name of a kind ever had (in the namespace, matching `labels`).
-fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Seen)
+pub fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Seen)
 where
     K: Resource<DynamicType = ()>
         + Clone
@@ -112,7 +112,7 @@ where
     (task, seen)
 }
 
-fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
+pub fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     seen.iter()
         .filter(|(_, u)| u.len() > 1)
         .map(|(n, _)| n.clone())

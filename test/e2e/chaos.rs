@@ -1,0 +1,200 @@
+//! The control plane fails in the middle of a release, on a cluster of the test's own (the
+//! suite's cluster serves every other test): the API server is SIGKILLed and restarted while a
+//! step waits for approval (down only while it starts: the manager rides through), SIGKILLed
+//! again as the next step scales and kept down longer than the leader Lease allows (the manager
+//! exits with code 3 and its supervisor — here the test — starts it again), and etcd is
+//! SIGKILLed and restarted while the release finalises. The release must end as
+//! an uninterrupted one: no stable pod replaced before finalisation, no canary LWS, BatchRelease
+//! or canary Service created twice, every group on the new template. How long the release takes
+//! to move again once the API server is back is printed (docs/performance.md).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use kube::{Api, api::PostParams};
+use lws_rollout::api::{BatchRelease, LeaderWorkerSet};
+
+use crate::{
+    harness::{TestNs, wait_for},
+    isolated::{IsolatedCluster, ManagerProcess},
+    lws_support::{NAME, available_with, image, settled_pods, uids},
+    rollout_canary::three_steps,
+    rollout_crash::{more_than_once, track},
+    rollout_support::*,
+};
+
+/// A restart with no time down (a control-plane upgrade): the API server is unreachable only
+/// while it starts again.
+const RESTART: Duration = Duration::ZERO;
+/// Longer than the 13 s after which the Lease holder stops (docs/install.md).
+const LONG_OUTAGE: Duration = Duration::from_secs(16);
+/// An outage up to this long passes unnoticed by the Lease holder (docs/install.md).
+const RIDES_THROUGH: Duration = Duration::from_secs(8);
+
+#[test]
+fn chaos_control_plane_restarts_mid_release_lose_nothing() -> anyhow::Result<()> {
+    on_big_stack(control_plane_restarts)
+}
+
+async fn control_plane_restarts() -> anyhow::Result<()> {
+    let mut cluster = IsolatedCluster::start("chaos", &[]).await?;
+    let result = release_through_outages(&cluster).await;
+    if result.is_err() {
+        cluster.keep_logs();
+    }
+    cluster.stop();
+    result
+}
+
+async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    // With leader election, as the chart runs it.
+    let mut manager = ManagerProcess::start(cluster, "1", &[])?;
+    let client = cluster.client.clone();
+    let name = "chaos".to_string();
+    let mut nsobj = Namespace::default();
+    nsobj.metadata.name = Some(name.clone());
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &nsobj)
+        .await?;
+    let ns = TestNs { client, name };
+    wait_for(
+        &ns.api::<ServiceAccount>(),
+        "default",
+        WAIT,
+        |sa: Option<&ServiceAccount>| sa.is_some(),
+    )
+    .await?;
+
+    let v1 = stable_lws(4, "vllm:1");
+    release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
+    let baseline = uids(&ns, STABLE).await?;
+    let (t1, stable_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
+    let (t2, canary_lws) = track(
+        ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+    );
+    let (t3, brs) = track(ns.api::<BatchRelease>(), "");
+    let (t4, services) = track(ns.api::<Service>(), "");
+
+    apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+    wait_paused_at(&ns, 1).await?;
+
+    // 1. The API server restarted at a step paused for approval: unreachable for as long as it
+    //    takes to start (measured). Within the Lease's ride-through the manager keeps running;
+    //    an approval sent as soon as the API server is back moves the release on.
+    let killed = Instant::now();
+    cluster
+        .restart("kube-apiserver", RESTART)
+        .await
+        .context("restarting the API server at step 1")?;
+    let down = killed.elapsed();
+    let back = Instant::now();
+    if down < RIDES_THROUGH {
+        ensure!(
+            manager.running(),
+            "the manager exited on a {down:?} API-server outage:\n{}",
+            manager.log_tail()
+        );
+    } else if !manager.running() {
+        // A slow start (a loaded machine) is a longer outage: the exit must be the designed one.
+        let status = manager.exited(Duration::from_secs(5)).await?;
+        ensure!(
+            status.code() == Some(3),
+            "exit after a {down:?} outage: {status}"
+        );
+        manager = ManagerProcess::start(cluster, "1b", &[])?;
+    }
+    ensure!(
+        uids(&ns, STABLE).await? == baseline,
+        "a stable pod was replaced during the outage"
+    );
+    approve(&ns).await?;
+    wait_rollout(&ns, "step 2 started after the outage", |r| step(r).0 == 2).await?;
+    eprintln!(
+        "chaos: API server restarted ({} ms unreachable) -> approved step 2 started {} ms after \
+         it was back",
+        down.as_millis(),
+        back.elapsed().as_millis()
+    );
+
+    // 2. Down for longer than the Lease allows, as step 2 scales the canary: the manager exits
+    //    with code 3, as documented; a new one (its Deployment would start it) finishes.
+    cluster
+        .restart("kube-apiserver", LONG_OUTAGE)
+        .await
+        .context("restarting the API server at step 2")?;
+    let back = Instant::now();
+    let status = manager.exited(Duration::from_secs(30)).await?;
+    ensure!(
+        status.code() == Some(3),
+        "after a {LONG_OUTAGE:?} outage the manager should exit with code 3 (lost lease), not \
+         {status}:\n{}",
+        manager.log_tail()
+    );
+    let mut manager = ManagerProcess::start(cluster, "2", &[])?;
+    wait_rollout(&ns, "finalising after the long outage", |r| {
+        !finalising(r).is_empty() && phase(r) == "Progressing"
+    })
+    .await?;
+    eprintln!(
+        "chaos: API server back after a {LONG_OUTAGE:?} outage -> release finalising in {} ms \
+         (new manager, step 2's pause included)",
+        back.elapsed().as_millis()
+    );
+
+    // 3. etcd restarted while the stable LWS rolls (finalisation).
+    cluster
+        .restart("etcd", RESTART)
+        .await
+        .context("restarting etcd during finalisation")?;
+    wait_rollout(
+        &ns,
+        "release finished after the etcd outage",
+        finished("True"),
+    )
+    .await?;
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        available_with(4, 4),
+    )
+    .await?;
+    ensure!(
+        settled_pods(&ns, STABLE, 8)
+            .await?
+            .iter()
+            .all(|p| image(p) == "vllm:2"),
+        "every stable pod runs the new template"
+    );
+    nothing_left(&ns).await?;
+    ensure!(
+        manager.running(),
+        "the manager exited after etcd's restart:\n{}",
+        manager.log_tail()
+    );
+    for t in [t1, t2, t3, t4] {
+        t.abort();
+    }
+    let replaced_twice: Vec<String> = stable_pods
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, u)| u.len() > 2)
+        .map(|(n, _)| n.clone())
+        .collect();
+    ensure!(
+        replaced_twice.is_empty(),
+        "stable pods replaced more than once: {replaced_twice:?}"
+    );
+    for (what, seen) in [
+        ("canary LWS", &canary_lws),
+        ("BatchRelease", &brs),
+        ("Service", &services),
+    ] {
+        let twice = more_than_once(&seen.lock().unwrap());
+        ensure!(twice.is_empty(), "{what} created twice: {twice:?}");
+    }
+    Ok(())
+}
