@@ -75,8 +75,9 @@ impl Caches {
         }
     }
 
-    /// The futures that run the watches; call once every controller has subscribed.
-    pub fn drivers(&mut self) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
+    /// The futures that run the watches; call once every controller has subscribed. The
+    /// Workloads' watch starts once Kueue serves them ([`once_kueue_serves`]).
+    pub fn drivers(&mut self, client: &Client) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
         vec![
             self.lws.driver(),
             self.pods.driver(),
@@ -85,11 +86,57 @@ impl Caches {
             self.revisions.driver(),
             self.rollouts.driver(),
             self.batch_releases.driver(),
-            self.workloads.driver(),
+            once_kueue_serves(client.clone(), self.workloads.driver()),
             self.disaggregated_sets.driver(),
             self.set_services.driver(),
         ]
     }
+}
+
+/// How often a cluster without Kueue is asked again whether it serves Workloads now.
+const KUEUE_RECHECK: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `driver` (the Workloads' watch) once the API server serves `kueue.x-k8s.io/v1beta2`
+/// Workloads. Without Kueue a watch of them fails with 404 on every retry, and kube logs each
+/// failure as a warning ("Unsuccessful data error parse: 404 page not found"): a line every few
+/// seconds for ever on most clusters, which reads like an outage. Instead the API groups are
+/// listed (one GET, a 200 whether Kueue is there or not) every [`KUEUE_RECHECK`], one line says
+/// Kueue is not installed, and a Kueue installed later is watched from then on, no restart.
+fn once_kueue_serves(
+    client: Client,
+    driver: Pin<Box<dyn Future<Output = ()> + Send>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(async move {
+        let mut absent_said = false;
+        loop {
+            match client.list_api_groups().await {
+                Ok(groups) if serves_workloads(&groups) => break,
+                Ok(_) if !absent_said => {
+                    tracing::info!(
+                        "Kueue is not installed (no kueue.x-k8s.io/v1beta2): its Workloads are not \
+                         watched; checking again every {}s",
+                        KUEUE_RECHECK.as_secs()
+                    );
+                    absent_said = true;
+                }
+                Ok(_) => {}
+                Err(err) => tracing::debug!(%err, "cannot list API groups; asking again"),
+            }
+            tokio::time::sleep(KUEUE_RECHECK).await;
+        }
+        if absent_said {
+            tracing::info!("Kueue serves Workloads now: watching them");
+        }
+        driver.await
+    })
+}
+
+/// Whether the API groups include Kueue's at the version the Workload type reads.
+fn serves_workloads(groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList) -> bool {
+    groups
+        .groups
+        .iter()
+        .any(|g| g.name == "kueue.x-k8s.io" && g.versions.iter().any(|v| v.version == "v1beta2"))
 }
 
 /// Worker StatefulSets (a leader pod controls each) are read for their labels, owner and
@@ -120,6 +167,25 @@ pub fn trim_revision(rev: &mut ControllerRevision) {
 mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+    #[test]
+    fn workloads_are_watched_only_where_kueue_serves_v1beta2() {
+        let groups =
+            |gv: &[(&str, &str)]| -> k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroupList {
+                serde_json::from_value(
+                    serde_json::json!({"groups": gv.iter().map(|(g, v)| serde_json::json!({
+                "name": g, "versions": [{"groupVersion": format!("{g}/{v}"), "version": v}]
+            })).collect::<Vec<_>>()}),
+                )
+                .unwrap()
+            };
+        assert!(!serves_workloads(&groups(&[("apps", "v1")])));
+        assert!(!serves_workloads(&groups(&[("kueue.x-k8s.io", "v1beta1")])));
+        assert!(serves_workloads(&groups(&[
+            ("apps", "v1"),
+            ("kueue.x-k8s.io", "v1beta2")
+        ])));
+    }
 
     /// Metadata naming a controller of `kind`.
     fn controlled_by(kind: &str) -> kube::api::ObjectMeta {

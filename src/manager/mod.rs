@@ -295,7 +295,7 @@ async fn run_controllers(
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),
     );
-    let drivers = futures::future::join_all(caches.drivers());
+    let drivers = futures::future::join_all(caches.drivers(&client));
     let controllers = futures::future::join5(lws, rollouts, releases, kueue_waits, sets);
     let stop = async move {
         lost_or_stopped.await;

@@ -282,7 +282,7 @@ async fn adopt_older_revision(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     let sts = objects::leader_statefulset(&lws, OLDER_KEY, 0, 0, 1);
     sts_api.create(&PostParams::default(), &sts).await?;
 
-    let _ours = ManagerProcess::start(cluster, "ours", &[])?;
+    let ours = ManagerProcess::start(cluster, "ours", &[])?;
     wait_for(
         &lws_api,
         "old",
@@ -295,6 +295,13 @@ async fn adopt_older_revision(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     )
     .await
     .context("the groups come up on the recorded revision")?;
+    // This cluster has no Kueue: one line says so, no watch of its Workloads fails over and
+    // over (kube logs each 404 as a warning).
+    anyhow::ensure!(
+        ours.logged("Kueue is not installed") && !ours.logged("404 page not found"),
+        "without Kueue the log says so once and shows no failing Workload watch:\n{}",
+        ours.log_tail()
+    );
     let revisions = lws_revisions_in(
         &revisions_api,
         &ListParams::default().labels(&format!("{NAME}=old")),
