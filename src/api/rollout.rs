@@ -192,6 +192,13 @@ pub struct BlueGreenStrategy {
     /// Do not create `<service>-canary`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub disable_generate_canary_service: bool,
+    /// Not a blue-green field (Kruise's blue-green has none): known to the schema only so that
+    /// admission refuses it with a message instead of pruning it silently.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_extra_workload_for_canary: Option<bool>,
+    /// Not a blue-green field: refused at admission (see `enableExtraWorkloadForCanary`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_pod_template_metadata: Option<PatchPodTemplateMetadata>,
 }
 
 /// One step: how many new pods (groups, for an LWS), how much traffic, and the pause after.

@@ -1,11 +1,13 @@
 //! The BatchRelease controller for LeaderWorkerSets. `observe` is what it looks at, `plan`
 //! decides what every style shares (deletion, the style, the phase, a template that moved on)
 //! and hands the rest to the style's control module — `canarystyle` (a canary LWS beside the
-//! stable one, scaled batch by batch; `canarystyle::object` builds it) is the one run today.
+//! stable one, scaled batch by batch; `canarystyle::object` builds it) and `bluegreenstyle`
+//! (the same second LWS, grown to the whole size at promotion).
 //! The canary's name, the batch arithmetic in groups and a batch's progress are the release
 //! vocabulary in `crate::release`.
 
 pub mod apply;
+pub mod bluegreenstyle;
 pub mod canarystyle;
 pub mod controller;
 pub mod draft;

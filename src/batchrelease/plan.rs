@@ -11,11 +11,11 @@
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::canarystyle;
 pub use super::draft::{BatchReleasePlan, release_plan_hash};
 use super::draft::{canary_names, note};
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::BatchReleaseObserved;
+use super::{bluegreenstyle, canarystyle};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, RollingStyle};
 use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
@@ -25,6 +25,8 @@ use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 enum Style {
     /// A canary LWS beside the stable one ([`canarystyle`]).
     Canary,
+    /// A second LWS beside the stable one, whole at promotion ([`bluegreenstyle`]).
+    BlueGreen,
 }
 
 /// The one place the style of a BatchRelease is picked, or why it is not run.
@@ -38,13 +40,13 @@ fn style_of(br: &crate::api::batchrelease::BatchRelease) -> Result<Style, String
             RollingStyle::Partition
         });
     let w = &br.spec.workload_ref;
+    let lws = w.api_version == LWS_API_VERSION && w.kind == LWS_KIND;
     match style {
-        RollingStyle::Canary if w.api_version == LWS_API_VERSION && w.kind == LWS_KIND => {
-            Ok(Style::Canary)
-        }
+        RollingStyle::Canary if lws => Ok(Style::Canary),
+        RollingStyle::BlueGreen if lws => Ok(Style::BlueGreen),
         _ => Err(format!(
-            "only canary-style releases of a {LWS_API_VERSION} {LWS_KIND} are supported yet \
-             (rollingStyle {style:?}, workload {} {})",
+            "only canary and blue-green releases of a {LWS_API_VERSION} {LWS_KIND} are \
+             supported yet (rollingStyle {style:?}, workload {} {})",
             w.api_version, w.kind
         )),
     }
@@ -102,6 +104,9 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
     let released = out.status.update_revision.clone().unwrap_or_default();
     match style {
         Style::Canary => canarystyle::control(obs, stable, &mut out, &stored, &released, now),
+        Style::BlueGreen => {
+            bluegreenstyle::control(obs, stable, &mut out, &stored, &released, now);
+        }
     }
     out
 }

@@ -441,7 +441,12 @@ fn other_canaries_and_unsupported_plans_and_a_changed_template() {
     b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
     let p = plan(&observed(b, vec![]), now());
     assert!(p.apply_canary.is_none());
-    assert!(p.status.message.unwrap().contains("only canary-style"));
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("only canary and blue-green")
+    );
 
     let mut o = observed(br(Some(0), None), vec![canary(1, 1, 1, &[])]);
     o.stable.as_mut().unwrap().update_revision = "rev3".into();
@@ -521,4 +526,50 @@ fn a_canary_group_created_but_not_ready_is_not_written_on_its_own() {
         ),
         (Some(batch_state::READY), 2, 2)
     );
+}
+
+#[test]
+fn blue_green_runs_batches_as_a_canary_and_at_promotion_grows_to_every_stable_group() {
+    let blue_green = |partition, policy| {
+        let mut b = br(partition, None);
+        let rp = &mut b.spec.release_plan;
+        rp.rolling_style = Some(RollingStyle::BlueGreen);
+        rp.enable_extra_workload_for_canary = false;
+        rp.patch_pod_template_metadata = None;
+        rp.finalizing_policy = policy;
+        b
+    };
+    // A batch: the second LWS gets the batch's groups, as a canary would.
+    let p = plan(&observed(blue_green(Some(0), None), vec![]), now());
+    assert_eq!(p.apply_canary.unwrap().spec.replicas, Some(1));
+    // Promotion: one group so far, the stable LWS has 4: the second grows to 4 and stays.
+    let b = blue_green(None, Some(FinalizingPolicy::WaitResume));
+    let mut o = observed(b, vec![canary(1, 1, 1, &[])]);
+    let p = plan(&o, now());
+    assert_eq!(p.apply_canary.unwrap().spec.replicas, Some(4));
+    assert!(p.delete_canaries.is_empty());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("(1/4 groups ready on the new side)")
+    );
+    // The user's LWS rolled: done, the second LWS left for the Rollout to delete.
+    o.stable
+        .as_mut()
+        .unwrap()
+        .lws
+        .status
+        .as_mut()
+        .unwrap()
+        .updated_replicas = Some(4);
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+    assert!(p.delete_canaries.is_empty());
+    // A rollback finishes Immediate: the second LWS goes at once.
+    let b = blue_green(None, Some(FinalizingPolicy::Immediate));
+    let p = plan(&observed(b, vec![canary(4, 4, 4, &[])]), now());
+    assert_eq!(p.delete_canaries, vec!["vllm-canary-rev2".to_string()]);
+    assert_eq!(p.apply_canary, None);
 }

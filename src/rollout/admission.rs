@@ -13,8 +13,9 @@
 //! - at most one `trafficRoutings` entry, with a Service, one of ingress / gateway /
 //!   customNetworkRefs, an Ingress name or an HTTPRoute name, a grace period ≥ 0.
 //!
-//! Ours (not honoured here; each message says what is): blue-green and partition style (not yet
-//! built), an ingress `classType` other than nginx, `customNetworkRefs`, `trafficRoutingRef`,
+//! Ours (not honoured here; each message says what is): partition style (not yet built), the
+//! canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
+//! `blueGreen`, an ingress `classType` other than nginx, `customNetworkRefs`, `trafficRoutingRef`,
 //! `disableGenerateCanaryService`, a step that moves traffic without `trafficRoutings`, and on
 //! the nginx canary Ingress anything it cannot express (path and query-parameter matches, more
 //! than one header per match or per kind, `requestHeaderModifier`).
@@ -211,12 +212,7 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     let routings = routings(s);
     out.extend(routing_problems(base, routings));
     match style {
-        Style::BlueGreen => out.push(refusal(
-            base,
-            "blue-green releases of a LeaderWorkerSet are not supported yet; use \
-             spec.strategy.canary with enableExtraWorkloadForCanary: true (a canary \
-             LeaderWorkerSet beside the stable one)",
-        )),
+        Style::BlueGreen => out.extend(canary_only_fields(s)),
         Style::Partition => out.push(refusal(
             format!("{base}.enableExtraWorkloadForCanary"),
             "partition-style canary releases (enableExtraWorkloadForCanary: false, Kruise's \
@@ -262,6 +258,31 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
         if nginx {
             out.extend(nginx_step_problems(&path, step));
         }
+    }
+    out
+}
+
+/// Canary fields written under `blueGreen` (Kruise's blue-green has neither): refused rather
+/// than silently dropped, so a manifest that meant a canary does not run as a blue-green.
+fn canary_only_fields(s: &RolloutStrategy) -> Vec<Refusal> {
+    let Some(bg) = s.blue_green.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if bg.enable_extra_workload_for_canary.is_some() {
+        out.push(refusal(
+            "spec.strategy.blueGreen.enableExtraWorkloadForCanary",
+            "a canary field: a blue-green release always runs the new template in a second \
+             LeaderWorkerSet; remove it, or use spec.strategy.canary for a canary release",
+        ));
+    }
+    if bg.patch_pod_template_metadata.is_some() {
+        out.push(refusal(
+            "spec.strategy.blueGreen.patchPodTemplateMetadata",
+            "a canary field: blue-green's new side becomes the user's LeaderWorkerSet at \
+             promotion, so its pods carry the template's own labels; remove it, or use \
+             spec.strategy.canary",
+        ));
     }
     out
 }
@@ -764,9 +785,34 @@ mod tests {
                 json!({"spec": {"strategy": {"canary": null, "blueGreen": {
                     "steps": [{"replicas": "100%", "traffic": "0%"}],
                     "trafficRoutings": [{"service": "a", "gateway": {"httpRouteName": "a"}}]}}}}),
+                None,
+            ),
+            (
+                "blue-green with a canary field",
+                json!({"spec": {"strategy": {"canary": null, "blueGreen": {
+                    "steps": [{"replicas": "100%"}], "enableExtraWorkloadForCanary": true}}}}),
                 Some((
-                    "spec.strategy.blueGreen",
-                    "blue-green releases of a LeaderWorkerSet are not supported yet",
+                    "spec.strategy.blueGreen.enableExtraWorkloadForCanary",
+                    "a canary field",
+                )),
+            ),
+            (
+                "blue-green with canary pod metadata",
+                json!({"spec": {"strategy": {"canary": null, "blueGreen": {
+                    "steps": [{"replicas": "100%"}],
+                    "patchPodTemplateMetadata": {"labels": {"a": "b"}}}}}}),
+                Some((
+                    "spec.strategy.blueGreen.patchPodTemplateMetadata",
+                    "a canary field",
+                )),
+            ),
+            (
+                "blue-green traffic without routings",
+                json!({"spec": {"strategy": {"canary": null, "blueGreen": {
+                    "steps": [{"replicas": "100%", "traffic": "100%"}]}}}}),
+                Some((
+                    "spec.strategy.blueGreen.steps[0]",
+                    "need spec.strategy.blueGreen.trafficRoutings",
                 )),
             ),
             (
@@ -809,10 +855,10 @@ mod tests {
                         "{what}: want {path}: …{text}…, got: {}",
                         messages(&got)
                     );
-                    // Blue-green carries its own refusals besides the style's, and both
+                    // A deployment is refused for its kind and its fields, and both
                     // traffic steps lack a routing; every other case is refused for exactly
                     // the one thing it gets wrong.
-                    let several = ["blue-green", "a deployment", "traffic without routings"];
+                    let several = ["a deployment", "traffic without routings"];
                     if !several.iter().any(|p| what.starts_with(p)) {
                         assert_eq!(got.len(), 1, "{what}: {}", messages(&got));
                     }

@@ -20,11 +20,13 @@ pub enum TrafficIntent {
         /// Name of the stable LWS (stable Service pin).
         stable_lws: String,
     },
-    /// A release is under way: the stable Service is pinned to the stable LWS's leaders and the
-    /// canary Service `<service>-canary` selects the canary LWS's leaders. `route` says what the
-    /// HTTPRoute / canary Ingress sends to the canary.
+    /// A release is under way: the stable Service is pinned to the leaders of `stable_lws` and
+    /// the canary Service `<service>-canary` selects the canary LWS's leaders. `route` says
+    /// what the HTTPRoute / canary Ingress sends to the canary.
     Release {
-        /// Name of the stable LWS (stable Service pin: `leaderworkerset.sigs.k8s.io/name`).
+        /// Name of the LWS the stable Service serves (its pin:
+        /// `leaderworkerset.sigs.k8s.io/name`): the user's LWS, or the second LWS once a
+        /// blue-green release switched over, so clients of the Service reach the new side too.
         stable_lws: String,
         /// Name of the canary LWS (canary Service selector).
         canary_lws: String,
@@ -51,6 +53,16 @@ impl CanaryRoute {
     pub fn none() -> Self {
         Self {
             weight: Some(0),
+            matches: Vec::new(),
+            request_header_modifier: None,
+        }
+    }
+
+    /// Every request to the new side (a blue-green switch): matches cleared, as Kruise's
+    /// `RouteTrafficToNew`.
+    pub fn all() -> Self {
+        Self {
+            weight: Some(100),
             matches: Vec::new(),
             request_header_modifier: None,
         }

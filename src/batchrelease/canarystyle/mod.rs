@@ -67,26 +67,7 @@ pub fn control(
         .unwrap_or(0)
         .min(last);
     let desired = desired_groups(&batches[batch].canary_replicas, stable.replicas());
-    // Kruise never scales a canary down during a release (a jump back keeps its groups).
-    let have_spec = canary.and_then(|c| c.lws.spec.replicas).unwrap_or(0);
-    let target = desired.max(have_spec);
-    let mut wanted = desired_canary(
-        br,
-        &stable.lws,
-        &name,
-        target,
-        rp.patch_pod_template_metadata.as_ref(),
-    );
-    if let Some(c) = canary {
-        keep_kueue_labels(&mut wanted, &c.lws);
-    }
-    out.canary_in_place = canary.is_some_and(|c| {
-        match (serde_json::to_value(&wanted), serde_json::to_value(&c.lws)) {
-            (Ok(want), Ok(have)) => crate::k8s::apply::already_applied(&want, &have),
-            _ => false,
-        }
-    });
-    out.apply_canary = Some(wanted);
+    grow(obs, stable, out, canary, &name, desired);
     let counts = canary.map(|c| crate::release::progress::CanaryCounts::of(&c.lws));
     let BatchProgress {
         state,
@@ -133,6 +114,40 @@ pub fn control(
         None => out.status.message = None,
     }
     hold_progress(stored, &mut out.status);
+}
+
+/// Asks for the canary LWS `name` with at least `groups` groups (Kruise never scales a canary
+/// down during a release: a jump back keeps its groups).
+pub fn grow(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    canary: Option<&CanaryLws>,
+    name: &str,
+    groups: i32,
+) {
+    let have_spec = canary.and_then(|c| c.lws.spec.replicas).unwrap_or(0);
+    let mut wanted = desired_canary(
+        &obs.br,
+        &stable.lws,
+        name,
+        groups.max(have_spec),
+        obs.br
+            .spec
+            .release_plan
+            .patch_pod_template_metadata
+            .as_ref(),
+    );
+    if let Some(c) = canary {
+        keep_kueue_labels(&mut wanted, &c.lws);
+    }
+    out.canary_in_place = canary.is_some_and(|c| {
+        match (serde_json::to_value(&wanted), serde_json::to_value(&c.lws)) {
+            (Ok(want), Ok(have)) => crate::k8s::apply::already_applied(&want, &have),
+            _ => false,
+        }
+    });
+    out.apply_canary = Some(wanted);
 }
 
 /// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it

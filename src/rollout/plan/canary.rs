@@ -14,17 +14,11 @@
 //! order (traffic off the canary before anything else) and do not wait for the stable LWS to
 //! roll: it rolls by its own rolloutStrategy, and a Rollout being deleted must not hang on it.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
-use kube::{Resource, ResourceExt};
+use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
+use crate::api::rollout::FinalisingStep;
 
-use crate::api::batchrelease::{
-    BatchRelease, BatchReleaseSpec, FinalizingPolicy, ReleaseBatch, ReleasePlan, RollingStyle,
-};
-use crate::api::rollout::{FinalisingStep, Rollout};
-
-use super::Draft;
 use super::reason::Reason;
+use super::{Draft, batch};
 
 static SUCCESS_ORDER: [FinalisingStep; 5] = [
     FinalisingStep::ResumeWorkload,
@@ -61,49 +55,24 @@ pub fn batch_release(
     partition: Option<i32>,
     policy: Option<FinalizingPolicy>,
 ) -> BatchRelease {
-    let rollout = &d.obs.rollout;
-    let canary = rollout.spec.strategy.canary.clone().unwrap_or_default();
-    let rollout_id = d
-        .plan
-        .status
-        .canary_status
-        .as_ref()
-        .and_then(|c| c.common.observed_rollout_id.clone());
-    BatchRelease {
-        metadata: ObjectMeta {
-            name: Some(rollout.name_any()),
-            namespace: rollout.namespace(),
-            owner_references: Some(vec![OwnerReference {
-                api_version: Rollout::api_version(&()).into_owned(),
-                kind: Rollout::kind(&()).into_owned(),
-                name: rollout.name_any(),
-                uid: rollout.uid().unwrap_or_default(),
-                controller: Some(true),
-                block_owner_deletion: Some(true),
-            }]),
-            ..ObjectMeta::default()
+    let canary = d
+        .obs
+        .rollout
+        .spec
+        .strategy
+        .canary
+        .clone()
+        .unwrap_or_default();
+    batch::batch_release(
+        d,
+        batch::Shape {
+            steps: &canary.steps,
+            failure_threshold: canary.failure_threshold,
+            patch_pod_template_metadata: canary.patch_pod_template_metadata,
+            rolling_style: RollingStyle::Canary,
+            extra_workload: true,
         },
-        spec: BatchReleaseSpec {
-            workload_ref: rollout.spec.workload_ref.clone(),
-            release_plan: ReleasePlan {
-                batches: Some(
-                    canary
-                        .steps
-                        .iter()
-                        .map(|s| ReleaseBatch {
-                            canary_replicas: s.replicas.clone().unwrap_or(IntOrString::Int(0)),
-                        })
-                        .collect(),
-                ),
-                batch_partition: partition,
-                rollout_id,
-                failure_threshold: canary.failure_threshold,
-                finalizing_policy: policy,
-                patch_pod_template_metadata: canary.patch_pod_template_metadata,
-                rolling_style: Some(RollingStyle::Canary),
-                enable_extra_workload_for_canary: true,
-            },
-        },
-        status: None,
-    }
+        partition,
+        policy,
+    )
 }

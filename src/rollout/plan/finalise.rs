@@ -44,6 +44,7 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
             FinalisingStep::RouteTrafficToStable
             | FinalisingStep::RestoreStableService
             | FinalisingStep::RemoveCanaryService => routing::settled(d),
+            FinalisingStep::RouteTrafficToNew => route_traffic_to_new(d),
             FinalisingStep::ResumeWorkload => resume_workload(d, why),
             FinalisingStep::ReleaseWorkloadControl => {
                 if d.obs.batch_release.is_some() {
@@ -51,11 +52,9 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                 }
                 d.obs.batch_release.is_none()
             }
-            // Not a step of this order (a blue-green step) or a value this version does not
-            // know (hand-edited): start the order again, as Kruise does, and say so.
-            other @ (FinalisingStep::Unset
-            | FinalisingStep::RouteTrafficToNew
-            | FinalisingStep::Unknown(_)) => {
+            // A value this version does not know (hand-edited): start the order again, as
+            // Kruise does, and say so.
+            other @ (FinalisingStep::Unset | FinalisingStep::Unknown(_)) => {
                 d.event(EventSpec::warning(
                     event::UNKNOWN_STATE,
                     format!(
@@ -79,6 +78,50 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
         }
     }
     false
+}
+
+/// Blue-green's switch: the BatchRelease finishes (the second LWS grows to every group the
+/// user's LWS has and stays until the user's LWS has rolled); once all those groups are ready
+/// the traffic goes to the second LWS (`routing`: the stable Service pinned to its leaders,
+/// the route 100% to it), done when that is in place and its grace period has passed. The hold
+/// stays: no group of the user's LWS restarts before everything is on the new side.
+fn route_traffic_to_new(d: &mut Draft<'_>) -> bool {
+    let obs = d.obs;
+    let Some(workload) = obs.workload.as_ref() else {
+        return true;
+    };
+    let desired = d
+        .style
+        .batch_release(d, None, Some(FinalizingPolicy::WaitResume));
+    let br_done = match obs.batch_release.as_ref() {
+        Some(observed) => observed.spec == desired.spec,
+        None => false,
+    };
+    if !br_done {
+        d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
+    }
+    if !br_done || !routing::new_side_whole(obs, workload.replicas) {
+        let (ready, want) = (
+            obs.batch_release
+                .as_ref()
+                .and_then(|b| b.canary.as_ref())
+                .map_or(0, |c| c.ready),
+            workload.replicas,
+        );
+        let message = format!(
+            "Rollout has been completed and some closing work is being done: the new side grows              to {want} groups before traffic moves to it ({ready}/{want} ready)"
+        );
+        let now = d.now;
+        status::progressing_message(d.status(), message, now);
+        return false;
+    }
+    if !d.traffic.ready {
+        // The switch is written in this reconcile: its grace period starts now, not when the
+        // step began (the second LWS may have taken minutes to grow).
+        let now = d.now;
+        status::canary(d.status()).common.last_update_time = Some(Time(now));
+    }
+    routing::settled(d)
 }
 
 /// Releases the hold and tells the BatchRelease to finish; on success waits for the stable LWS

@@ -14,6 +14,8 @@
 //! - [`status`]: conditions and messages with Kruise's strings.
 
 pub mod accept;
+pub mod batch;
+pub mod bluegreen;
 pub mod canary;
 pub mod events;
 pub mod finalise;
@@ -24,6 +26,7 @@ pub mod routing;
 pub mod status;
 pub mod steps;
 pub mod style;
+pub mod substatus;
 
 #[cfg(test)]
 mod tests;
@@ -139,6 +142,26 @@ impl Draft<'_> {
 
 /// Decides one reconcile of a Rollout.
 pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
+    let style = style::in_flight(&obs.rollout);
+    let field = style.status_field();
+    // The plan reads and builds the status in one shape (`substatus`); a blue-green Rollout's
+    // stored status is seen in it, and the new status goes back to `blueGreenStatus`.
+    let mut plan = if field == style::StatusField::Canary {
+        plan_in(obs, now, style)
+    } else {
+        let mut view = obs.clone();
+        view.rollout.status = view
+            .rollout
+            .status
+            .take()
+            .map(|s| substatus::working(s, field));
+        plan_in(&view, now, style)
+    };
+    plan.status = substatus::stored(std::mem::take(&mut plan.status), field);
+    plan
+}
+
+fn plan_in(obs: &RolloutObserved, now: Timestamp, style: style::Style) -> RolloutPlan {
     let mut status = obs.rollout.status.clone().unwrap_or_default();
     status.observed_generation = obs.rollout.metadata.generation;
     let hash = hash::strategy_hash(&obs.rollout.spec.strategy);
@@ -163,12 +186,13 @@ pub fn plan(obs: &RolloutObserved, now: Timestamp) -> RolloutPlan {
             requeue_after: None,
         },
         hash,
-        style: style::in_flight(&obs.rollout),
+        style,
         traffic: routing::observed(obs),
         visited: Vec::new(),
     };
     phase::run(&mut draft);
-    // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out.
+    // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out (a
+    // blue-green status is written to blueGreenStatus, always present too).
     status::canary(draft.status());
     status::mirror_step(draft.status());
     status::hold_progress(obs.rollout.status.as_ref(), draft.status());

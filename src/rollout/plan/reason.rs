@@ -54,6 +54,10 @@ pub enum TrafficStage {
     /// (Kruise's `RestoreGateway`), the stable Service still pinned, the canary Service still
     /// there.
     ToStable,
+    /// Everything to the new side (blue-green promotion): the stable Service pinned to the
+    /// second LWS's leaders and the route sending it all, from the step that switches until
+    /// the step that routes back to the user's LWS.
+    ToNew,
     /// The user's objects as they were.
     Restored,
 }
@@ -80,10 +84,13 @@ pub fn traffic_stage(
     let Some(pos) = at(step) else {
         return TrafficStage::Step;
     };
-    match (
-        at(&FinalisingStep::RouteTrafficToStable),
-        at(&FinalisingStep::RestoreStableService),
-    ) {
+    let to_stable = at(&FinalisingStep::RouteTrafficToStable);
+    if at(&FinalisingStep::RouteTrafficToNew).is_some_and(|new| pos >= new)
+        && to_stable.is_none_or(|back| pos < back)
+    {
+        return TrafficStage::ToNew;
+    }
+    match (to_stable, at(&FinalisingStep::RestoreStableService)) {
         (Some(route), _) if pos < route => TrafficStage::Step,
         (_, Some(restore)) if pos >= restore => TrafficStage::Restored,
         _ => TrafficStage::ToStable,

@@ -9,7 +9,9 @@
 //! only if the groups that route was given for are still ready; a step without traffic or
 //! matches routes nothing through the split (Kruise restores the Services first).
 
-use crate::api::rollout::{CanaryStep, Phase, RolloutStatus, StepState, TrafficRoutingRef};
+use crate::api::rollout::{
+    CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState, TrafficRoutingRef,
+};
 use crate::k8s::events::EventSpec;
 use crate::release::{groups::desired_groups, names::canary_name};
 use crate::rollout::observe::RolloutObserved;
@@ -174,13 +176,24 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         _ => return None,
     };
     let stable = obs.rollout.spec.workload_ref.name.clone();
+    let second = canary_name(&stable, &canary.canary_revision);
     let release = |route| TrafficIntent::Release {
         stable_lws: stable.clone(),
-        canary_lws: canary_name(&stable, &canary.canary_revision),
+        canary_lws: second.clone(),
         route,
     };
+    let switching = canary.common.finalising_step == FinalisingStep::RouteTrafficToNew;
     Some(match stage {
         TrafficStage::Restored => TrafficIntent::Restored,
+        // The switch waits until the new side can serve what the user's LWS serves.
+        TrafficStage::ToNew if switching && !new_side_whole(obs, workload.replicas) => {
+            step_intent(obs, status, workload.replicas, &release)
+        }
+        TrafficStage::ToNew => TrafficIntent::Release {
+            stable_lws: second.clone(),
+            canary_lws: second.clone(),
+            route: CanaryRoute::all(),
+        },
         // A step that already runs without the split stays without it.
         TrafficStage::ToStable
             if step_intent(obs, status, workload.replicas, &release) == TrafficIntent::Restored =>
@@ -192,6 +205,19 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         },
         TrafficStage::Step => step_intent(obs, status, workload.replicas, &release),
     })
+}
+
+/// Whether the second LWS has every group the user's LWS has (`replicas`), all ready: the
+/// condition for sending it everything.
+pub fn new_side_whole(obs: &RolloutObserved, replicas: i32) -> bool {
+    obs.batch_release
+        .as_ref()
+        .and_then(|br| br.canary.as_ref())
+        .is_some_and(|c| {
+            c.observed_generation == Some(c.generation)
+                && c.spec_replicas >= replicas
+                && c.ready >= replicas
+        })
 }
 
 /// The route the current step and state ask for.
@@ -209,7 +235,8 @@ fn step_intent(
     let Some(step) = steps.get(index - 1) else {
         return release(CanaryRoute::none());
     };
-    if !has_traffic(step) {
+    let style = super::style::in_flight(&obs.rollout);
+    if !style.routes(step) {
         return TrafficIntent::Restored;
     }
     let ready = canary.canary_ready_replicas;
@@ -217,7 +244,7 @@ fn step_intent(
         StepState::BeforeStepUpgrade | StepState::StepUpgrade => index
             .checked_sub(2)
             .and_then(|prev| steps.get(prev))
-            .filter(|prev| has_traffic(prev))
+            .filter(|prev| style.routes(prev))
             .filter(|prev| {
                 let wanted = prev
                     .replicas

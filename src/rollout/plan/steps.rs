@@ -205,12 +205,12 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
         let state = c.common.current_step_state.clone();
         d.visited.push((index, state.clone()));
         // A step without traffic first takes the split down (Kruise: FinalisingTrafficRouting).
-        if !routing::has_traffic(step) && !routing::settled(d) {
+        if !d.style.routes(step) && !routing::settled(d) {
             return false;
         }
         let next_state = match &state {
             StepState::BeforeStepUpgrade => {
-                if routing::has_traffic(step) && !routing::settled(d) {
+                if d.style.routes(step) && !routing::settled(d) {
                     return false;
                 }
                 StepState::StepUpgrade
@@ -332,10 +332,13 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
 }
 
 /// StepPaused: approval (no duration) or the duration since the step's last change. The last
-/// step with `replicas: "100%"` does not pause (Kruise).
+/// canary step with `replicas: "100%"` does not pause (Kruise; a blue-green one does).
 fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) -> bool {
     let last = usize::try_from(index).is_ok_and(|i| i == steps);
-    if last && step.replicas == Some(IntOrString::String("100%".into())) {
+    if last
+        && d.style.skips_last_full_pause()
+        && step.replicas == Some(IntOrString::String("100%".into()))
+    {
         return true;
     }
     let now = d.now;

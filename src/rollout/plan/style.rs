@@ -1,19 +1,24 @@
 //! The one place a Rollout's release style is picked, and what differs per style: the
-//! BatchRelease it asks for and the orders it finishes in. The step machine (`steps`), the
-//! phases (`phase`), traffic (`routing`) and finalising (`finalise`) are shared and ask the
-//! style through [`Style`]; a new style is a module beside [`super::canary`] and an arm here.
+//! BatchRelease it asks for, the orders it finishes in, which steps route traffic, whether the
+//! last step pauses, and the status field the release is written to. The step machine
+//! (`steps`), the phases (`phase`), traffic (`routing`) and finalising (`finalise`) are shared
+//! and ask the style through [`Style`]; a new style is a module beside [`super::canary`] and
+//! [`super::bluegreen`] and an arm here.
 
 use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
-use crate::api::rollout::{FinalisingStep, Rollout};
+use crate::api::rollout::{CanaryStep, FinalisingStep, Rollout};
 
 use super::reason::Reason;
-use super::{Draft, canary};
+use super::{Draft, bluegreen, canary, routing};
 
 /// A release style this controller runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Style {
     /// A canary LWS beside the stable one, grown batch by batch ([`canary`]).
     Canary,
+    /// A second LWS grown beside the user's one, traffic switched over, the user's LWS rolled
+    /// while the second serves everything ([`bluegreen`]).
+    BlueGreen,
 }
 
 /// The style `rollout` asks for, or why this controller does not run it (the message of the
@@ -21,9 +26,7 @@ pub enum Style {
 pub fn of(rollout: &Rollout) -> Result<Style, String> {
     match RollingStyle::of(&rollout.spec.strategy) {
         Some(RollingStyle::Canary) => Ok(Style::Canary),
-        Some(RollingStyle::BlueGreen) => {
-            Err("blue-green releases of a LeaderWorkerSet are not supported yet".into())
-        }
+        Some(RollingStyle::BlueGreen) => Ok(Style::BlueGreen),
         Some(RollingStyle::Partition) => Err(
             "partition-style canary releases (enableExtraWorkloadForCanary: false) of a \
              LeaderWorkerSet are not supported yet; set enableExtraWorkloadForCanary: true"
@@ -35,7 +38,7 @@ pub fn of(rollout: &Rollout) -> Result<Style, String> {
 
 /// The style of the release `rollout` may have in flight. Admission keeps the style immutable
 /// while a release is in flight, so a Rollout refused for its style can only be finishing a
-/// release it ran before this version refused that style — a canary, the only style run so far.
+/// release it ran before this version refused that style — a canary, the first style run.
 pub fn in_flight(rollout: &Rollout) -> Style {
     of(rollout).unwrap_or(Style::Canary)
 }
@@ -51,6 +54,7 @@ impl Style {
     ) -> BatchRelease {
         match self {
             Style::Canary => canary::batch_release(d, partition, policy),
+            Style::BlueGreen => bluegreen::batch_release(d, partition, policy),
         }
     }
 
@@ -58,8 +62,44 @@ impl Style {
     pub fn finalising_order(self, reason: Reason) -> &'static [FinalisingStep] {
         match self {
             Style::Canary => canary::finalising_order(reason),
+            Style::BlueGreen => bluegreen::finalising_order(reason),
         }
     }
+
+    /// Whether `step` routes traffic through the split (the stable Service pinned, the canary
+    /// Service and route in place). A canary step without `traffic` or `matches` runs on the
+    /// user's objects as they are (Kruise); a blue-green step never does: without `traffic`
+    /// it sends 0% to the new side, which must get nothing before the switch.
+    pub fn routes(self, step: &CanaryStep) -> bool {
+        match self {
+            Style::Canary => routing::has_traffic(step),
+            Style::BlueGreen => true,
+        }
+    }
+
+    /// Whether a last step of `replicas: "100%"` skips its pause (Kruise: canary only; a
+    /// blue-green release always waits at its last step, the moment before the switch).
+    pub fn skips_last_full_pause(self) -> bool {
+        self == Style::Canary
+    }
+
+    /// Where the release's progress is written: `canaryStatus` or `blueGreenStatus`.
+    pub fn status_field(self) -> StatusField {
+        match self {
+            Style::Canary => StatusField::Canary,
+            Style::BlueGreen => StatusField::BlueGreen,
+        }
+    }
+}
+
+/// The status field a style writes its progress to (Kruise writes exactly one of them; tools
+/// pick the one present: `kubectl-kruise rollout approve` patches whichever it finds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusField {
+    /// `status.canaryStatus`.
+    Canary,
+    /// `status.blueGreenStatus`.
+    BlueGreen,
 }
 
 #[cfg(test)]
@@ -89,10 +129,7 @@ mod tests {
                 json!({"canary": {"steps": steps}}),
                 Err("partition-style canary releases"),
             ),
-            (
-                json!({"blueGreen": {"steps": steps}}),
-                Err("blue-green releases"),
-            ),
+            (json!({"blueGreen": {"steps": steps}}), Ok(Style::BlueGreen)),
             (json!({}), Err("strategy has no canary")),
         ];
         for (strategy, want) in cases {
@@ -102,7 +139,7 @@ mod tests {
                 (Err(got), Err(want)) => assert!(got.starts_with(want), "{strategy}: {got}"),
                 (got, want) => panic!("{strategy}: {got:?}, want {want:?}"),
             }
-            assert_eq!(in_flight(&r), Style::Canary, "{strategy}");
+            assert_eq!(in_flight(&r), of(&r).unwrap_or(Style::Canary), "{strategy}");
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Table and story tests of the Rollout plan: plain data in, plan out, driven through whole
 //! releases by `world`.
 
+mod bluegreen;
 mod world;
 
 use std::time::Duration;
@@ -565,7 +566,7 @@ fn a_disable_or_delete_runs_its_whole_order_whatever_step_was_left() {
 #[test]
 fn refused_rollouts_say_why_and_keep_a_canary_status() {
     type Case = (&'static str, fn(&mut World), &'static str, &'static str);
-    let cases: [Case; 3] = [
+    let cases: [Case; 2] = [
         (
             "partition",
             |w| {
@@ -580,19 +581,6 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
             },
             reason::UNSUPPORTED_STRATEGY,
             "partition-style canary releases",
-        ),
-        (
-            "blue-green",
-            |w| {
-                let c = w.obs.rollout.spec.strategy.canary.take().unwrap();
-                w.obs.rollout.spec.strategy.blue_green =
-                    Some(crate::api::rollout::BlueGreenStrategy {
-                        steps: c.steps,
-                        ..Default::default()
-                    });
-            },
-            reason::UNSUPPORTED_STRATEGY,
-            "blue-green releases of a LeaderWorkerSet are not supported yet",
         ),
         (
             "second rollout",

@@ -138,8 +138,24 @@ impl World {
         self.obs.rollout.status.clone().unwrap_or_default()
     }
 
+    /// The release's progress in the plan's working shape, from whichever field holds it.
     pub fn canary(&self) -> crate::api::rollout::CanaryStatus {
-        self.status().canary_status.unwrap_or_default()
+        let field = crate::rollout::plan::style::in_flight(&self.obs.rollout).status_field();
+        crate::rollout::plan::substatus::working(self.status(), field)
+            .canary_status
+            .unwrap_or_default()
+    }
+
+    /// The same release as a blue-green one (steps and routing kept).
+    pub fn blue_green(steps: Vec<CanaryStep>) -> Self {
+        let mut w = Self::new(steps);
+        let c = w.obs.rollout.spec.strategy.canary.take().unwrap();
+        w.obs.rollout.spec.strategy.blue_green = Some(crate::api::rollout::BlueGreenStrategy {
+            steps: c.steps,
+            traffic_routings: c.traffic_routings,
+            ..Default::default()
+        });
+        w
     }
 
     /// (currentStepIndex, currentStepState, finalisingStep, phase).
@@ -179,12 +195,16 @@ impl World {
     /// `kubectl-kruise rollout approve`: the status patch StepPaused → StepReady.
     pub fn approve(&mut self) {
         let mut s = self.status();
-        let c = s.canary_status.as_mut().unwrap();
+        let common = match (s.canary_status.as_mut(), s.blue_green_status.as_mut()) {
+            (Some(c), _) => &mut c.common,
+            (None, Some(b)) => &mut b.common,
+            (None, None) => panic!("approve needs a release status"),
+        };
         assert_eq!(
-            c.common.current_step_state, "StepPaused",
+            common.current_step_state, "StepPaused",
             "approve needs StepPaused"
         );
-        c.common.current_step_state = "StepReady".into();
+        common.current_step_state = "StepReady".into();
         self.obs.rollout.status = Some(s);
     }
 
@@ -269,6 +289,20 @@ impl World {
             return;
         };
         let Some(partition) = br.spec.release_plan.batch_partition else {
+            // Blue-green promotion: the second LWS grows to every group the stable LWS has.
+            let rp = &br.spec.release_plan;
+            if rp.rolling_style == Some(crate::api::batchrelease::RollingStyle::BlueGreen)
+                && rp.finalizing_policy
+                    == Some(crate::api::batchrelease::FinalizingPolicy::WaitResume)
+                && let Some(c) = br.canary.as_mut()
+                && c.spec_replicas < replicas
+            {
+                c.spec_replicas = replicas;
+                c.replicas = replicas;
+                c.generation += 1;
+                c.observed_generation = Some(c.generation);
+                c.ready = if healthy { replicas } else { replicas - 1 };
+            }
             return;
         };
         let batches = br.spec.release_plan.batches.clone().unwrap_or_default();
