@@ -18,7 +18,8 @@ use crate::{
 pub const RELEASE_FIELD_MANAGER: &str = "lws-rollout-release";
 
 /// Whether `rollout` takes releases of `lws` over: it names the LWS, is enabled and not being
-/// deleted, and uses the style this controller supports (canary with a canary LWS).
+/// deleted, and uses a style this controller runs (canary with a canary LWS, or blue-green:
+/// both keep the user's groups on the held revision while a second LWS runs the new one).
 pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
     let target = &rollout.spec.workload_ref;
     target.kind == "LeaderWorkerSet"
@@ -27,7 +28,10 @@ pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
         && rollout.metadata.namespace == lws.metadata.namespace
         && !rollout.spec.disabled
         && rollout.metadata.deletion_timestamp.is_none()
-        && RollingStyle::of(&rollout.spec.strategy) == Some(RollingStyle::Canary)
+        && matches!(
+            RollingStyle::of(&rollout.spec.strategy),
+            Some(RollingStyle::Canary | RollingStyle::BlueGreen)
+        )
 }
 
 fn held(lws: &LeaderWorkerSet) -> Option<&str> {
@@ -100,9 +104,14 @@ mod tests {
     }
 
     #[test]
-    fn only_an_enabled_canary_rollout_of_this_lws_controls_it() {
+    fn only_an_enabled_canary_or_blue_green_rollout_of_this_lws_controls_it() {
         let m = lws("a", None);
         assert!(controls(&rollout(json!({})), &m));
+        assert!(controls(
+            &rollout(json!({"spec": {"strategy": {"canary": null,
+                "blueGreen": {"steps": [{"replicas": "100%"}]}}}})),
+            &m
+        ));
         assert!(!controls(&rollout(json!({"spec": {"disabled": true}})), &m));
         assert!(!controls(
             &rollout(json!({"spec": {"workloadRef": {"name": "other"}}})),

@@ -95,22 +95,26 @@ fn ruc(obj: &mut Value, field: &str, v: Value) {
 
 #[tokio::test]
 async fn every_example_manifest_is_accepted() -> anyhow::Result<()> {
-    with_ns("examples", |ns| async move {
-        for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))? {
-            let path = file?.path();
-            let rel = format!(
-                "examples/{}",
-                path.file_name().unwrap_or_default().to_string_lossy()
-            );
+    // A namespace per file: two examples may release the same workload with different
+    // strategies (rollout-canary-gateway.yaml and rollout-bluegreen.yaml), and one workload
+    // takes one Rollout.
+    for file in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/examples"))? {
+        let path = file?.path();
+        let rel = format!(
+            "examples/{}",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        );
+        with_ns("examples", |ns| async move {
             for doc in yaml_documents(&rel)? {
                 create(&ns, &doc)
                     .await
                     .with_context(|| format!("{rel}: {}", doc["metadata"]["name"]))?;
             }
-        }
-        Ok(())
-    })
-    .await
+            Ok(())
+        })
+        .await?;
+    }
+    Ok(())
 }
 
 #[tokio::test]

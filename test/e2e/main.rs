@@ -37,6 +37,7 @@ mod metrics;
 mod rbac;
 mod rollout_admission;
 mod rollout_argocd;
+mod rollout_bluegreen;
 mod rollout_canary;
 mod rollout_cli;
 mod rollout_crash;

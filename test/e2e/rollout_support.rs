@@ -103,12 +103,17 @@ pub fn host(ns: &TestNs) -> String {
 /// The user's HTTPRoute: everything for [`host`] to [`SERVICE`], on the cluster's Gateway when
 /// the traffic layer runs (else on a Gateway that does not exist: the route is only data then).
 pub async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
+    create_route_named(ns, ROUTE).await
+}
+
+/// [`create_route`] under another name (an example's route).
+pub async fn create_route_named(ns: &TestNs, name: &str) -> anyhow::Result<()> {
     let parent = match crate::traffic_driver::traffic() {
         Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
         Err(_) => json!({"name": "gw"}),
     };
     let route: HttpRoute = serde_json::from_value(json!({
-        "metadata": {"name": ROUTE},
+        "metadata": {"name": name},
         "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
                  "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
     }))?;
@@ -145,26 +150,27 @@ pub fn phase(r: &Rollout) -> String {
         .unwrap_or_default()
 }
 
-/// `(currentStepIndex, currentStepState)` of `status.canaryStatus`.
-pub fn step(r: &Rollout) -> (i32, String) {
-    r.status
+/// The step fields of whichever sub-status the Rollout has (`canaryStatus`, else
+/// `blueGreenStatus`, as kubectl-kruise reads them).
+pub fn common(r: &Rollout) -> Option<&lws_rollout::api::rollout::CommonStatus> {
+    let s = r.status.as_ref()?;
+    s.canary_status
         .as_ref()
-        .and_then(|s| s.canary_status.as_ref())
-        .map(|c| {
-            (
-                c.common.current_step_index,
-                c.common.current_step_state.to_string(),
-            )
-        })
+        .map(|c| &c.common)
+        .or(s.blue_green_status.as_ref().map(|b| &b.common))
+}
+
+/// `(currentStepIndex, currentStepState)` of the sub-status.
+pub fn step(r: &Rollout) -> (i32, String) {
+    common(r)
+        .map(|c| (c.current_step_index, c.current_step_state.to_string()))
         .unwrap_or_default()
 }
 
-/// `status.canaryStatus.finalisingStep`.
+/// `finalisingStep` of the sub-status.
 pub fn finalising(r: &Rollout) -> String {
-    r.status
-        .as_ref()
-        .and_then(|s| s.canary_status.as_ref())
-        .map(|c| c.common.finalising_step.to_string())
+    common(r)
+        .map(|c| c.finalising_step.to_string())
         .unwrap_or_default()
 }
 
@@ -216,13 +222,24 @@ pub async fn wait_paused_at(ns: &TestNs, index: i32) -> anyhow::Result<Rollout> 
 /// The exact status patch `kubectl-kruise rollout approve` sends (merge patch on the status
 /// subresource, no resourceVersion).
 pub async fn approve(ns: &TestNs) -> anyhow::Result<()> {
-    ns.api::<Rollout>()
-        .patch_status(
-            STABLE,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"canaryStatus": {"currentStepState": "StepReady"}}})),
-        )
-        .await?;
+    approve_named(ns, STABLE).await
+}
+
+/// [`approve`] of the Rollout `name`: kubectl-kruise reads it first and patches the
+/// sub-status it has (`canaryStatus`, else `blueGreenStatus`).
+pub async fn approve_named(ns: &TestNs, name: &str) -> anyhow::Result<()> {
+    let api = ns.api::<Rollout>();
+    let r = api.get(name).await?;
+    let field = match r.status.as_ref().map(|s| s.canary_status.is_some()) {
+        Some(false) => "blueGreenStatus",
+        _ => "canaryStatus",
+    };
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {field: {"currentStepState": "StepReady"}}})),
+    )
+    .await?;
     Ok(())
 }
 

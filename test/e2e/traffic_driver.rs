@@ -570,6 +570,25 @@ impl<F: Fn(&Outcome) -> bool> ReleaseTraffic<F> {
         Ok(w)
     }
 
+    /// Time since the traffic started (the clock of [`Outcome::at`]).
+    pub fn elapsed(&self) -> Duration {
+        self.driver.elapsed()
+    }
+
+    /// How long after `from` the last plain request was sent that `served` did not hold for:
+    /// a switch's latency (zero when every request from `from` on already held).
+    pub fn switched_after(&self, from: Duration, served: impl Fn(&Outcome) -> bool) -> Duration {
+        self.driver
+            .report()
+            .since(from)
+            .outcomes
+            .iter()
+            .filter(|o| o.label.is_empty() && !o.failed() && !served(o))
+            .map(|o| o.at.saturating_sub(from))
+            .max()
+            .unwrap_or_default()
+    }
+
     /// Ends the traffic; not one request may have failed during the whole release.
     pub async fn finish(self) -> anyhow::Result<Report> {
         let report = self.driver.stop().await;
