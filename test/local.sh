@@ -93,6 +93,16 @@ cat >&2 <<MSG
       # step 2 pauses 5 minutes (the same patch skips it), then the stable LWS rolls and the
       # Rollout reads Healthy again
       # (with the proxy up, repeat the curl below: the answers name the canary's pods per its share)
+
+  A blue-green release of it instead (examples/rollout-bluegreen.yaml; docs/rollout.md, "A
+  blue-green release"), once the Rollout reads Healthy:
+      kubectl -n demo apply --server-side -f examples/rollout-bluegreen.yaml   # same Rollout, blueGreen
+      # a new image (the patch above, another tag) grows a whole second LWS; only requests with
+      # the header x-preview: new reach it
+      kubectl -n demo patch rollout vllm --subresource=status --type=merge \
+        -p '{"status":{"blueGreenStatus":{"currentStepState":"StepReady"}}}'   # switch: 100% new
+      # the same patch again promotes: your LWS takes the new template while the second LWS
+      # serves, traffic comes back, the second LWS goes (revert the image before it: rollback)
 $TRAFFIC_MSG
   The manager runs in this shell; Ctrl-C stops it and the cluster.
 
