@@ -38,6 +38,7 @@ mod rbac;
 mod rollout_admission;
 mod rollout_argocd;
 mod rollout_bluegreen;
+mod rollout_bluegreen_crash;
 mod rollout_canary;
 mod rollout_cli;
 mod rollout_crash;

@@ -33,14 +33,45 @@ use crate::{
     rollout_support::*,
 };
 
-struct CrashCluster {
+/// A cluster of the test's own with a manager it kills and restarts.
+pub struct CrashCluster {
     cluster: IsolatedCluster,
     manager: Option<ManagerProcess>,
     starts: u32,
-    passed: bool,
+    /// Set at the end of a passing test (a failing one keeps the logs).
+    pub passed: bool,
 }
 
 impl CrashCluster {
+    /// A fresh cluster named `name`, its manager running, and a namespace `name` on it.
+    pub async fn start(name: &str) -> anyhow::Result<(CrashCluster, TestNs)> {
+        let mut cc = CrashCluster {
+            cluster: IsolatedCluster::start(name, &[]).await?,
+            manager: None,
+            starts: 0,
+            passed: false,
+        };
+        cc.start_manager()?;
+        let client = cc.cluster.client.clone();
+        let mut nsobj = Namespace::default();
+        nsobj.metadata.name = Some(name.to_string());
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &nsobj)
+            .await?;
+        let ns = TestNs {
+            client,
+            name: name.to_string(),
+        };
+        wait_for(
+            &ns.api::<ServiceAccount>(),
+            "default",
+            WAIT,
+            |sa: Option<&ServiceAccount>| sa.is_some(),
+        )
+        .await?;
+        Ok((cc, ns))
+    }
+
     fn start_manager(&mut self) -> anyhow::Result<()> {
         self.starts += 1;
         self.manager = Some(ManagerProcess::start(
@@ -52,7 +83,7 @@ impl CrashCluster {
     }
 
     /// SIGKILL, then a fresh manager.
-    async fn kill_and_restart(&mut self, at: &str) -> anyhow::Result<()> {
+    pub async fn kill_and_restart(&mut self, at: &str) -> anyhow::Result<()> {
         if let Some(mut old) = self.manager.take() {
             if !old.running() {
                 bail!(
@@ -125,28 +156,7 @@ fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
 }
 
 async fn crash_release_and_rollback() -> anyhow::Result<()> {
-    let mut cc = CrashCluster {
-        cluster: IsolatedCluster::start("rollout-crash", &[]).await?,
-        manager: None,
-        starts: 0,
-        passed: false,
-    };
-    cc.start_manager()?;
-    let client = cc.cluster.client.clone();
-    let name = "rollout-crash".to_string();
-    let mut nsobj = Namespace::default();
-    nsobj.metadata.name = Some(name.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &nsobj)
-        .await?;
-    let ns = TestNs { client, name };
-    wait_for(
-        &ns.api::<ServiceAccount>(),
-        "default",
-        WAIT,
-        |sa: Option<&ServiceAccount>| sa.is_some(),
-    )
-    .await?;
+    let (mut cc, ns) = CrashCluster::start("rollout-crash").await?;
 
     let v1 = stable_lws(4, "vllm:1");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
@@ -394,7 +404,7 @@ fn created_once(
     Ok(())
 }
 
-async fn wait_for_all_canary(
+pub async fn wait_for_all_canary(
     ns: &TestNs,
     cond: impl Fn(&[LeaderWorkerSet]) -> bool,
 ) -> anyhow::Result<()> {

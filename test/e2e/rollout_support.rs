@@ -69,6 +69,17 @@ pub fn rollout(steps: Value, routing: Option<Value>) -> Value {
     })
 }
 
+/// A blue-green Rollout of [`STABLE`] with these steps and traffic routing.
+pub fn blue_green_rollout(steps: Value, routing: Option<Value>) -> Value {
+    let mut r = rollout(steps.clone(), routing.clone());
+    let mut bg = json!({"steps": steps});
+    if let Some(routing) = routing {
+        bg["trafficRoutings"] = json!([routing]);
+    }
+    r["spec"]["strategy"] = json!({"blueGreen": bg});
+    r
+}
+
 /// The routing through [`SERVICE`] and [`ROUTE`], with a 1 s grace period.
 pub fn gateway_routing() -> Value {
     json!({"service": SERVICE, "gracePeriodSeconds": 1, "gateway": {"httpRouteName": ROUTE}})
