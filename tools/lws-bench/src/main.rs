@@ -93,6 +93,9 @@ struct Args {
     /// S5: pods per group of each released LWS.
     #[arg(long, default_value_t = 2)]
     release_size: usize,
+    /// S5: the Rollouts' style, `canary` or `bluegreen`.
+    #[arg(long, default_value = "canary")]
+    release_style: String,
     /// Which controllers, in order: ours, upstream.
     #[arg(long, value_delimiter = ',', default_value = "ours,upstream")]
     sides: Vec<String>,
@@ -580,6 +583,7 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
             rollouts: args.rollouts,
             groups: args.release_groups,
             size: args.release_size,
+            blue_green: args.release_style == "bluegreen",
         };
         let r = release::run(&client, sizes, timeout, args.concurrency, &audit, &|| {
             proc_.cpu_s()
@@ -1500,8 +1504,9 @@ fn release_rows(r: &release::ReleaseResult) -> String {
     };
     row(
         format!(
-            "S5 release of {} Rollouts ({} groups × size {}, {} steps), until all Completed (s{})",
+            "S5 release of {} {} Rollouts ({} groups × size {}, {} steps), until all Completed (s{})",
             r.rollouts,
+            r.style,
             r.groups,
             r.size,
             r.steps,
@@ -1526,9 +1531,13 @@ fn release_rows(r: &release::ReleaseResult) -> String {
     for w in &r.writes {
         row(
             format!(
-                "S5 step {}{}: writes per Rollout by the release controllers / by the LWS controller",
-                w.step,
-                if w.step == r.steps {
+                "S5 {}{}: writes per Rollout by the release controllers / by the LWS controller",
+                if w.step > r.steps {
+                    "promotion".to_string()
+                } else {
+                    format!("step {}", w.step)
+                },
+                if w.step > r.steps || (w.step == r.steps && r.style == "canary") {
                     " (with finalising)"
                 } else {
                     ""

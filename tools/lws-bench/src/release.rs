@@ -1,6 +1,8 @@
 //! S5 release (ours only: upstream LWS has no Rollouts): `--rollouts` canary Rollouts, each
 //! releasing an LWS of `--release-groups` groups × `--release-size` pods through three steps
-//! (1 group, paused; 2 groups, paused; 100%) with `enableExtraWorkloadForCanary`. The bench
+//! (1 group, paused; 2 groups, paused; 100%) with `enableExtraWorkloadForCanary` — or, with
+//! `--release-style bluegreen`, blue-green Rollouts with the same steps, the last one paused
+//! too (blue-green always pauses; its approval starts the promotion). The bench
 //! approves each pause as soon as it sees it and measures, from its own watches:
 //! - approve (the status patch sent) → the controller's next spec write to the BatchRelease
 //!   or the canary LWS (a new `metadata.generation` seen on either);
@@ -34,8 +36,8 @@ pub const NS: &str = "release";
 const IMAGE_V1: &str = "registry.k8s.io/pause:3.10";
 const IMAGE_V2: &str = "registry.k8s.io/pause:3.9";
 const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
-/// The canary steps: two manual pauses, then everything.
-const PAUSES: usize = 2;
+/// The steps: 1 group, 2 groups, everything; a manual pause after the first two (canary) or
+/// after all three (blue-green).
 const STEPS: usize = 3;
 
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +45,23 @@ pub struct Sizes {
     pub rollouts: usize,
     pub groups: usize,
     pub size: usize,
+    /// Blue-green Rollouts instead of canary ones.
+    pub blue_green: bool,
+}
+
+impl Sizes {
+    fn pauses(&self) -> usize {
+        if self.blue_green { STEPS } else { STEPS - 1 }
+    }
+
+    /// The sub-status kubectl-kruise approves.
+    fn status_field(&self) -> &'static str {
+        if self.blue_green {
+            "blueGreenStatus"
+        } else {
+            "canaryStatus"
+        }
+    }
 }
 
 /// The manager's writes in one step, summed over the Rollouts.
@@ -62,6 +81,8 @@ pub struct StepWrites {
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ReleaseResult {
+    /// `canary` or `bluegreen`.
+    pub style: String,
     pub rollouts: usize,
     pub groups: usize,
     pub size: usize,
@@ -135,7 +156,7 @@ pub async fn run(
                 lws.create(&PostParams::default(), &obj)
                     .await
                     .with_context(|| format!("creating LWS {name}"))?;
-                let r: Rollout = serde_json::from_value(rollout_manifest(&name))?;
+                let r: Rollout = serde_json::from_value(rollout_manifest(&name, sizes))?;
                 ro.create(&PostParams::default(), &r)
                     .await
                     .with_context(|| format!("creating Rollout {name}"))?;
@@ -188,6 +209,7 @@ pub async fn run(
             changed.clone(),
             audit,
             deadline,
+            sizes,
         )
     });
     let outcomes = future::join_all(drives).await;
@@ -243,7 +265,8 @@ pub async fn run(
             (n.as_str(), c)
         })
         .collect();
-    let mut writes: Vec<StepWrites> = (1..=STEPS)
+    // One slice per approval and one after the last (blue-green: the promotion on its own).
+    let mut writes: Vec<StepWrites> = (1..=sizes.pauses() + 1)
         .map(|step| StepWrites {
             step,
             ..Default::default()
@@ -294,6 +317,12 @@ pub async fn run(
     }
 
     Ok(ReleaseResult {
+        style: if sizes.blue_green {
+            "bluegreen"
+        } else {
+            "canary"
+        }
+        .into(),
         rollouts: sizes.rollouts,
         groups: sizes.groups,
         size: sizes.size,
@@ -316,10 +345,11 @@ async fn drive(
     changed: Arc<Notify>,
     audit: &Audit,
     deadline: Instant,
+    sizes: Sizes,
 ) -> (Vec<(Instant, u64)>, bool) {
     let mut marks = Vec::new();
     let left = || deadline.saturating_duration_since(Instant::now());
-    for step in 1..=PAUSES as i32 {
+    for step in 1..=sizes.pauses() as i32 {
         let paused = wait(&state, &changed, left(), "paused", |s| {
             s.rollouts.get(&name).is_some_and(|(st, observed)| {
                 *observed
@@ -335,7 +365,7 @@ async fn drive(
         let offset = audit.offset();
         // From the moment it is sent: the controller may react before the response is read.
         let sent = Instant::now();
-        let approve = json!({"status": {"canaryStatus": {"currentStepState": "StepReady"}}});
+        let approve = json!({"status": {sizes.status_field(): {"currentStepState": "StepReady"}}});
         if let Err(err) = api
             .patch_status(&name, &PatchParams::default(), &Patch::Merge(&approve))
             .await
@@ -389,12 +419,15 @@ fn start_watches(
         spawn(rollouts, state, changed, |s, r: &Rollout, now| {
             let name = r.name_any();
             let status = r.status.clone().unwrap_or_default();
-            let step = status
+            let common = status
                 .canary_status
                 .as_ref()
+                .map(|c| &c.common)
+                .or(status.blue_green_status.as_ref().map(|b| &b.common));
+            let step = common
                 .map(|c| Step {
-                    index: c.common.current_step_index,
-                    state: c.common.current_step_state.to_string(),
+                    index: c.current_step_index,
+                    state: c.current_step_state.to_string(),
                     phase: status.phase.to_string(),
                 })
                 .unwrap_or_else(|| Step {
@@ -508,17 +541,26 @@ fn lws_manifest(name: &str, sizes: Sizes, image: &str) -> serde_json::Value {
     })
 }
 
-fn rollout_manifest(name: &str) -> serde_json::Value {
+fn rollout_manifest(name: &str, sizes: Sizes) -> serde_json::Value {
+    let strategy = if sizes.blue_green {
+        json!({"blueGreen": {"steps": [
+            {"replicas": 1, "pause": {}},
+            {"replicas": 2, "pause": {}},
+            {"replicas": "100%", "pause": {}},
+        ]}})
+    } else {
+        json!({"canary": {"enableExtraWorkloadForCanary": true, "steps": [
+            {"replicas": 1, "pause": {}},
+            {"replicas": 2, "pause": {}},
+            {"replicas": "100%"},
+        ]}})
+    };
     json!({
         "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
         "metadata": {"name": name},
         "spec": {
             "workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name},
-            "strategy": {"canary": {"enableExtraWorkloadForCanary": true, "steps": [
-                {"replicas": 1, "pause": {}},
-                {"replicas": 2, "pause": {}},
-                {"replicas": "100%"},
-            ]}}
+            "strategy": strategy
         }
     })
 }
