@@ -30,6 +30,7 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::rollout::{CanaryStep, Phase, Rollout, RolloutStrategy, TrafficRoutingRef};
+use crate::rollout::plan::deadline;
 
 /// One refused field: its path and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +96,7 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
     {
         return Vec::new();
     }
-    if old.spec == new.spec {
+    if old.spec == new.spec && deadline::of(old) == deadline::of(new) {
         return Vec::new();
     }
     let mut out = immutable_while_releasing(old, new);
@@ -112,6 +113,9 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
 fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     let mut out = spec_problems(&r.spec.strategy);
     out.extend(conflict(r, others));
+    if let Err(why) = deadline::of(r) {
+        out.push(refusal("metadata.annotations", why));
+    }
     out
 }
 
@@ -865,6 +869,32 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// Our deadline annotations are checked on create and on an update that changes only them.
+    #[test]
+    fn bad_deadline_annotations_are_refused_with_what_is_allowed() {
+        let bad = json!({"metadata": {"annotations": {
+            "lws-rollout.x-k8s.io/progress-deadline-seconds": "10m"}}});
+        let got = validate(&rollout("vllm", bad.clone()), None, &[]);
+        assert!(
+            got.iter().any(|r| r.path == "metadata.annotations"
+                && r.message.contains("whole number of seconds")),
+            "{}",
+            messages(&got)
+        );
+        let good = rollout("vllm", json!({}));
+        let got = validate(&rollout("vllm", bad), Some(&good), &[]);
+        assert_eq!(
+            got.len(),
+            1,
+            "an annotation-only update: {}",
+            messages(&got)
+        );
+        let fine = json!({"metadata": {"annotations": {
+            "lws-rollout.x-k8s.io/progress-deadline-seconds": "600",
+            "lws-rollout.x-k8s.io/rollback-on-deadline": "true"}}});
+        assert!(validate(&rollout("vllm", fine), Some(&good), &[]).is_empty());
     }
 
     /// Kruise's one-Rollout-per-workload rule, with its message; ratcheted on UPDATE so a

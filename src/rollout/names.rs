@@ -14,6 +14,15 @@ pub const ROLLOUT_ID: &str = "rollouts.kruise.io/rollout-id";
 /// the workload (Kruise's "ResumeWorkload").
 pub const STABLE_REVISION: &str = "rollouts.kruise.io/stable-revision";
 
+/// Rollout annotation (ours, off when absent): seconds a step's batch may take to become
+/// ready before the release is marked `Progressing=False` / `ProgressDeadlineExceeded`
+/// (docs/rollout.md, "Deadlines"). A step paused for approval never times out.
+pub const PROGRESS_DEADLINE: &str = "lws-rollout.x-k8s.io/progress-deadline-seconds";
+/// Rollout annotation (ours): `"true"` rolls a release back by itself when its deadline
+/// passes — traffic first, then the new side removed — and keeps the workload on its stable
+/// revision until its template changes.
+pub const ROLLBACK_ON_DEADLINE: &str = "lws-rollout.x-k8s.io/rollback-on-deadline";
+
 pub use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
 /// Condition types.
@@ -45,7 +54,12 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     /// Terminating: finalising before the finalizer goes.
     pub const IN_TERMINATING: &str = "InTerminating";
-    /// Accepted=False: partition style or blue-green (a later issue).
+    /// Progressing=False (ours): a batch was not ready within the Rollout's deadline.
+    pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// Progressing=False (ours): the deadline passed and the release rolled itself back; the
+    /// workload stays on its stable revision until its template changes.
+    pub const ROLLED_BACK_ON_DEADLINE: &str = "RolledBackOnDeadline";
+    /// Accepted=False: a style this controller does not run (partition style).
     pub const UNSUPPORTED_STRATEGY: &str = "UnsupportedStrategy";
     /// Accepted=False: another Rollout already releases this workload.
     pub const WORKLOAD_CONFLICT: &str = "WorkloadConflict";
@@ -63,6 +77,10 @@ pub mod event {
     pub const DISABLED: &str = "Disabled";
     /// Finalising before deletion finished.
     pub const TERMINATED: &str = "Terminated";
+    /// A batch was not ready within the deadline (ours).
+    pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    /// The release rolled itself back after its deadline (ours).
+    pub const ROLLED_BACK_ON_DEADLINE: &str = "RolledBackOnDeadline";
     /// The canary is not ready; the message names the groups.
     pub const CANARY_NOT_READY: &str = "CanaryNotReady";
     /// A trafficRoutings object does not exist.

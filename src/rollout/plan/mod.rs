@@ -17,6 +17,7 @@ pub mod accept;
 pub mod batch;
 pub mod bluegreen;
 pub mod canary;
+pub mod deadline;
 pub mod events;
 pub mod finalise;
 pub mod hash;
@@ -118,6 +119,8 @@ pub struct Draft<'a> {
     /// Step states this reconcile passed through on its way to the new status (index, state):
     /// one reconcile may run several states, and each still gets its Event.
     pub visited: Vec<(i32, crate::api::rollout::StepState)>,
+    /// The current batch missed the Rollout's deadline (`deadline`): what it waits for.
+    pub deadline_missed: Option<String>,
 }
 
 impl Draft<'_> {
@@ -189,6 +192,7 @@ fn plan_in(obs: &RolloutObserved, now: Timestamp, style: style::Style) -> Rollou
         style,
         traffic: routing::observed(obs),
         visited: Vec::new(),
+        deadline_missed: None,
     };
     phase::run(&mut draft);
     // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out (a

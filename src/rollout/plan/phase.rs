@@ -312,8 +312,15 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                     now,
                 );
             }
-            reason::IN_ROLLING => {
+            // A missed deadline without automatic rollback: the release goes on (the batch
+            // may still get ready), so does the dispatch.
+            reason::IN_ROLLING | reason::DEADLINE_EXCEEDED => {
                 if !in_rolling(d, w) {
+                    return;
+                }
+            }
+            reason::ROLLED_BACK_ON_DEADLINE => {
+                if !rolled_back_on_deadline(d, w) {
                     return;
                 }
             }
@@ -509,7 +516,15 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         return true;
     }
     steps::correct_next(d);
-    if steps::run_canary(d) {
+    let completed = steps::run_canary(d);
+    if let Some(why) = d.deadline_missed.take() {
+        return deadline_missed(d, &why);
+    }
+    if status::progressing_reason(&d.plan.status) == reason::DEADLINE_EXCEEDED {
+        // The late batch got ready after all (or the step moved on): the release is rolling.
+        status::progressing(d.status(), "True", reason::IN_ROLLING, "", now);
+    }
+    if completed {
         status::progressing(
             d.status(),
             "True",
@@ -519,6 +534,67 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         );
         return true;
     }
+    false
+}
+
+/// The current batch missed the Rollout's deadline (`deadline`): `Progressing=False` with what
+/// it waits for and a Warning Event once; with automatic rollback, the rollback starts (`true`:
+/// dispatch on).
+fn deadline_missed(d: &mut Draft<'_>, why: &str) -> bool {
+    let now = d.now;
+    let rollback =
+        super::deadline::of(&d.obs.rollout).is_ok_and(|dl| dl.is_some_and(|dl| dl.rollback));
+    let stored = d
+        .obs
+        .rollout
+        .status
+        .as_ref()
+        .map(|s| status::progressing_reason(s).to_string())
+        .unwrap_or_default();
+    if stored != reason::DEADLINE_EXCEEDED && stored != reason::ROLLED_BACK_ON_DEADLINE {
+        d.event(EventSpec::warning(event::DEADLINE_EXCEEDED, why));
+    }
+    if !rollback {
+        status::progressing(d.status(), "False", reason::DEADLINE_EXCEEDED, why, now);
+        return false;
+    }
+    restart_finalising_order(d);
+    let msg = format!(
+        "{why}; rolling back: traffic to the stable side, the new side removed; the \
+         workload stays on its stable revision until its template changes"
+    );
+    d.event(EventSpec::warning(
+        event::ROLLED_BACK_ON_DEADLINE,
+        msg.clone(),
+    ));
+    status::progressing(
+        d.status(),
+        "False",
+        reason::ROLLED_BACK_ON_DEADLINE,
+        &msg,
+        now,
+    );
+    true
+}
+
+/// Rolled back after a missed deadline: finish the rollback, then stay — until the template
+/// changes: back to the stable revision is a cancel (the hold is released, no group moves), a
+/// new one starts a new release. `true` when the Progressing reason changed.
+fn rolled_back_on_deadline(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
+    let now = d.now;
+    let c = status::canary(d.status()).clone();
+    if c.canary_revision != w.update_revision {
+        restart_finalising_order(d);
+        let reverted = c.common.stable_revision.as_deref() == Some(w.update_revision.as_str());
+        let (why, msg) = if reverted {
+            (reason::CANCELLING, message::ROLLED_BACK)
+        } else {
+            (reason::IN_ROLLING, message::CONTINUOUS_RELEASE)
+        };
+        status::progressing(d.status(), "True", why, msg, now);
+        return true;
+    }
+    finalise::run(d, Reason::Deadline);
     false
 }
 

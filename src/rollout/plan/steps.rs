@@ -293,6 +293,7 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
             let since = status::canary(d.status()).common.last_update_time.clone();
             let current = br.status.observed_generation == Some(br.generation);
             if !ready {
+                missed_deadline(d, since.as_ref(), br, index, steps);
                 match status::remaining(since.as_ref(), STALL_SECONDS, now) {
                     Some(left) => d.requeue(left),
                     None => {
@@ -329,6 +330,34 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
         ));
     }
     ready
+}
+
+/// Records in the draft that this step's batch missed the Rollout's deadline (if it has one),
+/// with what the batch waits for; requeues at the deadline while it has not passed.
+fn missed_deadline(
+    d: &mut Draft<'_>,
+    since: Option<&Time>,
+    br: &BatchReleaseSummary,
+    index: i32,
+    steps: usize,
+) {
+    let Ok(Some(deadline)) = super::deadline::of(&d.obs.rollout) else {
+        return;
+    };
+    if let Some(left) = status::remaining(since, deadline.seconds, d.now) {
+        d.requeue(left);
+        return;
+    }
+    let why = br
+        .status
+        .message
+        .as_deref()
+        .filter(|m| !m.is_empty())
+        .map_or_else(|| format!("batch {index} is not ready"), str::to_string);
+    d.deadline_missed = Some(format!(
+        "step {index}/{steps}: the batch was not ready within {}s: {why}",
+        deadline.seconds
+    ));
 }
 
 /// StepPaused: approval (no duration) or the duration since the step's last change. The last

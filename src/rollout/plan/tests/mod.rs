@@ -2,6 +2,7 @@
 //! releases by `world`.
 
 mod bluegreen;
+mod deadline;
 mod world;
 
 use std::time::Duration;
