@@ -42,6 +42,7 @@ mod rollout_bluegreen_crash;
 mod rollout_canary;
 mod rollout_cli;
 mod rollout_crash;
+mod rollout_deadline;
 mod rollout_neighbours;
 mod rollout_rollback;
 mod rollout_support;
