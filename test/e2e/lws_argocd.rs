@@ -80,6 +80,17 @@ pub async fn health_with<K: Serialize + Resource<DynamicType = ()> + Clone>(
     // As Argo CD's cluster cache holds live objects: with apiVersion and kind.
     value["apiVersion"] = json!(K::api_version(&()));
     value["kind"] = json!(K::kind(&()));
+    health_of_json(bin, cm, &value).await
+}
+
+/// Argo CD's health of one object given as JSON (with its apiVersion and kind), e.g. one
+/// written by hand in another controller's exact shape: its built-in checks, plus an
+/// `argocd-cm` if given. A script error is status `Unknown` with the error as message.
+pub async fn health_of_json(
+    bin: &str,
+    cm: Option<&PathBuf>,
+    value: &serde_json::Value,
+) -> anyhow::Result<(String, String)> {
     let mut command = tokio::process::Command::new(bin);
     if let Some(cm) = cm {
         command.arg("--argocd-cm").arg(cm);
@@ -91,7 +102,7 @@ pub async fn health_with<K: Serialize + Resource<DynamicType = ()> + Clone>(
         .spawn()
         .context("starting argocd-health")?;
     let mut stdin = child.stdin.take().context("stdin")?;
-    stdin.write_all(&serde_json::to_vec(&value)?).await?;
+    stdin.write_all(&serde_json::to_vec(value)?).await?;
     drop(stdin);
     let out = child.wait_with_output().await?;
     if !out.status.success() {
@@ -143,7 +154,8 @@ impl<K> Drop for Recorder<K> {
     }
 }
 
-fn argocd_tool() -> Option<String> {
+/// The argocd-health binary `test/run-tests.sh` built, or `None` after one SKIPPED line.
+pub fn argocd_tool() -> Option<String> {
     tool(
         ARGOCD_HEALTH_BIN_ENV,
         "Argo CD's health evaluation (argocd-health)",
