@@ -852,6 +852,28 @@ async fn argocd_health_customization_reads_canary_and_blue_green_rollouts() -> a
             builtin: ("Progressing", "Unknown"),
         },
         Case {
+            what: "a batch late past the Rollout's deadline (lws-rollout's annotations)",
+            object: ("Progressing", 1, "StepUpgrade"),
+            patch: json!({"status": {"conditions": [kruise_condition("Progressing", "False",
+                "ProgressDeadlineExceeded",
+                "step 1/3: the batch was not ready within 600s: batch 1 waits for LeaderWorkerSet \
+                 vllm-canary-x: 0/1 groups ready; not ready: group 0")]}}),
+            reads: (
+                "Degraded",
+                &["ProgressDeadlineExceeded", "not ready: group 0"],
+            ),
+            builtin: ("Progressing", "Unknown"),
+        },
+        Case {
+            what: "rolled back by itself on the deadline",
+            object: ("Progressing", 1, "StepUpgrade"),
+            patch: json!({"status": {"conditions": [kruise_condition("Progressing", "False",
+                "RolledBackOnDeadline", "step 1/3: the batch was not ready within 600s; rolling back")],
+                "SUB": {"finalisingStep": "END"}}}),
+            reads: ("Degraded", &["RolledBackOnDeadline", "rolling back"]),
+            builtin: ("Progressing", "Unknown"),
+        },
+        Case {
             what: "a phase this script does not know",
             object: ("Rolling", 1, "StepUpgrade"),
             patch: json!({}),

@@ -44,6 +44,20 @@ fn blue_green(r: &Rollout) -> Option<&lws_rollout::api::rollout::BlueGreenStatus
 
 type Traffic = ReleaseTraffic<fn(&Outcome) -> bool>;
 
+/// Argo CD's health of `r` (its own evaluator, docs/argocd.md's customization) is `want`.
+async fn argocd_reads(r: &Rollout, want: &str) -> anyhow::Result<()> {
+    let Some(bin) = crate::lws_argocd::argocd_tool() else {
+        return Ok(());
+    };
+    let (health, why) = crate::rollout_argocd::rollout_health_with_customization(&bin, r).await?;
+    ensure!(
+        health == want,
+        "Argo CD reads {health} ({why}), want {want}: {:?}",
+        r.status
+    );
+    Ok(())
+}
+
 /// The user's LWS (available), its Service and the example's route, the example Rollout
 /// Healthy; requests flowing when the traffic layer runs (plain, and previewers' with the
 /// example's header).
@@ -53,6 +67,7 @@ async fn setup(ns: &TestNs, test: &str) -> anyhow::Result<Option<Traffic>> {
     create_route_named(ns, EXAMPLE_ROUTE).await?;
     create_rollout(ns, &example_rollout()?).await?;
     let r = wait_rollout(ns, "Healthy", |r| phase(r) == "Healthy").await?;
+    argocd_reads(&r, "Healthy").await?;
     let s = r.status.as_ref().context("status")?;
     ensure!(
         s.canary_status.is_none()
@@ -79,6 +94,7 @@ async fn setup(ns: &TestNs, test: &str) -> anyhow::Result<Option<Traffic>> {
 async fn to_preview(ns: &TestNs, traffic: Option<&Traffic>) -> anyhow::Result<String> {
     apply_lws(ns, &with_image(&stable_lws(GROUPS, "vllm:1"), "vllm:2")).await?;
     let r = wait_paused_at(ns, 1).await?;
+    argocd_reads(&r, "Suspended").await?;
     let bg = blue_green(&r).context("blueGreenStatus")?;
     ensure!(
         bg.updated_replicas == GROUPS && bg.updated_ready_replicas == GROUPS,
@@ -129,9 +145,12 @@ fn rollout_bluegreen_example_previews_switches_and_promotes_losing_no_request() 
             // Promotion: the stable Service serves the second LWS's leaders while the user's
             // LWS rolls; then everything comes back to the user's LWS and the second goes.
             approve(&ns).await?;
-            wait_rollout(&ns, "promoting", |r| finalising(r) == "ResumeWorkload").await?;
+            let promoting =
+                wait_rollout(&ns, "promoting", |r| finalising(r) == "ResumeWorkload").await?;
+            argocd_reads(&promoting, "Progressing").await?;
             wait_endpoints(&ns, SERVICE, &ready_leader_ips(&ns, &second).await?).await?;
-            wait_rollout(&ns, "release finished", finished("True")).await?;
+            let done = wait_rollout(&ns, "release finished", finished("True")).await?;
+            argocd_reads(&done, "Healthy").await?;
             wait_for(
                 &ns.api::<LeaderWorkerSet>(),
                 STABLE,

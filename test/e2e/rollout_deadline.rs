@@ -60,6 +60,15 @@ fn rollout_deadline_missed_rolls_back_by_itself_and_holds_until_the_template_cha
                 "the message names the late group: {msg}"
             );
             wait_event(&ns, "ProgressDeadlineExceeded", "not ready within 8s").await?;
+            // Argo CD (its own evaluator, docs/argocd.md's customization) reads it Degraded.
+            if let Some(bin) = crate::lws_argocd::argocd_tool() {
+                let (health, why) =
+                    crate::rollout_argocd::rollout_health_with_customization(&bin, &late).await?;
+                ensure!(
+                    health == "Degraded" && why.contains("RolledBackOnDeadline"),
+                    "Argo CD reads {health}: {why}"
+                );
+            }
             // Rolled back: the canary and its traffic gone, the user's objects restored, the
             // user's groups untouched and still held on their revision.
             wait_rollout(&ns, "canary removed", |r| {
