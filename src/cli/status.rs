@@ -16,7 +16,7 @@ use crate::{
         rollout::{CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState},
     },
     release::groups::desired_groups,
-    rollout::names::{STABLE_REVISION, condition},
+    rollout::names::{STABLE_REVISION, condition, reason},
 };
 
 /// What `rollout status` does after an observation.
@@ -51,6 +51,15 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
     }
     if status.observed_generation != rollout.metadata.generation {
         return Verdict::Waiting;
+    }
+    // Our deadlines: a late batch or a release that rolled itself back will not finish without
+    // someone acting (kubectl rollout status fails a Deployment's ProgressDeadlineExceeded too).
+    if let Some(c) = find_condition(&status, condition::PROGRESSING).filter(|c| {
+        c.status == "False"
+            && (c.reason == reason::DEADLINE_EXCEEDED
+                || c.reason == reason::ROLLED_BACK_ON_DEADLINE)
+    }) {
+        return Verdict::Failed(format!("{}: {}", c.reason, c.message));
     }
     let held = lws.is_none_or(|l| {
         l.annotations()

@@ -129,3 +129,21 @@ fn finalising_is_shown() {
         "Healthy | step 3/3 Completed | Rollout progressing has been completed"
     );
 }
+
+#[test]
+fn a_missed_deadline_or_an_automatic_rollback_fails_the_wait() {
+    for why in ["ProgressDeadlineExceeded", "RolledBackOnDeadline"] {
+        let r = rollout(json!({
+            "observedGeneration": 1, "phase": "Progressing",
+            "conditions": [{"type": "Progressing", "status": "False", "reason": why,
+                "message": "step 1/3: the batch was not ready within 60s"}],
+            "canaryStatus": {"currentStepIndex": 1, "currentStepState": "StepUpgrade",
+                "nextStepIndex": 2, "podTemplateHash": "", "finalisingStep": "",
+                "canaryRevision": "r2", "canaryReplicas": 1, "canaryReadyReplicas": 0}
+        }));
+        match verdict(Some(&r), Some(&lws(4, Some("k1")))) {
+            Verdict::Failed(m) => assert!(m.starts_with(why) && m.contains("within 60s"), "{m}"),
+            other => panic!("{why}: {other:?}"),
+        }
+    }
+}
