@@ -32,4 +32,6 @@ pub mod event {
     pub const UNSUPPORTED: &str = "Unsupported";
     /// Finished.
     pub const COMPLETED: &str = "Completed";
+    /// The workload was scaled mid-release (a user or an HPA): batch sizes follow.
+    pub const WORKLOAD_SCALED: &str = "WorkloadScaled";
 }

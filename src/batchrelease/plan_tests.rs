@@ -573,3 +573,31 @@ fn blue_green_runs_batches_as_a_canary_and_at_promotion_grows_to_every_stable_gr
     assert_eq!(p.delete_canaries, vec!["vllm-canary-rev2".to_string()]);
     assert_eq!(p.apply_canary, None);
 }
+
+#[test]
+fn a_workload_scaled_mid_release_is_followed_and_said_once() {
+    let mut b = br(Some(1), None);
+    b.status.as_mut().unwrap().observed_workload_replicas = Some(4);
+    let mut o = observed(b, vec![canary(2, 2, 2, &[])]);
+    let stable = o.stable.as_mut().unwrap();
+    stable.lws.spec.replicas = Some(6);
+    stable.lws.status.as_mut().unwrap().replicas = Some(6);
+    let p = plan(&o, now());
+    assert_eq!(p.apply_canary.unwrap().spec.replicas, Some(3), "50% of 6");
+    let said: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == event::WORKLOAD_SCALED)
+        .collect();
+    assert_eq!(said.len(), 1);
+    assert!(
+        said[0].note.contains("from 4 to 6 groups") && said[0].note.contains("batch 2 now asks 3"),
+        "{}",
+        said[0].note
+    );
+    assert_eq!(p.status.observed_workload_replicas, Some(6));
+    // Seen once: the next reconcile says nothing more.
+    o.br.status = Some(p.status);
+    let p = plan(&o, now());
+    assert!(p.events.iter().all(|e| e.reason != event::WORKLOAD_SCALED));
+}

@@ -194,12 +194,36 @@ fn rollout_bluegreen_example_previews_switches_and_promotes_losing_no_request() 
 }
 
 #[test]
-fn rollout_bluegreen_rollback_after_the_switch_returns_traffic_at_once() -> anyhow::Result<()> {
+fn rollout_bluegreen_scaled_then_rolled_back_after_the_switch_returns_traffic_at_once()
+-> anyhow::Result<()> {
     on_big_stack(|| {
         with_ns("rollout-bg-rollback", |ns| async move {
             let traffic = setup(&ns, "rollout_bluegreen_rollback (requests)").await?;
-            let user_pods = uids(&ns, STABLE).await?;
             to_preview(&ns, traffic.as_ref()).await?;
+            // Scaled mid-release (a user, or an HPA): followed, not fought — the user's LWS
+            // gets its group (on its held revision), the new side grows to match (100%).
+            let scaled = stable_lws(GROUPS + 1, "vllm:1");
+            apply_lws(&ns, &with_image(&scaled, "vllm:2")).await?;
+            wait_event(&ns, "WorkloadScaled", "scaled from 2 to 3 groups").await?;
+            crate::rollout_crash::wait_for_all_canary(&ns, |c| {
+                c.len() == 1 && c[0].spec.replicas == Some(GROUPS + 1)
+            })
+            .await?;
+            wait_for(
+                &ns.api::<LeaderWorkerSet>(),
+                STABLE,
+                WAIT,
+                available_with(GROUPS + 1, 0),
+            )
+            .await?;
+            let user_pods = uids(&ns, STABLE).await?;
+            ensure!(
+                settled_pods(&ns, STABLE, 2 * (GROUPS + 1) as usize)
+                    .await?
+                    .iter()
+                    .all(|p| image(p) == "vllm:1"),
+                "the new group runs the held revision"
+            );
             approve(&ns).await?;
             wait_paused_at(&ns, 2).await?;
             if let Some(t) = &traffic {
@@ -208,7 +232,7 @@ fn rollout_bluegreen_rollback_after_the_switch_returns_traffic_at_once() -> anyh
             // The old template back: traffic returns to the user's groups, the second LWS goes,
             // and no user group ever restarted.
             let asked = traffic.as_ref().map(|t| t.elapsed());
-            apply_lws(&ns, &stable_lws(GROUPS, "vllm:1")).await?;
+            apply_lws(&ns, &scaled).await?;
             wait_rollout(&ns, "cancelled", finished("False")).await?;
             nothing_left(&ns).await?;
             ensure!(

@@ -91,6 +91,21 @@ pub fn control(
         no_need_update_replicas: None,
     });
     out.status.observed_rollout_id = rp.rollout_id.clone();
+    if let Some(was) = stored.observed_workload_replicas
+        && was != stable.replicas()
+    {
+        // Followed, not fought: every size is a share of the replicas as they are now.
+        out.events.push(EventSpec::normal(
+            event::WORKLOAD_SCALED,
+            format!(
+                "LeaderWorkerSet {} was scaled from {was} to {} groups mid-release: batch {} \
+                 now asks {desired} groups",
+                stable.lws.name_any(),
+                stable.replicas(),
+                batch + 1
+            ),
+        ));
+    }
     out.status.observed_workload_replicas = Some(stable.replicas());
     out.status.observed_release_plan_hash = Some(release_plan_hash(br));
     if old.current_batch_state.as_deref() != Some(state) || old.current_batch != batch_i32 {
