@@ -13,7 +13,10 @@ use std::{
 };
 
 use anyhow::{Context, anyhow, bail};
-use kube::{Client, Config};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::{Api, Client, Config, api::PostParams};
+
+use crate::harness::{TestNs, wait_for};
 
 /// Environment variable naming the directory of control-plane binaries.
 pub const BIN_DIR_ENV: &str = "LWS_E2E_BIN_DIR";
@@ -142,6 +145,30 @@ impl IsolatedCluster {
             );
         }
         Ok(())
+    }
+
+    /// A namespace `name` of this cluster, created and returned once its default
+    /// ServiceAccount exists (pods of a namespace without it are refused).
+    pub async fn namespace(&self, name: &str) -> anyhow::Result<TestNs> {
+        let mut namespace = Namespace::default();
+        namespace.metadata.name = Some(name.to_string());
+        Api::<Namespace>::all(self.client.clone())
+            .create(&PostParams::default(), &namespace)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        let ns = TestNs {
+            client: self.client.clone(),
+            name: name.to_string(),
+        };
+        wait_for(
+            &ns.api::<ServiceAccount>(),
+            "default",
+            std::time::Duration::from_secs(60),
+            |sa: Option<&ServiceAccount>| sa.is_some(),
+        )
+        .await
+        .with_context(|| format!("the default ServiceAccount of namespace {name}"))?;
+        Ok(ns)
     }
 
     /// Marks the run as failed: the logs are kept when the cluster stops.

@@ -16,10 +16,10 @@ use std::{
 
 use anyhow::{Context, bail, ensure};
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, Service};
 use kube::{
     Api, Resource, ResourceExt,
-    api::{DeleteParams, PostParams},
+    api::DeleteParams,
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
@@ -52,23 +52,7 @@ impl CrashCluster {
             passed: false,
         };
         cc.start_manager()?;
-        let client = cc.cluster.client.clone();
-        let mut nsobj = Namespace::default();
-        nsobj.metadata.name = Some(name.to_string());
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &nsobj)
-            .await?;
-        let ns = TestNs {
-            client,
-            name: name.to_string(),
-        };
-        wait_for(
-            &ns.api::<ServiceAccount>(),
-            "default",
-            WAIT,
-            |sa: Option<&ServiceAccount>| sa.is_some(),
-        )
-        .await?;
+        let ns = cc.cluster.namespace(name).await?;
         Ok((cc, ns))
     }
 
@@ -143,11 +127,92 @@ where
     (task, seen)
 }
 
+/// The names that had more than one uid.
 pub fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
     seen.iter()
         .filter(|(_, u)| u.len() > 1)
         .map(|(n, _)| n.clone())
         .collect()
+}
+
+/// The names that had more than `n` uids.
+pub fn more_uids_than(seen: &Seen, n: usize) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, u)| u.len() > n)
+        .map(|(n, _)| n.clone())
+        .collect()
+}
+
+/// What a crash test watches through its releases: every uid the stable pods, the canary
+/// LWSs, the BatchReleases and the Services of the namespace ever had. Dropping it stops the
+/// watches.
+pub struct Watched {
+    pub stable_pods: Seen,
+    pub canary_lws: Seen,
+    pub brs: Seen,
+    pub services: Seen,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watched {
+    pub fn start(ns: &TestNs) -> Self {
+        let (t1, stable_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
+        let (t2, canary_lws) = track(
+            ns.api::<LeaderWorkerSet>(),
+            &format!("{CANARY_LABEL}={STABLE}"),
+        );
+        let (t3, brs) = track(ns.api::<BatchRelease>(), "");
+        let (t4, services) = track(ns.api::<Service>(), "");
+        Self {
+            stable_pods,
+            canary_lws,
+            brs,
+            services,
+            tasks: vec![t1, t2, t3, t4],
+        }
+    }
+}
+
+impl Drop for Watched {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The end of a release to `image` that must look like an uninterrupted one, whatever failed
+/// in between: finished successfully, the stable LWS released with every group on `image`,
+/// nothing of the release left, no stable pod replaced more than once (by the stable LWS's own
+/// roll), no canary LWS, BatchRelease or Service created twice.
+pub async fn ended_uninterrupted(
+    ns: &TestNs,
+    what: &str,
+    image: &str,
+    watched: &Watched,
+) -> anyhow::Result<()> {
+    wait_rollout(ns, what, finished("True")).await?;
+    released_to(ns, image).await?;
+    nothing_left(ns).await?;
+    let replaced_twice = more_uids_than(&watched.stable_pods, 2);
+    ensure!(
+        replaced_twice.is_empty(),
+        "stable pods replaced more than once: {replaced_twice:?}"
+    );
+    for (kind, seen) in [
+        ("canary LWS", &watched.canary_lws),
+        ("BatchRelease", &watched.brs),
+        ("Service", &watched.services),
+    ] {
+        let twice = more_uids_than(seen, 1);
+        ensure!(
+            twice.is_empty(),
+            "{kind} created twice in one release: {twice:?}"
+        );
+    }
+    Ok(())
 }
 
 #[test]
@@ -161,13 +226,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     let v1 = stable_lws(4, "vllm:1");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
     let baseline = uids(&ns, STABLE).await?;
-    let (t1, stable_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
-    let (t2, canary_lws) = track(
-        ns.api::<LeaderWorkerSet>(),
-        &format!("{CANARY_LABEL}={STABLE}"),
-    );
-    let (t3, brs) = track(ns.api::<BatchRelease>(), "");
-    let (t4, services) = track(ns.api::<Service>(), "");
+    let watched = Watched::start(&ns);
 
     // Release 1: kill when the canary LWS first exists (mid-scale).
     apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
@@ -199,40 +258,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     })
     .await?;
     cc.kill_and_restart("during finalisation").await?;
-    wait_rollout(&ns, "release 1 finished", finished("True")).await?;
-    wait_for(
-        &ns.api::<LeaderWorkerSet>(),
-        STABLE,
-        WAIT,
-        available_with(4, 4),
-    )
-    .await?;
-    ensure!(
-        settled_pods(&ns, STABLE, 8)
-            .await?
-            .iter()
-            .all(|p| image(p) == "vllm:2")
-    );
-    nothing_left(&ns).await?;
-    // Each stable pod was replaced at most once (by the stable LWS's own roll).
-    let replaced_twice: Vec<String> = stable_pods
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, u)| u.len() > 2)
-        .map(|(n, _)| n.clone())
-        .collect();
-    ensure!(
-        replaced_twice.is_empty(),
-        "stable pods replaced more than once: {replaced_twice:?}"
-    );
-    for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
-        let twice = more_than_once(&seen.lock().unwrap());
-        ensure!(
-            twice.is_empty(),
-            "{what} created twice in one release: {twice:?}"
-        );
-    }
+    ended_uninterrupted(&ns, "release 1 finished", "vllm:2", &watched).await?;
 
     // Release 2, rolled back: kill as the rollback starts.
     let v2 = with_image(&v1, "vllm:2");
@@ -249,43 +275,30 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
         "the rollback touched a stable group"
     );
 
-    for t in [t1, t2, t3, t4] {
-        t.abort();
-    }
-    let twice = more_than_once(&canary_lws.lock().unwrap());
+    let twice = more_uids_than(&watched.canary_lws, 1);
     ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
     // The second release makes its own BatchRelease and canary Service: two uids at most.
-    for (what, seen) in [("BatchRelease", &brs), ("Service", &services)] {
-        let thrice: Vec<String> = seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, u)| u.len() > 2)
-            .map(|(n, _)| n.clone())
-            .collect();
+    for (what, seen) in [
+        ("BatchRelease", &watched.brs),
+        ("Service", &watched.services),
+    ] {
+        let thrice = more_uids_than(seen, 2);
         ensure!(
             thrice.is_empty(),
             "{what} created twice in one release: {thrice:?}"
         );
     }
-    ensure!(
-        canary_lws.lock().unwrap().len() == 2,
-        "one canary per release: {:?}",
-        canary_lws.lock().unwrap()
-    );
+    one_canary_per_release(&watched)?;
+    drop(watched);
 
     // Release 3: disable the Rollout mid-release and kill the manager as it starts disabling.
-    let (t1, canary_lws) = track(
-        ns.api::<LeaderWorkerSet>(),
-        &format!("{CANARY_LABEL}={STABLE}"),
-    );
-    let (t2, brs) = track(ns.api::<BatchRelease>(), "");
-    let (t3, services) = track(ns.api::<Service>(), "");
+    let watched = Watched::start(&ns);
+    let (brs, services) = (&watched.brs, &watched.services);
     let v4 = with_image(&v1, "vllm:4");
     let before = uids(&ns, STABLE).await?;
     apply_lws(&ns, &v4).await?;
     wait_paused_at(&ns, 1).await?;
-    let known = snapshot(&[&brs, &services]);
+    let known = snapshot(&[brs, services]);
     ensure!(
         uids(&ns, STABLE).await? == before,
         "a stable pod was replaced before the Rollout was disabled"
@@ -300,7 +313,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     wait_rollout(&ns, "Disabled", |r| phase(r) == "Disabled").await?;
     nothing_left(&ns).await?;
     released_to(&ns, "vllm:4").await?;
-    created_once(&[("BatchRelease", &brs), ("Service", &services)], &known)?;
+    created_once(&[("BatchRelease", brs), ("Service", services)], &known)?;
     set_disabled(&ns, false).await?;
     wait_rollout(&ns, "Healthy again", |r| phase(r) == "Healthy").await?;
 
@@ -314,7 +327,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
         step(r) == (1, "StepPaused".to_string()) && canary_revision(r) != old_revision
     })
     .await?;
-    let known = snapshot(&[&brs, &services]);
+    let known = snapshot(&[brs, services]);
     ensure!(
         uids(&ns, STABLE).await? == before,
         "a stable pod was replaced before the Rollout was deleted"
@@ -331,18 +344,18 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     .context("the Rollout's finalizer is removed after the restart")?;
     nothing_left(&ns).await?;
     released_to(&ns, "vllm:5").await?;
-    created_once(&[("BatchRelease", &brs), ("Service", &services)], &known)?;
-    for t in [t1, t2, t3] {
-        t.abort();
-    }
-    let twice = more_than_once(&canary_lws.lock().unwrap());
+    created_once(&[("BatchRelease", brs), ("Service", services)], &known)?;
+    let twice = more_uids_than(&watched.canary_lws, 1);
     ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
-    ensure!(
-        canary_lws.lock().unwrap().len() == 2,
-        "one canary per release: {:?}",
-        canary_lws.lock().unwrap()
-    );
+    one_canary_per_release(&watched)?;
     cc.passed = true;
+    Ok(())
+}
+
+/// Two releases watched, two canary LWSs (one name each).
+fn one_canary_per_release(watched: &Watched) -> anyhow::Result<()> {
+    let canaries = watched.canary_lws.lock().unwrap();
+    ensure!(canaries.len() == 2, "one canary per release: {canaries:?}");
     Ok(())
 }
 
