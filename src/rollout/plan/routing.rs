@@ -145,10 +145,6 @@ pub fn steps(obs: &RolloutObserved) -> &[CanaryStep] {
     }
 }
 
-/// Whether a step shifts any traffic (a weight or matches).
-pub fn has_traffic(step: &CanaryStep) -> bool {
-    step.traffic.is_some() || step.matches.as_ref().is_some_and(|m| !m.is_empty())
-}
 
 /// The traffic `status` asks for; `None` means "leave traffic objects alone".
 pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<TrafficIntent> {

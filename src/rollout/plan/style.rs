@@ -9,7 +9,7 @@ use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
 use crate::api::rollout::{CanaryStep, FinalisingStep, Rollout};
 
 use super::reason::Reason;
-use super::{Draft, bluegreen, canary, routing};
+use super::{Draft, bluegreen, canary};
 
 /// A release style this controller runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +72,7 @@ impl Style {
     /// it sends 0% to the new side, which must get nothing before the switch.
     pub fn routes(self, step: &CanaryStep) -> bool {
         match self {
-            Style::Canary => routing::has_traffic(step),
+            Style::Canary => has_traffic(step),
             Style::BlueGreen => true,
         }
     }
@@ -90,6 +90,11 @@ impl Style {
             Style::BlueGreen => StatusField::BlueGreen,
         }
     }
+}
+
+/// Whether a step shifts any traffic (a weight or matches).
+pub fn has_traffic(step: &CanaryStep) -> bool {
+    step.traffic.is_some() || step.matches.as_ref().is_some_and(|m| !m.is_empty())
 }
 
 /// The status field a style writes its progress to (Kruise writes exactly one of them; tools
