@@ -5,13 +5,12 @@
 //! restarted before promotion. Kills happen as soon as a watch sees the moment they aim at.
 
 use anyhow::ensure;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use lws_rollout::api::{BatchRelease, LeaderWorkerSet};
+use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::harness::wait_for;
-use crate::lws_support::{NAME, available_with, image, settled_pods, uids};
-use crate::rollout_crash::{CrashCluster, more_than_once, track, wait_for_all_canary};
+use crate::lws_support::{available_with, image, settled_pods, uids};
+use crate::rollout_crash::{CrashCluster, Watched, more_than_once, wait_for_all_canary};
 use crate::rollout_support::*;
 
 #[test]
@@ -33,13 +32,13 @@ async fn crash_blue_green() -> anyhow::Result<()> {
     )
     .await?;
     let baseline = uids(&ns, STABLE).await?;
-    let (t1, user_pods) = track(ns.api::<Pod>(), &format!("{NAME}={STABLE}"));
-    let (t2, second_lws) = track(
-        ns.api::<LeaderWorkerSet>(),
-        &format!("{CANARY_LABEL}={STABLE}"),
+    let watched = Watched::start(&ns);
+    let (user_pods, second_lws, brs, services) = (
+        &watched.stable_pods,
+        &watched.canary_lws,
+        &watched.brs,
+        &watched.services,
     );
-    let (t3, brs) = track(ns.api::<BatchRelease>(), "");
-    let (t4, services) = track(ns.api::<Service>(), "");
 
     apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
     wait_for_all_canary(&ns, |c| !c.is_empty()).await?;
@@ -91,9 +90,9 @@ async fn crash_blue_green() -> anyhow::Result<()> {
         "user pods replaced more than once: {replaced_twice:?}"
     );
     for (what, seen) in [
-        ("second LWS", &second_lws),
-        ("BatchRelease", &brs),
-        ("Service", &services),
+        ("second LWS", second_lws),
+        ("BatchRelease", brs),
+        ("Service", services),
     ] {
         let twice = more_than_once(&seen.lock().unwrap());
         ensure!(twice.is_empty(), "{what} created twice: {twice:?}");
@@ -127,9 +126,6 @@ async fn crash_blue_green() -> anyhow::Result<()> {
         uids(&ns, STABLE).await? == before,
         "the rollback touched a user group"
     );
-    for t in [t1, t2, t3, t4] {
-        t.abort();
-    }
     ensure!(
         second_lws.lock().unwrap().len() == 2,
         "one second LWS per release: {:?}",

@@ -145,7 +145,6 @@ pub fn steps(obs: &RolloutObserved) -> &[CanaryStep] {
     }
 }
 
-
 /// The traffic `status` asks for; `None` means "leave traffic objects alone".
 pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<TrafficIntent> {
     routing(obs)?;
