@@ -394,9 +394,8 @@ async fn rollout_invalid_objects_are_rejected_with_clear_messages() -> anyhow::R
                 Some("canary step traffic must be greater than 0%"),
             ),
             (
-                // The schema lets blue-green send 0%; the Rollout webhook, which only sees what
-                // the schema let through, then refuses blue-green as not built yet.
-                "blue-green traffic 0% passes the schema",
+                // Blue-green may send 0% (Kruise); schema and webhook both let it through.
+                "blue-green traffic 0%",
                 |o| {
                     let mut c = o["spec"]["strategy"]["canary"].take();
                     c.as_object_mut()
@@ -404,7 +403,20 @@ async fn rollout_invalid_objects_are_rejected_with_clear_messages() -> anyhow::R
                     o["spec"]["strategy"] = json!({"blueGreen": c});
                     o["spec"]["strategy"]["blueGreen"]["steps"][0]["traffic"] = json!("0%");
                 },
-                Some("blue-green releases of a LeaderWorkerSet are not supported yet"),
+                None,
+            ),
+            (
+                // A canary field under blueGreen is known to the schema so that the webhook
+                // refuses it by name rather than the API server pruning it silently.
+                "a canary field under blueGreen",
+                |o| {
+                    let c = o["spec"]["strategy"]["canary"].take();
+                    o["spec"]["strategy"] = json!({"blueGreen": c});
+                },
+                Some(
+                    "spec.strategy.blueGreen.enableExtraWorkloadForCanary: a canary field: a \
+                     blue-green release always runs the new template in a second LeaderWorkerSet",
+                ),
             ),
             (
                 "replicas 0",

@@ -272,13 +272,15 @@ async fn rollout_admission_refuses_what_cannot_be_honoured() -> anyhow::Result<(
                 let said = format!("{refused:#}");
                 ensure!(said.contains(text), "{what}: {said}");
             }
-            // Blue-green: not built yet, and the refusal says what to use instead.
+            // Blue-green with canary-only fields: refused by name, with what to do instead.
             let mut bg = rollout(three_steps(), Some(gateway_routing()));
             let canary = bg["spec"]["strategy"]["canary"].take();
-            bg["spec"]["strategy"] = json!({"blueGreen": {"steps": canary["steps"], "trafficRoutings": canary["trafficRoutings"]}});
-            let said = format!("{:#}", create_rollout(&ns, &bg).await.err().context("blue-green is refused")?);
+            bg["spec"]["strategy"] = json!({"blueGreen": {"steps": canary["steps"],
+                "trafficRoutings": canary["trafficRoutings"],
+                "patchPodTemplateMetadata": canary["patchPodTemplateMetadata"]}});
+            let said = format!("{:#}", create_rollout(&ns, &bg).await.err().context("a canary field under blueGreen is refused")?);
             ensure!(
-                said.contains("spec.strategy.blueGreen: blue-green releases of a LeaderWorkerSet are not supported yet; use spec.strategy.canary with enableExtraWorkloadForCanary: true"),
+                said.contains("spec.strategy.blueGreen.patchPodTemplateMetadata: a canary field"),
                 "{said}"
             );
             ensure!(ns.api::<Rollout>().list(&Default::default()).await?.items.is_empty());
