@@ -81,6 +81,24 @@ async fn recreate_group_after_start_waits_until_every_pod_has_started() -> anyho
         for (name, _, _) in cases {
             before.extend(uids(&ns, name).await?);
         }
+        // A worker deleted and replaced before the controller recorded the group's roster
+        // leaves no trace in any cache (docs/lws.md): wait for the eager group's roster, as a
+        // real incident would find it, so the test does not race the recording under load.
+        wait_for(
+            &ns.api::<StatefulSet>(),
+            "eager-0",
+            Duration::from_secs(60),
+            |sts: Option<&StatefulSet>| {
+                sts.is_some_and(|s| {
+                    s.metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key("lws-rollout.x-k8s.io/worker-uids"))
+                })
+            },
+        )
+        .await
+        .context("the eager group's roster is recorded")?;
         for (name, _, _) in cases {
             pods.delete(&format!("{name}-0-1"), &DeleteParams::default())
                 .await?;

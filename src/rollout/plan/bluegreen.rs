@@ -19,7 +19,7 @@ use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
 use crate::api::rollout::FinalisingStep;
 
 use super::reason::Reason;
-use super::{Draft, batch};
+use super::{Draft, batch, canary};
 
 static SUCCESS_ORDER: [FinalisingStep; 6] = [
     FinalisingStep::RouteTrafficToNew,
@@ -29,24 +29,13 @@ static SUCCESS_ORDER: [FinalisingStep; 6] = [
     FinalisingStep::RemoveCanaryService,
     FinalisingStep::ReleaseWorkloadControl,
 ];
-static CANCEL_ORDER: [FinalisingStep; 5] = [
-    FinalisingStep::RouteTrafficToStable,
-    FinalisingStep::ResumeWorkload,
-    FinalisingStep::ReleaseWorkloadControl,
-    FinalisingStep::RestoreStableService,
-    FinalisingStep::RemoveCanaryService,
-];
-static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
-    FinalisingStep::RouteTrafficToStable,
-    FinalisingStep::ReleaseWorkloadControl,
-];
-
 /// The order of finalising steps for a reason.
 pub fn finalising_order(reason: Reason) -> &'static [FinalisingStep] {
     match reason {
         Reason::Success => &SUCCESS_ORDER,
-        Reason::Rollback | Reason::Disabled | Reason::Deleting => &CANCEL_ORDER,
-        Reason::Continuous => &CONTINUOUS_ORDER,
+        // Rollback, disable, delete and a third template: the canary style's orders.
+        Reason::Rollback | Reason::Disabled | Reason::Deleting => &canary::CANCEL_ORDER,
+        Reason::Continuous => &canary::CONTINUOUS_ORDER,
         Reason::Deadline => &super::deadline::ROLLBACK_ORDER,
     }
 }

@@ -27,14 +27,16 @@ static SUCCESS_ORDER: [FinalisingStep; 5] = [
     FinalisingStep::RemoveCanaryService,
     FinalisingStep::ReleaseWorkloadControl,
 ];
-static CANCEL_ORDER: [FinalisingStep; 5] = [
+/// Rollback, disable, delete: traffic off the new side first (blue-green shares it).
+pub static CANCEL_ORDER: [FinalisingStep; 5] = [
     FinalisingStep::RouteTrafficToStable,
     FinalisingStep::ResumeWorkload,
     FinalisingStep::ReleaseWorkloadControl,
     FinalisingStep::RestoreStableService,
     FinalisingStep::RemoveCanaryService,
 ];
-static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
+/// A third template mid-release (blue-green shares it).
+pub static CONTINUOUS_ORDER: [FinalisingStep; 2] = [
     FinalisingStep::RouteTrafficToStable,
     FinalisingStep::ReleaseWorkloadControl,
 ];
