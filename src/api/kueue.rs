@@ -4,7 +4,8 @@
 //! carries [`QUEUE_LABEL`] and keeps the group's pods behind a scheduling gate until Kueue
 //! admits it (docs/kueue.md).
 //!
-//! Nothing here writes a Workload, and the manager runs on clusters without Kueue: a missing
+//! Only `crate::kueue` writes a Workload, and only an owner reference (docs/kueue.md, "On a
+//! MultiKueue worker cluster"). The manager runs on clusters without Kueue: a missing
 //! CRD only leaves the cache empty. Decoded from the watch's JSON into this shape, so the pod
 //! templates a Workload carries (one per pod set) are skipped, not kept.
 
@@ -25,6 +26,19 @@ pub const GROUP_INDEX_ANNOTATION: &str = "kueue.x-k8s.io/component-workload-inde
 pub const JOB_UID_LABEL: &str = "kueue.x-k8s.io/job-uid";
 /// The scheduling gate Kueue puts on a pod until its Workload is admitted.
 pub const ADMISSION_GATE: &str = "kueue.x-k8s.io/admission";
+/// Label MultiKueue puts on what it creates on a worker cluster (the LWS and its groups'
+/// Workloads): the manager cluster's origin name.
+pub const MULTIKUEUE_ORIGIN_LABEL: &str = "kueue.x-k8s.io/multikueue-origin";
+/// Annotation on an LWS MultiKueue created on a worker cluster: the uid of the manager
+/// cluster's LWS (which a group's Workload carries in [`JOB_UID_LABEL`]).
+pub const MULTIKUEUE_ORIGIN_UID_ANNOTATION: &str = "kueue.x-k8s.io/multikueue-origin-uid";
+/// Annotation on an LWS group's Workload: the LWS's name (kept by MultiKueue's copy, which
+/// has no owner references).
+pub const JOB_OWNER_NAME_ANNOTATION: &str = "kueue.x-k8s.io/job-owner-name";
+/// Annotation on an LWS group's Workload: the owner's kind, as Go prints a GroupVersionKind.
+pub const JOB_OWNER_GVK_ANNOTATION: &str = "kueue.x-k8s.io/job-owner-gvk";
+/// [`JOB_OWNER_GVK_ANNOTATION`] of an LWS's group.
+pub const LWS_GVK: &str = "leaderworkerset.x-k8s.io/v1, Kind=LeaderWorkerSet";
 
 /// Condition types of a Workload that say whether it may run.
 pub mod condition {

@@ -1,39 +1,97 @@
-//! Runs [`super::plan`] for every change of a Kueue Workload that stands for an LWS group (the
-//! shared cache's change stream) and publishes the Event on the LWS. Nothing is written but
-//! Events, so there is nothing to retry: a missed Event is repeated by the Workload's next
-//! change (the Events kit folds repeats into a series).
+//! Runs [`super::plan`] for every change of a Kueue Workload that stands for an LWS group, and
+//! of an LWS MultiKueue created here (the shared caches' change streams): publishes the Event
+//! on the LWS, and gives a MultiKueue worker's group Workload its LWS as an owner.
 //!
-//! A plain loop over the change stream, not a kube-runtime `Controller`: a Controller over a
+//! Events need no retry: a missed Event is repeated by the Workload's next change (the Events
+//! kit folds repeats into a series). The owner reference is retried with the transient
+//! backoff when its write fails, since the Workload may not change again before its group's
+//! pods are replaced.
+//!
+//! A plain loop over the change streams, not a kube-runtime `Controller`: a Controller over a
 //! store that never fills (a cluster without Kueue's CRD) held a graceful shutdown for seconds,
 //! and nothing here needs a work queue — each change is handled at once, in order.
 
-use futures::StreamExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use std::collections::HashMap;
 
-use crate::{
-    api::{LeaderWorkerSet, kueue::Workload},
-    k8s::{events::Events, watch::SharedCache},
+use futures::StreamExt;
+use kube::{
+    ResourceExt,
+    runtime::reflector::{ObjectRef, Store},
 };
+use tokio::sync::mpsc;
+
+use super::{
+    apply::{self, Added},
+    plan,
+};
+use crate::{
+    api::{
+        LeaderWorkerSet,
+        kueue::{
+            JOB_OWNER_NAME_ANNOTATION, MULTIKUEUE_ORIGIN_LABEL, MULTIKUEUE_ORIGIN_UID_ANNOTATION,
+            Workload,
+        },
+    },
+    k8s::{error::Category, events::Events, label_index::LabelIndex, watch::SharedCache},
+};
+
+/// What woke the loop.
+enum Changed {
+    Workload(ObjectRef<Workload>),
+    Lws(ObjectRef<LeaderWorkerSet>),
+}
 
 /// Runs the reporter until `shutdown` completes.
 pub fn run(
     client: kube::Client,
     workloads: &mut SharedCache<Workload>,
-    lws: &SharedCache<LeaderWorkerSet>,
+    lws: &mut SharedCache<LeaderWorkerSet>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let current = workloads.store();
-    let changes = workloads.subscribe();
-    let lws = lws.store();
-    let events = Events::new(client, "lws-rollout");
+    let by_job_uid = workloads.index();
+    let workload_changes = workloads
+        .subscribe()
+        .map(|w| Changed::Workload(ObjectRef::from_obj(w.as_ref())));
+    let lws_store = lws.store();
+    let lws_changes = lws
+        .subscribe()
+        .map(|l| Changed::Lws(ObjectRef::from_obj(l.as_ref())));
+    let events = Events::new(client.clone(), "lws-rollout");
+    let (retry_tx, mut retry_rx) = mpsc::unbounded_channel();
+    let retries = futures::stream::poll_fn(move |cx| retry_rx.poll_recv(cx)).map(Changed::Workload);
+    let mut owners = Owners {
+        client,
+        failures: HashMap::new(),
+        retry: retry_tx,
+    };
     async move {
+        let changes = futures::stream::select(
+            workload_changes,
+            futures::stream::select(lws_changes, retries),
+        );
         let mut changes = std::pin::pin!(changes.take_until(shutdown));
         while let Some(changed) = changes.next().await {
-            // The change stream also carries deletions: act on what the cache still holds.
-            let Some(wl) = current.get(&ObjectRef::from_obj(changed.as_ref())) else {
-                continue;
-            };
-            report(&events, &lws, &wl).await;
+            // The change streams also carry deletions: act on what the caches still hold.
+            match changed {
+                Changed::Workload(r) => {
+                    let Some(wl) = current.get(&r) else {
+                        continue;
+                    };
+                    report(&events, &lws_store, &wl).await;
+                    if let Some(lws) = copied_for(&lws_store, &wl) {
+                        owners.ensure(&wl, &lws).await;
+                    }
+                }
+                Changed::Lws(r) => {
+                    let (Some(lws), Some(index)) = (lws_store.get(&r), by_job_uid.as_ref()) else {
+                        continue;
+                    };
+                    for wl in copies_of(index, &lws) {
+                        owners.ensure(&wl, &lws).await;
+                    }
+                }
+            }
         }
     }
 }
@@ -46,5 +104,84 @@ async fn report(events: &Events, lws: &Store<LeaderWorkerSet>, wl: &Workload) {
         && let Some(event) = super::plan::wait_event(wl, &lws)
     {
         events.publish(lws.as_ref(), &event).await;
+    }
+}
+
+/// The LWS a MultiKueue copy of a group Workload names (it has no owner reference to find it
+/// by until [`Owners::ensure`] adds one).
+fn copied_for(
+    lws: &Store<LeaderWorkerSet>,
+    wl: &Workload,
+) -> Option<std::sync::Arc<LeaderWorkerSet>> {
+    if !wl.labels().contains_key(MULTIKUEUE_ORIGIN_LABEL) {
+        return None;
+    }
+    let name = wl.annotations().get(JOB_OWNER_NAME_ANNOTATION)?;
+    lws.get(&ObjectRef::new(name).within(wl.metadata.namespace.as_deref()?))
+}
+
+/// The Workloads of the groups of an LWS MultiKueue created here: they carry the manager's
+/// LWS uid, which the LWS keeps in an annotation. None for any other LWS.
+fn copies_of(index: &LabelIndex<Workload>, lws: &LeaderWorkerSet) -> Vec<std::sync::Arc<Workload>> {
+    match (
+        lws.labels().contains_key(MULTIKUEUE_ORIGIN_LABEL),
+        lws.annotations().get(MULTIKUEUE_ORIGIN_UID_ANNOTATION),
+        lws.metadata.namespace.as_deref(),
+    ) {
+        (true, Some(uid), Some(ns)) => index.get(ns, uid),
+        _ => Vec::new(),
+    }
+}
+
+/// Writes the owner references [`plan::needs_owner`] asks for, retrying failed writes.
+struct Owners {
+    client: kube::Client,
+    /// Consecutive failed writes per Workload (timing only).
+    failures: HashMap<ObjectRef<Workload>, u32>,
+    /// Where a retry is sent when its backoff has passed.
+    retry: mpsc::UnboundedSender<ObjectRef<Workload>>,
+}
+
+impl Owners {
+    async fn ensure(&mut self, wl: &Workload, lws: &LeaderWorkerSet) {
+        if !plan::needs_owner(wl, lws) {
+            return;
+        }
+        let key = ObjectRef::from_obj(wl);
+        match apply::add_owner(&self.client, wl, plan::owner(lws)).await {
+            Added::Done => {
+                self.failures.remove(&key);
+                tracing::info!(
+                    namespace = wl.namespace(),
+                    workload = wl.name_any(),
+                    lws = lws.name_any(),
+                    "a MultiKueue group Workload is now owned by its LWS too, so replacing the \
+                     group's pods keeps it"
+                );
+            }
+            Added::Stale => {
+                self.failures.remove(&key);
+            }
+            Added::Failed(err) => {
+                let attempt = self.failures.entry(key.clone()).or_insert(0);
+                *attempt += 1;
+                let wait = Category::Transient
+                    .requeue_after(*attempt)
+                    .unwrap_or(crate::k8s::error::BLOCKED_RECHECK);
+                tracing::warn!(
+                    namespace = wl.namespace(),
+                    workload = wl.name_any(),
+                    error = %err,
+                    attempt = *attempt,
+                    retry_in = ?wait,
+                    "cannot add the LWS as an owner of its group's MultiKueue Workload"
+                );
+                let retry = self.retry.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(wait).await;
+                    let _ = retry.send(key);
+                });
+            }
+        }
     }
 }

@@ -1,9 +1,17 @@
-//! Whether a Workload's state is worth an Event on its LWS, and which. Pure.
+//! Whether a Workload's state is worth an Event on its LWS, and which; and whether a
+//! MultiKueue worker's group Workload needs its LWS as an owner. Pure.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::ResourceExt;
 
 use crate::{
-    api::{kueue::Workload, leaderworkerset::LeaderWorkerSet},
+    api::{
+        kueue::{
+            JOB_OWNER_GVK_ANNOTATION, JOB_OWNER_NAME_ANNOTATION, JOB_UID_LABEL, LWS_GVK,
+            MULTIKUEUE_ORIGIN_LABEL, MULTIKUEUE_ORIGIN_UID_ANNOTATION, Workload,
+        },
+        leaderworkerset::LeaderWorkerSet,
+    },
     k8s::events::EventSpec,
 };
 
@@ -56,6 +64,49 @@ pub fn wait_event(wl: &Workload, lws: &LeaderWorkerSet) -> Option<EventSpec> {
     ))
 }
 
+/// Whether `wl` is the Workload MultiKueue copied to this (worker) cluster for a group of
+/// `lws`, the LWS MultiKueue created here, and which `lws` does not own yet.
+///
+/// Such a copy has no owner references: Kueue's pod controller then adds the group's pods as
+/// its only owners, so when a rolling update (or a restart policy) replaces every pod of the
+/// group at once, the garbage collector deletes the Workload — and on a worker nobody makes it
+/// again (Kueue's LWS controller makes no Workload for an LWS of MultiKueue's; MultiKueue
+/// notices only after its worker-lost timeout, 15 min by default), so the new pods stay gated.
+/// Owned by the LWS as well, it outlives its pods, as a Workload Kueue made for a local LWS
+/// does. Matched as Kueue matches them: MultiKueue's label on both, the owner annotations
+/// Kueue wrote on the Workload, and the manager's LWS uid on both (an LWS deleted and made
+/// again on the manager is another incarnation).
+pub fn needs_owner(wl: &Workload, lws: &LeaderWorkerSet) -> bool {
+    let copied_here = |labels: &std::collections::BTreeMap<String, String>| {
+        labels.contains_key(MULTIKUEUE_ORIGIN_LABEL)
+    };
+    let annotation = |key| wl.annotations().get(key).map(String::as_str);
+    copied_here(wl.labels())
+        && copied_here(lws.labels())
+        && wl.metadata.deletion_timestamp.is_none()
+        && lws.metadata.deletion_timestamp.is_none()
+        && wl.namespace() == lws.namespace()
+        && annotation(JOB_OWNER_GVK_ANNOTATION) == Some(LWS_GVK)
+        && annotation(JOB_OWNER_NAME_ANNOTATION) == Some(lws.name_any().as_str())
+        && wl.labels().get(JOB_UID_LABEL).is_some()
+        && wl.labels().get(JOB_UID_LABEL) == lws.annotations().get(MULTIKUEUE_ORIGIN_UID_ANNOTATION)
+        && lws.metadata.uid.is_some()
+        && !owned_by(wl, lws)
+}
+
+/// The owner reference [`needs_owner`] asks for: a plain one, as Kueue sets on the Workloads
+/// of a local LWS (not a controller reference, and not blocking the LWS's deletion).
+pub fn owner(lws: &LeaderWorkerSet) -> OwnerReference {
+    OwnerReference {
+        api_version: "leaderworkerset.x-k8s.io/v1".into(),
+        kind: "LeaderWorkerSet".into(),
+        name: lws.name_any(),
+        uid: lws.metadata.uid.clone().unwrap_or_default(),
+        controller: None,
+        block_owner_deletion: None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,6 +134,94 @@ mod tests {
             "status": {"conditions": conditions}
         }))
         .unwrap()
+    }
+
+    /// A worker cluster's pair as MultiKueue v0.17 leaves it: the LWS (uid `worker-uid`,
+    /// the manager's uid in an annotation) and a group's Workload copied without owners.
+    fn worker_pair() -> (Workload, LeaderWorkerSet) {
+        let lws: LeaderWorkerSet = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "vllm", "namespace": "ns", "uid": "worker-uid",
+                         "labels": {"kueue.x-k8s.io/queue-name": "gpu-team",
+                                    "kueue.x-k8s.io/multikueue-origin": "manager"},
+                         "annotations": {"kueue.x-k8s.io/multikueue-origin-uid": "manager-uid"}},
+            "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": []}}}}
+        }))
+        .unwrap();
+        let wl = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "leaderworkerset-vllm-1-abcde", "namespace": "ns",
+                         "labels": {"kueue.x-k8s.io/multikueue-origin": "manager",
+                                    "kueue.x-k8s.io/job-uid": "manager-uid"},
+                         "annotations": {"kueue.x-k8s.io/component-workload-index": "1",
+                                         "kueue.x-k8s.io/job-owner-name": "vllm",
+                                         "kueue.x-k8s.io/job-owner-gvk": "leaderworkerset.x-k8s.io/v1, Kind=LeaderWorkerSet"},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "vllm-1", "uid": "p1"}]}
+        }))
+        .unwrap();
+        (wl, lws)
+    }
+
+    #[test]
+    fn a_multikueue_copy_of_a_group_workload_is_owned_by_its_lws_once() {
+        let (wl, lws) = worker_pair();
+        assert!(needs_owner(&wl, &lws));
+        let o = owner(&lws);
+        assert_eq!(
+            (
+                o.kind.as_str(),
+                o.name.as_str(),
+                o.uid.as_str(),
+                o.controller
+            ),
+            ("LeaderWorkerSet", "vllm", "worker-uid", None)
+        );
+        let mut owned = wl.clone();
+        owned.metadata.owner_references.as_mut().unwrap().push(o);
+        assert!(!needs_owner(&owned, &lws), "already owned");
+        assert!(owned_by(&owned, &lws));
+    }
+
+    #[test]
+    fn only_multikueues_copy_of_this_incarnations_group_is_adopted() {
+        type Change = fn(&mut Workload, &mut LeaderWorkerSet);
+        let cases: [(&str, Change); 8] = [
+            ("a local LWS (Kueue owns its Workloads itself)", |_, l| {
+                l.labels_mut().remove("kueue.x-k8s.io/multikueue-origin");
+            }),
+            ("a Workload that is not MultiKueue's copy", |w, _| {
+                w.labels_mut().remove("kueue.x-k8s.io/multikueue-origin");
+            }),
+            ("another LWS's group", |w, _| {
+                w.annotations_mut()
+                    .insert("kueue.x-k8s.io/job-owner-name".into(), "other".into());
+            }),
+            ("another kind's Workload", |w, _| {
+                w.annotations_mut().insert(
+                    "kueue.x-k8s.io/job-owner-gvk".into(),
+                    "jobset.x-k8s.io/v1alpha2, Kind=JobSet".into(),
+                );
+            }),
+            ("an earlier incarnation on the manager", |w, _| {
+                w.labels_mut()
+                    .insert("kueue.x-k8s.io/job-uid".into(), "old-uid".into());
+            }),
+            ("no origin uid on the LWS", |w, l| {
+                l.annotations_mut().clear();
+                w.labels_mut().remove("kueue.x-k8s.io/job-uid");
+            }),
+            ("another namespace", |w, _| {
+                w.metadata.namespace = Some("other".into());
+            }),
+            ("a Workload being deleted", |w, _| {
+                w.metadata.deletion_timestamp = Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Default::default()),
+                );
+            }),
+        ];
+        for (what, change) in cases {
+            let (mut wl, mut lws) = worker_pair();
+            change(&mut wl, &mut lws);
+            assert!(!needs_owner(&wl, &lws), "{what}");
+        }
     }
 
     #[test]

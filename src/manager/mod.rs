@@ -282,7 +282,7 @@ async fn run_controllers(
     let kueue_waits = crate::kueue::controller::run(
         client_for_kueue,
         &mut caches.workloads,
-        &caches.lws,
+        &mut caches.lws,
         stopped(&stop_all),
     );
     let sets = crate::disaggregatedset::controller::run(

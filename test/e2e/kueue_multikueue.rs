@@ -130,6 +130,29 @@ async fn multikueue_body() -> anyhow::Result<()> {
     let outcome = multikueue_flow(&manager, &worker).await;
     if outcome.is_err() {
         for (what, c) in [("manager", &mut manager), ("worker", &mut worker)] {
+            if let Ok(wls) = Api::<Workload>::all(c.cluster.client.clone())
+                .list(&ListParams::default())
+                .await
+            {
+                for w in wls {
+                    eprintln!(
+                        "{what} cluster Workload {}: owners {:?}, cluster {:?}, conditions {:?}",
+                        w.metadata.name.unwrap_or_default(),
+                        w.metadata
+                            .owner_references
+                            .unwrap_or_default()
+                            .iter()
+                            .map(|o| format!("{}/{}", o.kind, o.name))
+                            .collect::<Vec<_>>(),
+                        w.status.cluster_name,
+                        w.status
+                            .conditions
+                            .iter()
+                            .map(|c| format!("{}={}", c.type_, c.status))
+                            .collect::<Vec<_>>()
+                    );
+                }
+            }
             c.cluster.keep_logs();
             eprintln!("{what} cluster manager log:\n{}", c.manager.log_tail());
         }
@@ -257,6 +280,36 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
     ensure!(
         remote_pods.items.len() == 4 && remote_pods.items.iter().all(crate::lws_support::pod_ready)
     );
+    // MultiKueue copies the Workloads without owners; our manager on the worker makes its LWS
+    // their owner, so replacing a group's pods (the release below) cannot let the garbage
+    // collector take a Workload that nobody would make again (docs/kueue.md).
+    let remote_uid = remote.metadata.uid.clone().unwrap_or_default();
+    wait_for_all(
+        &wns.api::<Workload>(),
+        &format!("kueue.x-k8s.io/job-uid={uid}"),
+        WAIT,
+        |w| {
+            w.len() == 2
+                && w.iter().all(|w| {
+                    w.metadata.owner_references.iter().flatten().any(|o| {
+                        o.kind == "LeaderWorkerSet" && o.uid == remote_uid && o.controller.is_none()
+                    })
+                })
+        },
+    )
+    .await
+    .context("the worker's group Workloads owned by the worker's LWS")?;
+    let uids = |w: &[Workload]| {
+        let mut u: Vec<_> = w.iter().filter_map(|w| w.metadata.uid.clone()).collect();
+        u.sort();
+        u
+    };
+    let worker_workloads = uids(
+        &wns.api::<Workload>()
+            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+            .await?
+            .items,
+    );
     // On the manager cluster the group's pods exist and stay gated; Kueue never runs them here.
     let local_pods = wait_for_all(&mns.api::<Pod>(), &format!("{NAME}={STABLE}"), WAIT, |p| {
         p.len() == 4
@@ -331,6 +384,17 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
             .items
             .iter()
             .all(|p| crate::lws_support::image(p) == "vllm:2")
+    );
+    // Every group was replaced, and its Workload on the worker is the same object throughout.
+    let after = wns
+        .api::<Workload>()
+        .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+        .await?
+        .items;
+    ensure!(
+        uids(&after) == worker_workloads,
+        "the worker's group Workloads outlived the release: {worker_workloads:?} → {:?}",
+        uids(&after)
     );
 
     // Deleted on the manager cluster: gone on the worker too, Workloads on both.

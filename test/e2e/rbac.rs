@@ -46,6 +46,12 @@ const NOT_SHOWN: &[(&str, &str, &str, &str)] = &[
         "renewing the shared webhook certificate, due months after issue (webhook_cert.rs renews through the same library call, as the admin)",
     ),
     (
+        "kueue.x-k8s.io",
+        "workloads",
+        "patch",
+        "an owner reference on a MultiKueue worker's group Workload: kueue_multikueue.rs shows it on its own pair of clusters (MultiKueue needs two), as the admin",
+    ),
+    (
         "coordination.k8s.io",
         "leases",
         "list",
