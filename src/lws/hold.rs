@@ -18,8 +18,9 @@ use crate::{
 pub const RELEASE_FIELD_MANAGER: &str = "lws-rollout-release";
 
 /// Whether `rollout` takes releases of `lws` over: it names the LWS, is enabled and not being
-/// deleted, and uses a style this controller runs (canary with a canary LWS, or blue-green:
-/// both keep the user's groups on the held revision while a second LWS runs the new one).
+/// deleted, and uses a style this controller runs: canary with a canary LWS and blue-green keep
+/// the user's groups on the held revision while a second LWS runs the new one; partition style
+/// keeps them there until its BatchRelease sets the release partition.
 pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
     let target = &rollout.spec.workload_ref;
     target.kind == "LeaderWorkerSet"
@@ -28,10 +29,7 @@ pub fn controls(rollout: &Rollout, lws: &LeaderWorkerSet) -> bool {
         && rollout.metadata.namespace == lws.metadata.namespace
         && !rollout.spec.disabled
         && rollout.metadata.deletion_timestamp.is_none()
-        && matches!(
-            RollingStyle::of(&rollout.spec.strategy),
-            Some(RollingStyle::Canary | RollingStyle::BlueGreen)
-        )
+        && RollingStyle::of(&rollout.spec.strategy).is_some()
 }
 
 fn held(lws: &LeaderWorkerSet) -> Option<&str> {
@@ -70,6 +68,47 @@ pub fn decide(
         return (field_manager != Some(RELEASE_FIELD_MANAGER)).then(|| stable.to_string());
     }
     (template_identity(old) != template_identity(new)).then(running_revision)
+}
+
+/// The release partition an UPDATE from `old` to `new` must carry, or `None` to leave it as
+/// the request has it: a template change while a partition-style release has groups moved in
+/// place freezes every group where it is (partition = replicas), so a revert or a third
+/// template rolls nothing before the Rollout has moved traffic off the moved groups. The
+/// Rollout controller's own write (which removes the annotation with the hold) is left alone.
+pub fn freeze(
+    old: &LeaderWorkerSet,
+    new: &LeaderWorkerSet,
+    field_manager: Option<&str>,
+) -> Option<String> {
+    let moving = |l: &LeaderWorkerSet| {
+        l.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::RELEASE_PARTITION))
+            .is_some()
+    };
+    if !moving(old) || field_manager == Some(RELEASE_FIELD_MANAGER) {
+        return None;
+    }
+    let frozen = new.spec.replicas.unwrap_or(1).max(0).to_string();
+    let carried = new
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(labels::RELEASE_PARTITION));
+    let changed = template_identity(old) != template_identity(new);
+    match (changed, carried) {
+        (true, Some(p)) if *p == frozen => None,
+        (true, _) => Some(frozen),
+        // Dropped by someone else mid-release: back as it was.
+        (false, None) => old
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(labels::RELEASE_PARTITION))
+            .cloned(),
+        (false, Some(_)) => None,
+    }
 }
 
 #[cfg(test)]
@@ -117,7 +156,7 @@ mod tests {
             &rollout(json!({"spec": {"workloadRef": {"name": "other"}}})),
             &m
         ));
-        assert!(!controls(
+        assert!(controls(
             &rollout(
                 json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false}}}})
             ),
@@ -127,6 +166,67 @@ mod tests {
             &rollout(json!({"metadata": {"namespace": "elsewhere"}})),
             &m
         ));
+    }
+
+    #[test]
+    fn a_template_change_mid_partition_release_freezes_every_group() {
+        let with = |image: &str, p: Option<&str>| {
+            let mut l = lws(image, Some("k1"));
+            if let Some(p) = p {
+                l.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(labels::RELEASE_PARTITION.into(), p.into());
+            }
+            l
+        };
+        let cases = [
+            (
+                "revert or third template: frozen at replicas",
+                with("b", Some("1")),
+                with("a", Some("1")),
+                Some("kubectl"),
+                Some("2"),
+            ),
+            (
+                "already frozen: nothing",
+                with("b", Some("1")),
+                with("a", Some("2")),
+                Some("kubectl"),
+                None,
+            ),
+            (
+                "the BatchRelease lowering it: nothing",
+                with("b", Some("2")),
+                with("b", Some("1")),
+                Some("lws-rollout-batchrelease"),
+                None,
+            ),
+            (
+                "dropped by a user: back",
+                with("b", Some("1")),
+                with("b", None),
+                Some("kubectl"),
+                Some("1"),
+            ),
+            (
+                "removed with the hold by the Rollout: nothing",
+                with("b", Some("1")),
+                lws("b", None),
+                Some(RELEASE_FIELD_MANAGER),
+                None,
+            ),
+            (
+                "no release partition: nothing",
+                with("b", None),
+                with("a", None),
+                Some("kubectl"),
+                None,
+            ),
+        ];
+        for (name, old, new, manager, want) in cases {
+            assert_eq!(freeze(&old, &new, manager).as_deref(), want, "{name}");
+        }
     }
 
     #[test]

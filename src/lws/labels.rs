@@ -58,6 +58,16 @@ pub const FIELD_MANAGER: &str = "lws";
 /// for the stable revision (a label on Deployments there).
 pub const HELD_REVISION: &str = "rollouts.kruise.io/stable-revision";
 
+/// Annotation on an LWS held by a partition-style Rollout (ours): the lowest group ordinal the
+/// release lets move to the new template in place, in the user's LWS itself; groups below it
+/// stay on the held revision. While it is set the hold ([`HELD_REVISION`]) no longer keeps
+/// every group back: the spec's template is the update revision, and the leader StatefulSet's
+/// partition is the larger of the user's and this one. Written per batch by the BatchRelease;
+/// raised to `replicas` by our LWS webhook in the same admission as a template change mid-release
+/// (so a revert or a third template moves no group before the Rollout has moved traffic);
+/// removed with the hold.
+pub const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
+
 /// Annotation on a worker StatefulSet (ours, not upstream's): the uids of the worker pods of
 /// this group incarnation, in ordinal order, recorded once all of them exist. A worker that
 /// goes away — however fast, even without ever being seen terminating — is then missing from

@@ -66,29 +66,29 @@ pub async fn mutate(
             );
         }
     };
-    Json(default_response(&request, hold).into_review())
+    Json(default_response(&request, &hold).into_review())
 }
 
-/// The hold annotation this UPDATE must carry ([`hold::decide`]), reading the Rollouts of the
-/// namespace and the revision the groups run.
+/// The release annotations this UPDATE must carry ([`hold::decide`], [`hold::freeze`]),
+/// reading the Rollouts of the namespace and the revision the groups run.
 async fn release_hold(
     cluster: &super::Cluster,
     request: &AdmissionRequest<DynamicObject>,
-) -> Result<Option<String>, kube::Error> {
+) -> Result<Vec<(&'static str, String)>, kube::Error> {
     if request.operation != Operation::Update {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     let (Some(old), Some(new)) = (
         typed(request.old_object.as_ref()),
         typed(request.object.as_ref()),
     ) else {
-        return Ok(None);
+        return Ok(Vec::new());
     };
     let namespace = new.namespace().unwrap_or_default();
     let rollouts = cluster.rollouts_in(&namespace).await?;
     let controlled = rollouts.iter().any(|r| hold::controls(r, &new));
     if !controlled {
-        return Ok(None);
+        return Ok(Vec::new());
     }
     // What the groups run: the leader StatefulSet's revision label; the old spec's revision
     // when there is no StatefulSet yet.
@@ -102,20 +102,23 @@ async fn release_hold(
         .and_then(|o| o.0.get("fieldManager"))
         .and_then(|m| m.as_str())
         .map(str::to_string);
-    Ok(hold::decide(
-        &old,
-        &new,
-        controlled,
-        field_manager.as_deref(),
-        || running.unwrap_or_else(|| revision::spec_key(&old.spec).unwrap_or_default()),
-    ))
+    let mut annotations = Vec::new();
+    if let Some(partition) = hold::freeze(&old, &new, field_manager.as_deref()) {
+        annotations.push((labels::RELEASE_PARTITION, partition));
+    }
+    if let Some(key) = hold::decide(&old, &new, controlled, field_manager.as_deref(), || {
+        running.unwrap_or_else(|| revision::spec_key(&old.spec).unwrap_or_default())
+    }) {
+        annotations.push((labels::HELD_REVISION, key));
+    }
+    Ok(annotations)
 }
 
-/// The defaulting decision (pure): upstream's defaults, and `hold` as the release-hold
-/// annotation when given.
+/// The defaulting decision (pure): upstream's defaults, and the release `annotations` when
+/// given (the hold, the release partition).
 pub fn default_response(
     request: &AdmissionRequest<DynamicObject>,
-    hold: Option<String>,
+    annotations: &[(&'static str, String)],
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
     let Some(before) = typed(request.object.as_ref()) else {
@@ -123,12 +126,10 @@ pub fn default_response(
     };
     let mut after = before.clone();
     let defaulted = admission::default_lws(&mut after);
-    if let Some(key) = &hold {
-        after
-            .annotations_mut()
-            .insert(labels::HELD_REVISION.into(), key.clone());
+    for (key, value) in annotations {
+        after.annotations_mut().insert((*key).into(), value.clone());
     }
-    if !defaulted && hold.is_none() {
+    if !defaulted && annotations.is_empty() {
         return response;
     }
     let (Ok(before), Ok(after)) = (serde_json::to_value(&before), serde_json::to_value(&after))
@@ -211,7 +212,7 @@ mod tests {
 
     #[test]
     fn restart_policy_default_is_patched_to_none() {
-        let resp = default_response(&review(lws("Default", serde_json::json!({}))), None);
+        let resp = default_response(&review(lws("Default", serde_json::json!({}))), &[]);
         assert!(resp.allowed);
         let patch: serde_json::Value =
             serde_json::from_slice(resp.patch.as_ref().expect("a patch")).unwrap();
@@ -219,13 +220,13 @@ mod tests {
             patch,
             serde_json::json!([{"op": "replace", "path": "/spec/leaderWorkerTemplate/restartPolicy", "value": "None"}])
         );
-        let untouched = default_response(&review(lws("None", serde_json::json!({}))), None);
+        let untouched = default_response(&review(lws("None", serde_json::json!({}))), &[]);
         assert!(untouched.allowed && untouched.patch.is_none());
     }
 
     #[test]
     fn unparseable_objects_are_left_to_schema_validation() {
-        let resp = default_response(&review(lws("Bogus", serde_json::json!({}))), None);
+        let resp = default_response(&review(lws("Bogus", serde_json::json!({}))), &[]);
         assert!(resp.allowed && resp.patch.is_none());
     }
 

@@ -117,7 +117,12 @@ pub fn plan(
         replicas,
         max_surge: &max_surge,
         max_unavailable: &max_unavailable,
-        user_partition: ruc.partition.unwrap_or(0),
+        // A partition-style release keeps the groups below its partition back, on top of
+        // the user's own partition (which it never lowers).
+        user_partition: ruc
+            .partition
+            .unwrap_or(0)
+            .max(super::revisions::release_partition(lws).unwrap_or(0)),
         leader_sts,
         template_changed: revisions.template_changed,
         groups: &groups,

@@ -46,6 +46,17 @@ pub fn with_key<'a>(observed: &'a Observed, key: &str) -> Option<&'a Arc<Control
     observed.revisions.iter().find(|r| key_of(r) == Some(key))
 }
 
+/// The release partition of a partition-style release ([`labels::RELEASE_PARTITION`]), if set
+/// and a group ordinal.
+pub fn release_partition(lws: &LeaderWorkerSet) -> Option<i32> {
+    lws.annotations()
+        .get(labels::RELEASE_PARTITION)?
+        .trim()
+        .parse()
+        .ok()
+        .filter(|p: &i32| *p >= 0)
+}
+
 /// The revision the hold names, if any.
 pub fn held(lws: &LeaderWorkerSet) -> Option<&str> {
     lws.annotations()
@@ -131,8 +142,11 @@ pub fn plan(
     } else {
         spec_key.clone()
     };
-    // Held by a Rollout: stay on the held revision while the spec moves on.
+    // Held by a Rollout: stay on the held revision while the spec moves on — unless the
+    // release moves groups in place (partition style): then the spec's template is the
+    // update revision and the release partition keeps the groups below it back.
     if let Some(held) = held(lws)
+        && release_partition(lws).is_none()
         && leader_sts.is_some()
         && (held == current_key || with_key(observed, held).is_some())
     {

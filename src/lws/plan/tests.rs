@@ -495,6 +495,78 @@ fn a_held_lws_keeps_its_groups_on_the_stable_revision() {
     assert!(plan.restarts.is_empty() && plan.worker_sts.is_empty());
 }
 
+/// Partition style: the release partition lets the held LWS roll in place, but only the groups
+/// at or above it, and never below the user's own partition; raised to `replicas` (a template
+/// change mid-release), no group moves.
+#[test]
+fn a_release_partition_moves_only_the_groups_at_or_above_it() {
+    let partition_of = |plan: &Plan| {
+        let sts = plan.leader_sts.as_ref().expect("the StatefulSet moves");
+        (
+            sts.object.labels().get(labels::REVISION).cloned(),
+            sts.object
+                .spec
+                .as_ref()
+                .and_then(|s| s.update_strategy.as_ref())
+                .and_then(|u| u.rolling_update.as_ref())
+                .and_then(|r| r.partition),
+        )
+    };
+    for (user, release, want) in [(0, "3", 3), (0, "2", 3), (3, "1", 3), (0, "4", 4)] {
+        let extra = json!({"rolloutStrategy": {"rollingUpdateConfiguration": {"partition": user}}});
+        let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", extra.clone()));
+        let stable = key_of(&world.lws);
+        world.lws = lws_with("vllm", 4, 2, "img:2", extra);
+        let new_key = key_of(&world.lws);
+        let annotations = world.lws.annotations_mut();
+        annotations.insert(labels::HELD_REVISION.into(), stable.clone());
+        annotations.insert(labels::RELEASE_PARTITION.into(), release.into());
+        let plan = world.plan();
+        assert_eq!(plan.revisions.len(), 1, "the new template is recorded");
+        // The first step of the roll: the StatefulSet on the new revision, its partition no
+        // lower than the release's (the rolling update then walks it down to there).
+        let (key, partition) = partition_of(&plan);
+        assert_eq!(key.as_deref(), Some(new_key.as_str()), "user {user}, release {release}");
+        assert!(
+            partition.unwrap_or(0) >= want.min(4),
+            "user {user}, release {release}: partition {partition:?}"
+        );
+    }
+
+    // Walked down as far as it goes: groups 2 and 3 are updated and ready, the release
+    // partition 2 stops it there.
+    let mut world = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    let stable = key_of(&world.lws);
+    world.lws = lws_with("vllm", 4, 2, "img:2", json!({}));
+    let new_key = key_of(&world.lws);
+    world.add_revision(&new_key, 2);
+    let annotations = world.lws.annotations_mut();
+    annotations.insert(labels::HELD_REVISION.into(), stable.clone());
+    annotations.insert(labels::RELEASE_PARTITION.into(), "2".into());
+    let mut sts = objects::leader_statefulset(&world.lws, &new_key, 2, 4, 1);
+    sts.metadata.uid = Some("leader-sts-uid".into());
+    world.observed.leader_sts = Some(Arc::new(sts));
+    world.observed.pods.retain(|p| {
+        !p.name_any().starts_with("vllm-2") && !p.name_any().starts_with("vllm-3")
+    });
+    world
+        .observed
+        .worker_sts
+        .retain(|k, _| k != "vllm-2" && k != "vllm-3");
+    world.add_group(2, &new_key, "b");
+    world.add_group(3, &new_key, "b");
+    let plan = world.plan();
+    assert!(
+        plan.leader_sts.is_none(),
+        "partition 2 is where the release wants it: {:?}",
+        plan.leader_sts.map(|w| w.object.spec)
+    );
+    assert_eq!(
+        plan.status.as_ref().and_then(|s| s.status.updated_replicas),
+        Some(2)
+    );
+}
+
 #[test]
 fn taking_over_upstream_objects_records_the_missing_revision_and_rolls_nothing() {
     let mut world = World::settled(lws_with("vllm", 2, 2, "img:1", json!({})));
