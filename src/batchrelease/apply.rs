@@ -75,6 +75,19 @@ pub async fn apply(
             applied.resource_version().as_deref(),
         );
     }
+    if let Some(partition) = plan.release_partition {
+        // Partition style: the groups from this ordinal up move to the new template in place
+        // (`lws::plan::revisions`); only the annotation, so the user's spec never drifts.
+        applier
+            .merge_patch::<LeaderWorkerSet>(
+                &ns,
+                &br.spec.workload_ref.name,
+                &json!({"metadata": {"annotations": {
+                    crate::lws::labels::RELEASE_PARTITION: partition.to_string()
+                }}}),
+            )
+            .await?;
+    }
     for name in &plan.delete_canaries {
         applier
             .delete::<LeaderWorkerSet>(&ns, name, None, Propagation::Background)

@@ -24,6 +24,9 @@ pub struct BatchReleasePlan {
     pub canary_in_place: bool,
     /// Delete these canary LWSes (by name).
     pub delete_canaries: Vec<String>,
+    /// Partition style: write this release partition on the stable LWS (the lowest group
+    /// ordinal that moves to the new template); `None` writes nothing.
+    pub release_partition: Option<i32>,
     /// Remove Kruise's BatchRelease finalizer (only ever present on objects Kruise wrote).
     pub remove_finalizer: bool,
     /// Events to publish on the BatchRelease.

@@ -26,6 +26,21 @@ pub struct StableLws {
     pub update_revision: String,
     /// The hold annotation `rollouts.kruise.io/stable-revision` (the revision its groups keep).
     pub hold: Option<String>,
+    /// The release partition annotation (partition style), as written.
+    pub release_partition: Option<i32>,
+    /// Its groups on `update_revision`, by index (partition style moves them in place).
+    pub on_update: Vec<GroupOnRevision>,
+}
+
+/// One group of the stable LWS as far as the revision being released goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GroupOnRevision {
+    /// Group index.
+    pub index: i32,
+    /// Its leader runs the revision.
+    pub leader: bool,
+    /// Its pods that run the revision and are ready (not terminating).
+    pub ready_pods: i32,
 }
 
 impl StableLws {
@@ -112,7 +127,13 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
                 .get(labels::HELD_REVISION)
                 .filter(|v| !v.is_empty())
                 .cloned(),
+            release_partition: crate::lws::plan::revisions::release_partition(&lws),
+            on_update: Vec::new(),
             lws: lws.as_ref().clone(),
+        })
+        .map(|mut stable| {
+            stable.on_update = on_revision(stores, &stable.lws, &stable.update_revision);
+            stable
         });
     let canaries = stores
         .lws
@@ -134,6 +155,42 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
         stable,
         canaries,
     }
+}
+
+/// The groups of `lws` (up to its replicas) with a pod on `revision`: whether the leader is,
+/// and how many of them are ready.
+fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<GroupOnRevision> {
+    use crate::lws::labels;
+    use kube::ResourceExt;
+    let replicas = usize::try_from(lws.spec.replicas.unwrap_or(1).max(0)).unwrap_or(0);
+    let mut groups: Vec<GroupOnRevision> = (0..replicas)
+        .map(|i| GroupOnRevision {
+            index: i32::try_from(i).unwrap_or(i32::MAX),
+            ..GroupOnRevision::default()
+        })
+        .collect();
+    let pods = stores.pods.get(
+        lws.metadata.namespace.as_deref().unwrap_or_default(),
+        lws.metadata.name.as_deref().unwrap_or_default(),
+    );
+    for pod in pods {
+        let labels = pod.labels();
+        if labels.get(labels::REVISION).map(String::as_str) != Some(revision)
+            || crate::k8s::pod::terminating(&pod)
+        {
+            continue;
+        }
+        let Some(group) = labels
+            .get(labels::GROUP_INDEX)
+            .and_then(|v| v.parse::<usize>().ok())
+            .and_then(|i| groups.get_mut(i))
+        else {
+            continue;
+        };
+        group.leader |= labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+        group.ready_pods += i32::from(crate::k8s::pod::ready(&pod));
+    }
+    groups
 }
 
 /// Groups of `lws` (up to its replicas) whose pods are not all there and ready.

@@ -15,7 +15,7 @@ pub use super::draft::{BatchReleasePlan, release_plan_hash};
 use super::draft::{canary_names, note};
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::BatchReleaseObserved;
-use super::{bluegreenstyle, canarystyle};
+use super::{bluegreenstyle, canarystyle, partitionstyle};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, RollingStyle};
 use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
@@ -27,6 +27,8 @@ enum Style {
     Canary,
     /// A second LWS beside the stable one, whole at promotion ([`bluegreenstyle`]).
     BlueGreen,
+    /// The user's groups moved in place under a release partition ([`partitionstyle`]).
+    Partition,
 }
 
 /// The one place the style of a BatchRelease is picked, or why it is not run.
@@ -44,9 +46,10 @@ fn style_of(br: &crate::api::batchrelease::BatchRelease) -> Result<Style, String
     match style {
         RollingStyle::Canary if lws => Ok(Style::Canary),
         RollingStyle::BlueGreen if lws => Ok(Style::BlueGreen),
+        RollingStyle::Partition if lws => Ok(Style::Partition),
         _ => Err(format!(
-            "only canary and blue-green releases of a {LWS_API_VERSION} {LWS_KIND} are \
-             supported yet (rollingStyle {style:?}, workload {} {})",
+            "only releases of a {LWS_API_VERSION} {LWS_KIND} are supported (rollingStyle \
+             {style:?}, workload {} {})",
             w.api_version, w.kind
         )),
     }
@@ -106,6 +109,9 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
         Style::Canary => canarystyle::control(obs, stable, &mut out, &stored, &released, now),
         Style::BlueGreen => {
             bluegreenstyle::control(obs, stable, &mut out, &stored, &released, now);
+        }
+        Style::Partition => {
+            partitionstyle::control(obs, stable, &mut out, &stored, &released, now);
         }
     }
     out

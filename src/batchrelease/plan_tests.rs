@@ -105,6 +105,8 @@ fn stable(replicas: i32) -> StableLws {
         lws,
         update_revision: "rev2".into(),
         hold: Some("rev1".into()),
+        release_partition: None,
+        on_update: Vec::new(),
     }
 }
 
@@ -438,15 +440,11 @@ fn other_canaries_and_unsupported_plans_and_a_changed_template() {
     assert_eq!(p.delete_canaries, vec!["vllm-canary-old".to_string()]);
 
     let mut b = br(Some(0), None);
-    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    b.spec.workload_ref.kind = "Deployment".into();
+    b.spec.workload_ref.api_version = "apps/v1".into();
     let p = plan(&observed(b, vec![]), now());
     assert!(p.apply_canary.is_none());
-    assert!(
-        p.status
-            .message
-            .unwrap()
-            .contains("only canary and blue-green")
-    );
+    assert!(p.status.message.unwrap().contains("only releases of a"));
 
     let mut o = observed(br(Some(0), None), vec![canary(1, 1, 1, &[])]);
     o.stable.as_mut().unwrap().update_revision = "rev3".into();
@@ -600,4 +598,111 @@ fn a_workload_scaled_mid_release_is_followed_and_said_once() {
     o.br.status = Some(p.status);
     let p = plan(&o, now());
     assert!(p.events.iter().all(|e| e.reason != event::WORKLOAD_SCALED));
+}
+
+/// Partition style: the user's groups move in place, from the highest ordinal down, through
+/// the release partition; no second LWS; progress read off the groups on the new revision.
+#[test]
+fn partition_style_moves_the_users_groups_in_place_batch_by_batch() {
+    let partition_br = |batch: Option<i32>, policy: Option<FinalizingPolicy>| {
+        let mut b = br(batch, None);
+        b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+        b.spec.release_plan.enable_extra_workload_for_canary = false;
+        b.spec.release_plan.finalizing_policy = policy;
+        b
+    };
+    let with = |partition: Option<i32>, groups: &[(i32, bool, i32)]| {
+        let mut o = observed(partition_br(Some(0), None), vec![]);
+        let stable = o.stable.as_mut().unwrap();
+        stable.release_partition = partition;
+        stable.on_update = groups
+            .iter()
+            .map(
+                |(index, leader, ready_pods)| crate::batchrelease::observe::GroupOnRevision {
+                    index: *index,
+                    leader: *leader,
+                    ready_pods: *ready_pods,
+                },
+            )
+            .collect();
+        o
+    };
+    let state = |p: &BatchReleasePlan| {
+        let c = p.status.canary_status.clone().unwrap_or_default();
+        (
+            c.current_batch_state.unwrap_or_default(),
+            c.updated_replicas,
+            c.updated_ready_replicas,
+        )
+    };
+
+    // Batch 1 (1 of 4 groups): the partition is written first; nothing counts until it is.
+    let p = plan(&with(None, &[]), now());
+    assert_eq!(p.release_partition, Some(3));
+    assert!(p.apply_canary.is_none() && p.delete_canaries.is_empty());
+    assert_eq!(state(&p), (batch_state::UPGRADING.into(), 0, 0));
+    // Written, group 3 rolling: Verifying, and the message names it.
+    let p = plan(&with(Some(3), &[(3, true, 2)]), now());
+    assert_eq!(p.release_partition, None, "already written");
+    assert_eq!(state(&p), (batch_state::VERIFYING.into(), 1, 0));
+    let message = p.status.message.unwrap();
+    assert!(
+        message.contains("from ordinal 3 up") && message.contains("not ready: group 3"),
+        "{message}"
+    );
+    // Group 3 whole and ready on the new revision: Ready.
+    let p = plan(&with(Some(3), &[(3, true, 4)]), now());
+    assert_eq!(state(&p), (batch_state::READY.into(), 1, 1));
+
+    // Batch 2 (50%): the partition goes down to 2.
+    let mut o = with(Some(3), &[(3, true, 4)]);
+    o.br = partition_br(Some(1), None);
+    assert_eq!(plan(&o, now()).release_partition, Some(2));
+
+    // The template moved on mid-release: no partition written (the webhook froze it).
+    let mut o = with(Some(4), &[]);
+    o.stable.as_mut().unwrap().update_revision = "rev3".into();
+    let p = plan(&o, now());
+    assert_eq!(p.release_partition, None);
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("every group stays where it is")
+    );
+
+    // Finalising: WaitResume until every group has rolled; Immediate at once.
+    let mut o = with(Some(2), &[]);
+    o.br = partition_br(None, Some(FinalizingPolicy::WaitResume));
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    assert_eq!(
+        p.release_partition, None,
+        "the Rollout lifts it with the hold"
+    );
+    o.stable
+        .as_mut()
+        .unwrap()
+        .lws
+        .status
+        .as_mut()
+        .unwrap()
+        .updated_replicas = Some(4);
+    assert_eq!(
+        plan(&o, now()).status.phase.as_deref(),
+        Some(phase::COMPLETED)
+    );
+    o.br = partition_br(None, Some(FinalizingPolicy::Immediate));
+    o.stable
+        .as_mut()
+        .unwrap()
+        .lws
+        .status
+        .as_mut()
+        .unwrap()
+        .updated_replicas = Some(0);
+    assert_eq!(
+        plan(&o, now()).status.phase.as_deref(),
+        Some(phase::COMPLETED)
+    );
 }

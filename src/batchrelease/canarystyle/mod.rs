@@ -11,7 +11,7 @@ use kube::ResourceExt;
 
 use super::draft::{BatchReleasePlan, canary_names, hold_progress, note, release_plan_hash};
 use super::names::{batch_state, event, phase};
-use super::observe::{BatchReleaseObserved, CanaryLws, StableLws};
+use super::observe::{BatchReleaseObserved, CanaryLws, GroupReadiness, StableLws};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy};
 use crate::k8s::events::EventSpec;
 use crate::release::groups::desired_groups;
@@ -69,11 +69,41 @@ pub fn control(
     let desired = desired_groups(&batches[batch].canary_replicas, stable.replicas());
     grow(obs, stable, out, canary, &name, desired);
     let counts = canary.map(|c| crate::release::progress::CanaryCounts::of(&c.lws));
+    let p = progress(desired, counts.as_ref(), rp.failure_threshold.as_ref());
+    let waiting = match (p.state, canary) {
+        (batch_state::VERIFYING, Some(c)) => Some(not_ready_message(
+            batch + 1,
+            &format!("LeaderWorkerSet {name}"),
+            &c.not_ready_groups,
+            desired,
+            p.ready,
+        )),
+        _ => None,
+    };
+    record(obs, stable, out, stored, (batch, desired), p, waiting, now);
+}
+
+/// Writes a batch's progress `p` (batch `batch.0`, 0-based, of `batch.1` groups) into the
+/// status, with an Event when its state changes, one when the user's LWS was scaled, and
+/// `waiting` (why a Verifying batch is not ready) as the message. Shared by every style.
+#[allow(clippy::too_many_arguments)]
+pub fn record(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    (batch, desired): (usize, i32),
+    p: BatchProgress,
+    waiting: Option<String>,
+    now: Timestamp,
+) {
+    let br = &obs.br;
+    let rp = &br.spec.release_plan;
     let BatchProgress {
         state,
         updated,
         ready,
-    } = progress(desired, counts.as_ref(), rp.failure_threshold.as_ref());
+    } = p;
     let old = stored.canary_status.clone().unwrap_or_default();
     let batch_i32 = i32::try_from(batch).unwrap_or(0);
     let was_ready = old.current_batch == batch_i32
@@ -118,13 +148,7 @@ pub fn control(
             ),
         ));
     }
-    let msg = match (state, canary) {
-        (batch_state::VERIFYING, Some(c)) => {
-            Some(not_ready_message(batch + 1, &name, c, desired, ready))
-        }
-        _ => None,
-    };
-    match msg {
+    match waiting {
         Some(m) => note(out, stored, true, event::CANARY_NOT_READY, m),
         None => out.status.message = None,
     }
@@ -216,19 +240,23 @@ fn finalizing(
 /// not with every pod that starts. A group whose Kueue Workload is not admitted adds Kueue's
 /// reason: "…; canary group 1 waits for Kueue admission in queue gpu-team: couldn't assign
 /// flavors to pod set main: insufficient quota …" (docs/kueue.md).
-fn not_ready_message(batch: usize, name: &str, c: &CanaryLws, desired: i32, ready: i32) -> String {
-    let groups: Vec<String> = c
-        .not_ready_groups
+pub fn not_ready_message(
+    batch: usize,
+    what: &str,
+    not_ready: &[GroupReadiness],
+    desired: i32,
+    ready: i32,
+) -> String {
+    let groups: Vec<String> = not_ready
         .iter()
         .map(|g| format!("group {}", g.index))
         .collect();
-    let mut m =
-        format!("batch {batch} waits for LeaderWorkerSet {name}: {ready}/{desired} groups ready");
+    let mut m = format!("batch {batch} waits for {what}: {ready}/{desired} groups ready");
     if !groups.is_empty() {
         m.push_str("; not ready: ");
         m.push_str(&groups.join(", "));
     }
-    for g in &c.not_ready_groups {
+    for g in not_ready {
         if let Some(k) = &g.kueue {
             m.push_str(&format!(
                 "; canary group {} waits for Kueue admission in queue {}: {}",

@@ -526,7 +526,11 @@ fn a_release_partition_moves_only_the_groups_at_or_above_it() {
         // The first step of the roll: the StatefulSet on the new revision, its partition no
         // lower than the release's (the rolling update then walks it down to there).
         let (key, partition) = partition_of(&plan);
-        assert_eq!(key.as_deref(), Some(new_key.as_str()), "user {user}, release {release}");
+        assert_eq!(
+            key.as_deref(),
+            Some(new_key.as_str()),
+            "user {user}, release {release}"
+        );
         assert!(
             partition.unwrap_or(0) >= want.min(4),
             "user {user}, release {release}: partition {partition:?}"
@@ -546,9 +550,10 @@ fn a_release_partition_moves_only_the_groups_at_or_above_it() {
     let mut sts = objects::leader_statefulset(&world.lws, &new_key, 2, 4, 1);
     sts.metadata.uid = Some("leader-sts-uid".into());
     world.observed.leader_sts = Some(Arc::new(sts));
-    world.observed.pods.retain(|p| {
-        !p.name_any().starts_with("vllm-2") && !p.name_any().starts_with("vllm-3")
-    });
+    world
+        .observed
+        .pods
+        .retain(|p| !p.name_any().starts_with("vllm-2") && !p.name_any().starts_with("vllm-3"));
     world
         .observed
         .worker_sts

@@ -1,0 +1,168 @@
+//! The partition style (Kruise's `partitionstyle/`, `enableExtraWorkloadForCanary: false`):
+//! no second LWS. Each batch lets its groups move to the new template inside the user's LWS,
+//! highest ordinals first as the LWS rolls, by writing the release partition annotation
+//! (`replicas − groups of the batch`) that our LWS controller honours on top of the hold
+//! (`lws::plan::revisions`); the user's `rolloutStrategy` is never written. Progress is the
+//! groups whose leader runs the released revision (updated) and whose every pod does and is
+//! ready (ready), read off the pods. Finalising: WaitResume waits for the user's LWS to have
+//! rolled every group (the Rollout removes the annotation with the hold, and the LWS rolls the
+//! rest by its own strategy); Immediate ends at once (rollback, disable, delete: the Rollout
+//! lifts the annotation after moving traffic, and the moved groups roll back by the LWS's own
+//! strategy).
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::canarystyle::{not_ready_message, record};
+use super::draft::{BatchReleasePlan, canary_names, note};
+use super::names::{batch_state, event, phase};
+use super::observe::{BatchReleaseObserved, GroupReadiness, StableLws};
+use crate::api::batchrelease::{BatchReleaseStatus, FinalizingPolicy};
+use crate::k8s::events::EventSpec;
+use crate::release::groups::desired_groups;
+use crate::release::progress::{CanaryCounts, progress};
+
+/// Plans the release of `released` for the stable LWS `stable` (see the module).
+pub fn control(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    released: &str,
+    now: Timestamp,
+) {
+    let rp = &obs.br.spec.release_plan;
+    // No second LWS in this style: one left from an earlier style of the same release goes.
+    out.delete_canaries = canary_names(&obs.canaries);
+    if rp.batch_partition.is_none() {
+        finalizing(obs, stable, out, stored, released);
+        return;
+    }
+    out.status.phase = Some(phase::PROGRESSING.into());
+    if stable.update_revision != released {
+        // The LWS webhook froze every group where it is (partition = replicas) in the same
+        // admission as the template change; the Rollout moves traffic and restarts.
+        let msg = format!(
+            "the workload's template changed during the release (now revision {}, releasing {}); \
+             every group stays where it is until the Rollout restarts or rolls back the release",
+            stable.update_revision, released
+        );
+        note(out, stored, false, event::PROGRESSING, msg);
+        return;
+    }
+    let batches = rp.batches.clone().unwrap_or_default();
+    let Some(last) = batches.len().checked_sub(1) else {
+        note(
+            out,
+            stored,
+            true,
+            event::UNSUPPORTED,
+            "releasePlan has no batches".into(),
+        );
+        return;
+    };
+    let batch = usize::try_from(rp.batch_partition.unwrap_or(0))
+        .unwrap_or(0)
+        .min(last);
+    let replicas = stable.replicas();
+    let desired = desired_groups(&batches[batch].canary_replicas, replicas);
+    let partition = (replicas - desired).max(0);
+    if stable.release_partition != Some(partition) {
+        out.release_partition = Some(partition);
+    }
+    let size = stable.lws.spec.leader_worker_template.size.unwrap_or(1);
+    let counts = counts(stable, partition, size);
+    let p = progress(desired, Some(&counts), rp.failure_threshold.as_ref());
+    let waiting = (p.state == batch_state::VERIFYING).then(|| {
+        let not_ready = not_ready_groups(stable, partition, size);
+        not_ready_message(
+            batch + 1,
+            &format!(
+                "the groups of LeaderWorkerSet {} from ordinal {partition} up to move in place",
+                stable.lws.metadata.name.as_deref().unwrap_or_default()
+            ),
+            &not_ready,
+            desired,
+            p.ready,
+        )
+    });
+    record(obs, stable, out, stored, (batch, desired), p, waiting, now);
+}
+
+/// The batch's counts as a canary LWS would give them: the groups the release partition lets
+/// move (`spec_replicas`, only once the annotation says `partition`), the groups on the
+/// released revision (their leader runs it) and those whole and ready on it.
+fn counts(stable: &StableLws, partition: i32, size: i32) -> CanaryCounts {
+    let generation = stable.lws.metadata.generation.unwrap_or_default();
+    let observed = stable
+        .lws
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_generation);
+    let allowed = match stable.release_partition {
+        Some(p) if p == partition => stable.replicas() - partition,
+        _ => 0,
+    };
+    CanaryCounts {
+        spec_replicas: allowed,
+        generation,
+        observed_generation: observed,
+        replicas: stable.on_update.iter().filter(|g| g.leader).count() as i32,
+        ready: stable
+            .on_update
+            .iter()
+            .filter(|g| g.leader && g.ready_pods >= size)
+            .count() as i32,
+    }
+}
+
+/// The groups the batch moves (ordinal ≥ `partition`) that are not whole and ready on the
+/// released revision.
+fn not_ready_groups(stable: &StableLws, partition: i32, size: i32) -> Vec<GroupReadiness> {
+    stable
+        .on_update
+        .iter()
+        .filter(|g| g.index >= partition && !(g.leader && g.ready_pods >= size))
+        .map(|g| GroupReadiness {
+            index: g.index,
+            ready_pods: g.ready_pods,
+            pods: size,
+            kueue: None,
+        })
+        .collect()
+}
+
+/// `batchPartition` is null: WaitResume is done once the user's LWS has rolled every group to
+/// the released revision; Immediate at once (the Rollout lifts the release partition).
+fn finalizing(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    released: &str,
+) {
+    let policy = obs
+        .br
+        .spec
+        .release_plan
+        .finalizing_policy
+        .unwrap_or_default();
+    let done = match policy {
+        FinalizingPolicy::Immediate => true,
+        FinalizingPolicy::WaitResume => stable.rolled_to(released),
+    };
+    out.status.phase = Some(
+        if done {
+            phase::COMPLETED
+        } else {
+            phase::FINALIZING
+        }
+        .into(),
+    );
+    if done && stored.phase.as_deref() != Some(phase::COMPLETED) {
+        out.events
+            .push(EventSpec::normal(event::COMPLETED, "release finalized"));
+    }
+    out.status.message = (!done).then(|| {
+        "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
+    });
+}
