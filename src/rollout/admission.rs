@@ -13,8 +13,8 @@
 //! - at most one `trafficRoutings` entry, with a Service, one of ingress / gateway /
 //!   customNetworkRefs, an Ingress name or an HTTPRoute name, a grace period ≥ 0.
 //!
-//! Ours (not honoured here; each message says what is): partition style (not yet built), the
-//! canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
+//! Ours (not honoured here; each message says what is): partition style with trafficRoutings
+//! or patchPodTemplateMetadata (not built yet), the canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
 //! `blueGreen`, an ingress `classType` other than nginx, `customNetworkRefs`, `trafficRoutingRef`,
 //! `disableGenerateCanaryService`, a step that moves traffic without `trafficRoutings`, and on
 //! the nginx canary Ingress anything it cannot express (path and query-parameter matches, more
@@ -217,12 +217,7 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     out.extend(routing_problems(base, routings));
     match style {
         Style::BlueGreen => out.extend(canary_only_fields(s)),
-        Style::Partition => out.push(refusal(
-            format!("{base}.enableExtraWorkloadForCanary"),
-            "partition-style canary releases (enableExtraWorkloadForCanary: false, Kruise's \
-             default) of a LeaderWorkerSet are not supported yet; set \
-             enableExtraWorkloadForCanary: true (a canary LeaderWorkerSet beside the stable one)",
-        )),
+        Style::Partition => out.extend(partition_problems(s)),
         Style::Canary => {}
     }
     let (routing_ref, no_canary_service) = match (&s.canary, &s.blue_green) {
@@ -262,6 +257,35 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
         if nginx {
             out.extend(nginx_step_problems(&path, step));
         }
+    }
+    out
+}
+
+/// What partition style (`enableExtraWorkloadForCanary: false`, Kruise's default) does not
+/// honour yet, refused by name: both sides are the one LWS, so traffic can only be told apart
+/// by the template revision (not built yet: the Services select by LWS name), and the moved
+/// groups' pod templates are the user's own.
+fn partition_problems(s: &RolloutStrategy) -> Vec<Refusal> {
+    let Some(c) = s.canary.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if c.traffic_routings.as_ref().is_some_and(|r| !r.is_empty()) {
+        out.push(refusal(
+            "spec.strategy.canary.trafficRoutings",
+            "partition-style releases (enableExtraWorkloadForCanary: false) with trafficRoutings \
+             are not supported yet: requests reach the moved groups through your own Service, in \
+             proportion to the groups; remove trafficRoutings, or set \
+             enableExtraWorkloadForCanary: true for a canary LeaderWorkerSet with traffic routing",
+        ));
+    }
+    if c.patch_pod_template_metadata.is_some() {
+        out.push(refusal(
+            "spec.strategy.canary.patchPodTemplateMetadata",
+            "not supported with partition style (enableExtraWorkloadForCanary: false) yet: the \
+             moved groups run your LeaderWorkerSet's own template; remove it, or set \
+             enableExtraWorkloadForCanary: true",
+        ));
     }
     out
 }
@@ -778,10 +802,26 @@ mod tests {
             ),
             (
                 "partition style",
+                json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false,
+                    "trafficRoutings": null, "steps": [{"replicas": 1}]}}}}),
+                None,
+            ),
+            (
+                "partition style with traffic routing",
                 json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false}}}}),
                 Some((
-                    "spec.strategy.canary.enableExtraWorkloadForCanary",
-                    "set enableExtraWorkloadForCanary: true",
+                    "spec.strategy.canary.trafficRoutings",
+                    "with trafficRoutings are not supported yet",
+                )),
+            ),
+            (
+                "partition style with patchPodTemplateMetadata",
+                json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false,
+                    "trafficRoutings": null, "steps": [{"replicas": 1}],
+                    "patchPodTemplateMetadata": {"labels": {"a": "b"}}}}}}),
+                Some((
+                    "spec.strategy.canary.patchPodTemplateMetadata",
+                    "not supported with partition style",
                 )),
             ),
             (

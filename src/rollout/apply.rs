@@ -147,19 +147,29 @@ pub async fn apply(
             .await
             .map_err(Error::Traffic)?;
     }
-    if plan.hold == HoldAction::Release
-        && let Some(workload) = &obs.workload
-        && workload.hold.is_some()
-    {
-        // Only a write with this field manager lifts the hold (the LWS webhook restores it
-        // for anyone else).
-        Applier::new(applier.client().clone(), RELEASE_FIELD_MANAGER)
-            .merge_patch::<LeaderWorkerSet>(
-                &ns,
-                &workload.name,
-                &json!({"metadata": {"annotations": {labels::HELD_REVISION: null}}}),
-            )
-            .await?;
+    if let Some(workload) = &obs.workload {
+        // Only a write with this field manager lifts the hold or the release partition (the
+        // LWS webhook restores them for anyone else).
+        let annotations = match plan.hold {
+            HoldAction::Release
+                if workload.hold.is_some() || workload.release_partition.is_some() =>
+            {
+                Some(json!({labels::HELD_REVISION: null, labels::RELEASE_PARTITION: null}))
+            }
+            HoldAction::ReturnMoved if workload.release_partition.is_some() => {
+                Some(json!({labels::RELEASE_PARTITION: null}))
+            }
+            _ => None,
+        };
+        if let Some(annotations) = annotations {
+            Applier::new(applier.client().clone(), RELEASE_FIELD_MANAGER)
+                .merge_patch::<LeaderWorkerSet>(
+                    &ns,
+                    &workload.name,
+                    &json!({"metadata": {"annotations": annotations}}),
+                )
+                .await?;
+        }
     }
     // Events and the status write go out together: the Events (one per state passed, several
     // when a reconcile runs a whole step) are no reason to hold back the write a watcher waits

@@ -48,6 +48,8 @@ pub struct StableWorkload {
     pub updated_replicas: i32,
     /// Value of the hold annotation `rollouts.kruise.io/stable-revision`, if set.
     pub hold: Option<String>,
+    /// The release partition annotation of a partition-style release, if set.
+    pub release_partition: Option<i32>,
     /// `rollouts.kruise.io/rollout-id`, from the label or else the annotation.
     pub rollout_id: Option<String>,
 }
@@ -225,6 +227,7 @@ fn stable_workload(
         ready_replicas: status.ready_replicas.unwrap_or(0),
         updated_replicas: status.updated_replicas.unwrap_or(0),
         hold,
+        release_partition: crate::lws::plan::revisions::release_partition(lws),
         rollout_id: lws
             .labels()
             .get(crate::rollout::names::ROLLOUT_ID)

@@ -50,7 +50,18 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                 if d.obs.batch_release.is_some() {
                     d.plan.batch_release = BatchReleaseAction::Delete;
                 }
-                d.obs.batch_release.is_none()
+                // Partition style rolled back by its deadline: the template still is the new
+                // one, so only the hold can take the moved groups back — lift the release
+                // partition and keep the hold.
+                let moved = why == Reason::Deadline
+                    && d.obs
+                        .workload
+                        .as_ref()
+                        .is_some_and(|w| w.release_partition.is_some());
+                if moved {
+                    d.plan.hold = HoldAction::ReturnMoved;
+                }
+                d.obs.batch_release.is_none() && !moved
             }
             // A value this version does not know (hand-edited): start the order again, as
             // Kruise does, and say so.

@@ -21,6 +21,7 @@ pub mod deadline;
 pub mod events;
 pub mod finalise;
 pub mod hash;
+pub mod partition;
 pub mod phase;
 pub mod reason;
 pub mod routing;
@@ -85,8 +86,12 @@ pub enum HoldAction {
     /// Leave it.
     #[default]
     Keep,
-    /// Remove it: the stable LWS rolls to its template by its own rolloutStrategy.
+    /// Remove it (and a partition-style release partition): the stable LWS rolls to its
+    /// template by its own rolloutStrategy.
     Release,
+    /// Partition style, rolled back after a missed deadline: remove only the release
+    /// partition, so the groups moved in place go back to the held revision.
+    ReturnMoved,
 }
 
 /// What to do with the Rollout's finalizer.

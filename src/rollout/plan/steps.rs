@@ -11,6 +11,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
+use crate::api::batchrelease::RollingStyle;
 use crate::api::rollout::{CanaryStep, StepState};
 use crate::release::{
     groups::desired_groups,
@@ -142,8 +143,36 @@ pub fn batch_progress(d: &Draft<'_>, br: &BatchReleaseSummary) -> Option<(i32, B
         return None;
     }
     let desired = desired_groups(&batches[batch].canary_replicas, stable_replicas(d));
+    let batch = i32::try_from(batch).unwrap_or(0);
+    if !plan.enable_extra_workload_for_canary
+        && matches!(plan.rolling_style, None | Some(RollingStyle::Partition))
+    {
+        return Some((batch, moved_in_place(br, batch)));
+    }
     let p = progress(desired, br.canary.as_ref(), plan.failure_threshold.as_ref());
-    Some((i32::try_from(batch).unwrap_or(0), p))
+    Some((batch, p))
+}
+
+/// Partition style has no canary LWS to read: the batch's progress is the BatchRelease's own
+/// (read off the moved groups' pods), once its status describes the current spec and batch.
+fn moved_in_place(br: &BatchReleaseSummary, batch: i32) -> BatchProgress {
+    let brs = br.status.canary_status.clone().unwrap_or_default();
+    let current =
+        br.status.observed_generation == Some(br.generation) && brs.current_batch == batch;
+    let state = match brs.current_batch_state.as_deref() {
+        Some(batch_state::READY) if current => batch_state::READY,
+        Some(batch_state::VERIFYING) if current => batch_state::VERIFYING,
+        _ => batch_state::UPGRADING,
+    };
+    BatchProgress {
+        state,
+        updated: if current { brs.updated_replicas } else { 0 },
+        ready: if current {
+            brs.updated_ready_replicas
+        } else {
+            0
+        },
+    }
 }
 
 /// Copies the batch's progress into the canary status (Kruise's `syncBatchRelease`): read off

@@ -2,14 +2,14 @@
 //! BatchRelease it asks for, the orders it finishes in, which steps route traffic, whether the
 //! last step pauses, and the status field the release is written to. The step machine
 //! (`steps`), the phases (`phase`), traffic (`routing`) and finalising (`finalise`) are shared
-//! and ask the style through [`Style`]; a new style is a module beside [`super::canary`] and
-//! [`super::bluegreen`] and an arm here.
+//! and ask the style through [`Style`]; a new style is a module beside [`super::canary`],
+//! [`super::bluegreen`] and [`super::partition`] and an arm here.
 
 use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
 use crate::api::rollout::{CanaryStep, FinalisingStep, Rollout};
 
 use super::reason::Reason;
-use super::{Draft, bluegreen, canary};
+use super::{Draft, bluegreen, canary, partition};
 
 /// A release style this controller runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,6 +19,8 @@ pub enum Style {
     /// A second LWS grown beside the user's one, traffic switched over, the user's LWS rolled
     /// while the second serves everything ([`bluegreen`]).
     BlueGreen,
+    /// The user's groups moved to the new template in place, step by step ([`partition`]).
+    Partition,
 }
 
 /// The style `rollout` asks for, or why this controller does not run it (the message of the
@@ -27,11 +29,7 @@ pub fn of(rollout: &Rollout) -> Result<Style, String> {
     match RollingStyle::of(&rollout.spec.strategy) {
         Some(RollingStyle::Canary) => Ok(Style::Canary),
         Some(RollingStyle::BlueGreen) => Ok(Style::BlueGreen),
-        Some(RollingStyle::Partition) => Err(
-            "partition-style canary releases (enableExtraWorkloadForCanary: false) of a \
-             LeaderWorkerSet are not supported yet; set enableExtraWorkloadForCanary: true"
-                .into(),
-        ),
+        Some(RollingStyle::Partition) => Ok(Style::Partition),
         None => Err("strategy has no canary".into()),
     }
 }
@@ -55,6 +53,7 @@ impl Style {
         match self {
             Style::Canary => canary::batch_release(d, partition, policy),
             Style::BlueGreen => bluegreen::batch_release(d, partition, policy),
+            Style::Partition => partition::batch_release(d, partition, policy),
         }
     }
 
@@ -63,6 +62,7 @@ impl Style {
         match self {
             Style::Canary => canary::finalising_order(reason),
             Style::BlueGreen => bluegreen::finalising_order(reason),
+            Style::Partition => canary::finalising_order(reason),
         }
     }
 
@@ -72,7 +72,7 @@ impl Style {
     /// it sends 0% to the new side, which must get nothing before the switch.
     pub fn routes(self, step: &CanaryStep) -> bool {
         match self {
-            Style::Canary => has_traffic(step),
+            Style::Canary | Style::Partition => has_traffic(step),
             Style::BlueGreen => true,
         }
     }
@@ -80,13 +80,13 @@ impl Style {
     /// Whether a last step of `replicas: "100%"` skips its pause (Kruise: canary only; a
     /// blue-green release always waits at its last step, the moment before the switch).
     pub fn skips_last_full_pause(self) -> bool {
-        self == Style::Canary
+        self != Style::BlueGreen
     }
 
     /// Where the release's progress is written: `canaryStatus` or `blueGreenStatus`.
     pub fn status_field(self) -> StatusField {
         match self {
-            Style::Canary => StatusField::Canary,
+            Style::Canary | Style::Partition => StatusField::Canary,
             Style::BlueGreen => StatusField::BlueGreen,
         }
     }
@@ -130,10 +130,7 @@ mod tests {
                 json!({"canary": {"enableExtraWorkloadForCanary": true, "steps": steps}}),
                 Ok(Style::Canary),
             ),
-            (
-                json!({"canary": {"steps": steps}}),
-                Err("partition-style canary releases"),
-            ),
+            (json!({"canary": {"steps": steps}}), Ok(Style::Partition)),
             (json!({"blueGreen": {"steps": steps}}), Ok(Style::BlueGreen)),
             (json!({}), Err("strategy has no canary")),
         ];

@@ -569,19 +569,10 @@ fn refused_rollouts_say_why_and_keep_a_canary_status() {
     type Case = (&'static str, fn(&mut World), &'static str, &'static str);
     let cases: [Case; 2] = [
         (
-            "partition",
-            |w| {
-                w.obs
-                    .rollout
-                    .spec
-                    .strategy
-                    .canary
-                    .as_mut()
-                    .unwrap()
-                    .enable_extra_workload_for_canary = false
-            },
+            "no strategy (admission refuses it; one stored before)",
+            |w| w.obs.rollout.spec.strategy.canary = None,
             reason::UNSUPPORTED_STRATEGY,
-            "partition-style canary releases",
+            "strategy has no canary",
         ),
         (
             "second rollout",

@@ -94,6 +94,7 @@ pub fn stable() -> StableWorkload {
         ready_replicas: 4,
         updated_replicas: 4,
         hold: None,
+        release_partition: None,
         rollout_id: None,
     }
 }
