@@ -13,8 +13,8 @@
 //! - at most one `trafficRoutings` entry, with a Service, one of ingress / gateway /
 //!   customNetworkRefs, an Ingress name or an HTTPRoute name, a grace period ≥ 0.
 //!
-//! Ours (not honoured here; each message says what is): partition style with trafficRoutings
-//! or patchPodTemplateMetadata (not built yet), the canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
+//! Ours (not honoured here; each message says what is): partition style with
+//! patchPodTemplateMetadata (not built yet), the canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
 //! `blueGreen`, an ingress `classType` other than nginx, `customNetworkRefs`, `trafficRoutingRef`,
 //! `disableGenerateCanaryService`, a step that moves traffic without `trafficRoutings`, and on
 //! the nginx canary Ingress anything it cannot express (path and query-parameter matches, more
@@ -262,23 +262,13 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
 }
 
 /// What partition style (`enableExtraWorkloadForCanary: false`, Kruise's default) does not
-/// honour yet, refused by name: both sides are the one LWS, so traffic can only be told apart
-/// by the template revision (not built yet: the Services select by LWS name), and the moved
-/// groups' pod templates are the user's own.
+/// honour yet, refused by name: the moved groups run the user's own template, so there is no
+/// second pod template to patch.
 fn partition_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     let Some(c) = s.canary.as_ref() else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    if c.traffic_routings.as_ref().is_some_and(|r| !r.is_empty()) {
-        out.push(refusal(
-            "spec.strategy.canary.trafficRoutings",
-            "partition-style releases (enableExtraWorkloadForCanary: false) with trafficRoutings \
-             are not supported yet: requests reach the moved groups through your own Service, in \
-             proportion to the groups; remove trafficRoutings, or set \
-             enableExtraWorkloadForCanary: true for a canary LeaderWorkerSet with traffic routing",
-        ));
-    }
     if c.patch_pod_template_metadata.is_some() {
         out.push(refusal(
             "spec.strategy.canary.patchPodTemplateMetadata",
@@ -809,10 +799,7 @@ mod tests {
             (
                 "partition style with traffic routing",
                 json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false}}}}),
-                Some((
-                    "spec.strategy.canary.trafficRoutings",
-                    "with trafficRoutings are not supported yet",
-                )),
+                None,
             ),
             (
                 "partition style with patchPodTemplateMetadata",

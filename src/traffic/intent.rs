@@ -17,22 +17,71 @@ pub enum TrafficIntent {
     /// Service stays pinned to the stable LWS's leaders (the canary LWS may still exist, and its
     /// leaders carry the same labels) and the canary Service stays until the step that removes it.
     ToStable {
-        /// Name of the stable LWS (stable Service pin).
-        stable_lws: String,
+        /// The stable side's leaders (stable Service pin).
+        stable_lws: Leaders,
     },
     /// A release is under way: the stable Service is pinned to the leaders of `stable_lws` and
     /// the canary Service `<service>-canary` selects the canary LWS's leaders. `route` says
     /// what the HTTPRoute / canary Ingress sends to the canary.
     Release {
-        /// Name of the LWS the stable Service serves (its pin:
-        /// `leaderworkerset.sigs.k8s.io/name`): the user's LWS, or the second LWS once a
-        /// blue-green release switched over, so clients of the Service reach the new side too.
-        stable_lws: String,
-        /// Name of the canary LWS (canary Service selector).
-        canary_lws: String,
+        /// The leaders the stable Service serves (its pin: `leaderworkerset.sigs.k8s.io/name`,
+        /// and the template revision in partition style): the user's LWS, or the second LWS
+        /// once a blue-green release switched over, so clients of the Service reach the new
+        /// side too.
+        stable_lws: Leaders,
+        /// The canary side's leaders (canary Service selector).
+        canary_lws: Leaders,
         /// What the route sends to the canary.
         route: CanaryRoute,
     },
+}
+
+/// The leader pods one side of a release is: those of an LWS, and in partition style (both
+/// sides are the user's one LWS) only those on one template revision
+/// (`leaderworkerset.sigs.k8s.io/template-revision-hash`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Leaders {
+    /// The LWS's name.
+    pub lws: String,
+    /// The template revision, when the side is told apart by it.
+    pub revision: Option<String>,
+}
+
+impl Leaders {
+    /// The leaders of `lws` on `revision` only.
+    pub fn at(lws: impl Into<String>, revision: impl Into<String>) -> Self {
+        Self {
+            lws: lws.into(),
+            revision: Some(revision.into()),
+        }
+    }
+}
+
+impl From<&str> for Leaders {
+    fn from(lws: &str) -> Self {
+        lws.to_string().into()
+    }
+}
+
+impl From<String> for Leaders {
+    fn from(lws: String) -> Self {
+        Self {
+            lws,
+            revision: None,
+        }
+    }
+}
+
+impl PartialEq<str> for Leaders {
+    fn eq(&self, lws: &str) -> bool {
+        self.revision.is_none() && self.lws == lws
+    }
+}
+
+impl PartialEq<&str> for Leaders {
+    fn eq(&self, lws: &&str) -> bool {
+        self == *lws
+    }
 }
 
 /// What the HTTPRoute or the canary Ingress sends to the canary side.

@@ -19,6 +19,8 @@ pub const CANARY_OF: &str = "lws-rollout.x-k8s.io/canary-of";
 
 /// The leader-pod label keys a pinned selector may add (re-exported for docs and tests).
 pub const LWS_NAME: &str = labels::NAME;
+/// The template revision of a pod: a partition-style release tells its two sides apart by it.
+pub const REVISION: &str = labels::REVISION;
 /// `"0"` on leader pods: the worker index every Service we touch restricts to.
 pub const WORKER_INDEX: &str = labels::WORKER_INDEX;
 

@@ -12,7 +12,7 @@
 
 use super::{
     gateway, ingress,
-    intent::{CanaryRoute, TrafficIntent},
+    intent::{CanaryRoute, Leaders, TrafficIntent},
     names,
     observe::{OwnerInfo, TrafficObserved},
     service,
@@ -88,8 +88,8 @@ struct Ctx<'a> {
 impl Ctx<'_> {
     fn release(
         &self,
-        stable_lws: &str,
-        canary_lws: &str,
+        stable_lws: &Leaders,
+        canary_lws: &Leaders,
         route: &CanaryRoute,
         out: &mut TrafficPlan,
     ) {
@@ -180,7 +180,7 @@ impl Ctx<'_> {
 
     /// Everything to stable: the stable Service stays pinned, the route goes back to the user's
     /// rules and the canary Ingress goes; the canary Service is left as it is.
-    fn to_stable(&self, stable_lws: &str, out: &mut TrafficPlan) {
+    fn to_stable(&self, stable_lws: &Leaders, out: &mut TrafficPlan) {
         let observed = self.observed;
         if let Some(r) = observed.http_route.as_ref()
             && let Ok(desired) = gateway::desired(r, &self.routing.service, &self.canary_name, None)

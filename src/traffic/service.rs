@@ -15,6 +15,7 @@
 //! annotation in the same patch, so the restore is exact even after a crash.
 
 use super::{
+    intent::Leaders,
     json, names,
     observe::OwnerInfo,
     write::{Kind, Owned, Problem, Target, Write},
@@ -35,17 +36,20 @@ pub fn user_selector(stable: &Service) -> Option<Selector> {
     })
 }
 
-/// `selector` restricted to the leaders of LWS `lws`.
-pub fn leader_selector(selector: &Selector, lws: &str) -> Selector {
+/// `selector` restricted to `leaders`.
+pub fn leader_selector(selector: &Selector, leaders: &Leaders) -> Selector {
     let mut out = selector.clone();
-    out.insert(names::LWS_NAME.into(), lws.into());
+    out.insert(names::LWS_NAME.into(), leaders.lws.clone());
+    if let Some(revision) = &leaders.revision {
+        out.insert(names::REVISION.into(), revision.clone());
+    }
     out.entry(names::WORKER_INDEX.into())
         .or_insert_with(|| "0".into());
     out
 }
 
-/// The patch pinning the stable Service to the leaders of `stable_lws`, or `None` when it is.
-pub fn pin(stable: &Service, stable_lws: &str) -> Result<Option<Write>, Problem> {
+/// The patch pinning the stable Service to `stable_lws`, or `None` when it is.
+pub fn pin(stable: &Service, stable_lws: &Leaders) -> Result<Option<Write>, Problem> {
     let name = stable.metadata.name.clone().unwrap_or_default();
     let original = user_selector(stable).ok_or_else(|| Problem::NoSelector(name.clone()))?;
     let pinned = leader_selector(&original, stable_lws);
@@ -72,7 +76,11 @@ pub fn unpin(stable: &Service) -> Option<Write> {
 /// by the Rollout. It is only ever a backend of the route or the canary Ingress, so it is a
 /// `ClusterIP` Service: no node ports, no second cloud load balancer, nothing the stable
 /// Service's cluster must allocate twice.
-pub fn canary(stable: &Service, canary_lws: &str, owner: &OwnerInfo) -> Result<Service, Problem> {
+pub fn canary(
+    stable: &Service,
+    canary_lws: &Leaders,
+    owner: &OwnerInfo,
+) -> Result<Service, Problem> {
     let stable_name = stable.metadata.name.clone().unwrap_or_default();
     let name = names::canary_service(&stable_name);
     if name.len() > names::MAX_SERVICE_NAME {
@@ -143,7 +151,7 @@ pub fn apply_canary(observed: Option<&Service>, desired: Service) -> Option<Writ
 
 /// Whether `current` is `original` plus (only) our leader keys.
 fn is_pin_of(current: &Selector, original: &Selector) -> bool {
-    let ours = |k: &str| k == names::LWS_NAME || k == names::WORKER_INDEX;
+    let ours = |k: &str| k == names::LWS_NAME || k == names::WORKER_INDEX || k == names::REVISION;
     current.contains_key(names::LWS_NAME)
         && original
             .iter()
@@ -221,7 +229,7 @@ mod tests {
             stable_service: Some(svc.clone()),
             ..Default::default()
         };
-        execute(&mut obs, &[pin(svc, "vllm").unwrap().unwrap()]);
+        execute(&mut obs, &[pin(svc, &"vllm".into()).unwrap().unwrap()]);
         obs.stable_service.unwrap()
     }
 
@@ -229,7 +237,7 @@ mod tests {
     fn pin_adds_lws_name_and_leader_index_and_records_the_user_selector_in_one_guarded_patch() {
         let svc = service(json!({"app": "vllm"}));
         assert_eq!(
-            patch_json(pin(&svc, "vllm").unwrap()),
+            patch_json(pin(&svc, &"vllm".into()).unwrap()),
             json!([
                 {"op": "test", "path": "/metadata/resourceVersion", "value": "10"},
                 {"op": "add", "path": "/metadata/annotations/lws-rollout.x-k8s.io~1original-selector",
@@ -237,6 +245,46 @@ mod tests {
                 {"op": "add", "path": "/spec/selector/leaderworkerset.sigs.k8s.io~1name", "value": "vllm"},
                 {"op": "add", "path": "/spec/selector/leaderworkerset.sigs.k8s.io~1worker-index", "value": "0"}
             ])
+        );
+    }
+
+    /// Partition style: both sides are one LWS, told apart by the template revision; the pin
+    /// moves between "one revision" and "every revision" and the restore is still exact.
+    #[test]
+    fn a_revision_pin_narrows_to_one_template_and_unpins_exactly() {
+        let svc = service(json!({"app": "vllm"}));
+        let selector = |s: &Service| s.spec.as_ref().unwrap().selector.clone().unwrap();
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            stable_service: Some(svc.clone()),
+            ..Default::default()
+        };
+        execute(
+            &mut obs,
+            &[pin(&svc, &Leaders::at("vllm", "rev1")).unwrap().unwrap()],
+        );
+        let at_rev1 = obs.stable_service.clone().unwrap();
+        assert_eq!(
+            selector(&at_rev1).get(names::REVISION).map(String::as_str),
+            Some("rev1")
+        );
+        // Every revision (a partition-style release succeeding): the revision key goes, the
+        // recorded user selector stays the record.
+        execute(&mut obs, &[pin(&at_rev1, &"vllm".into()).unwrap().unwrap()]);
+        let any = obs.stable_service.clone().unwrap();
+        assert!(!selector(&any).contains_key(names::REVISION));
+        assert_eq!(
+            selector(&any).get(names::LWS_NAME).map(String::as_str),
+            Some("vllm")
+        );
+        execute(&mut obs, &[unpin(&any).unwrap()]);
+        assert_eq!(
+            selector(obs.stable_service.as_ref().unwrap()),
+            BTreeMap::from([("app".to_string(), "vllm".to_string())])
+        );
+        let canary = canary(&svc, &Leaders::at("vllm", "rev2"), &owner()).unwrap();
+        assert_eq!(
+            selector(&canary).get(names::REVISION).map(String::as_str),
+            Some("rev2")
         );
     }
 
@@ -253,14 +301,14 @@ mod tests {
             ])
         );
         assert_eq!(
-            pin(&after, "vllm").unwrap(),
+            pin(&after, &"vllm".into()).unwrap(),
             None,
             "second pin writes nothing"
         );
         // A selector that already is the pin needs neither a write nor a record.
         let already =
             service(json!({"app": "vllm", names::LWS_NAME: "vllm", names::WORKER_INDEX: "0"}));
-        assert_eq!(pin(&already, "vllm").unwrap(), None);
+        assert_eq!(pin(&already, &"vllm".into()).unwrap(), None);
         assert_eq!(unpin(&already), None);
     }
 
@@ -290,7 +338,7 @@ mod tests {
         synced.spec.as_mut().unwrap().selector =
             Some(BTreeMap::from([("app".into(), "vllm-v2".into())]));
         assert_eq!(user_selector(&synced).unwrap()["app"], "vllm-v2");
-        let repin = patch_json(pin(&synced, "vllm").unwrap());
+        let repin = patch_json(pin(&synced, &"vllm".into()).unwrap());
         assert!(
             repin.to_string().contains(r#"{\"app\":\"vllm-v2\"}"#),
             "{repin}"
@@ -314,10 +362,13 @@ mod tests {
     #[test]
     fn a_service_without_selector_cannot_be_pinned() {
         let mut svc = service(json!({}));
-        assert_eq!(pin(&svc, "vllm"), Err(Problem::NoSelector("svc".into())));
+        assert_eq!(
+            pin(&svc, &"vllm".into()),
+            Err(Problem::NoSelector("svc".into()))
+        );
         svc.spec.as_mut().unwrap().selector = None;
         assert_eq!(
-            canary(&svc, "c", &owner()).unwrap_err(),
+            canary(&svc, &"c".into(), &owner()).unwrap_err(),
             Problem::NoSelector("svc".into())
         );
     }
@@ -326,7 +377,7 @@ mod tests {
     fn canary_is_a_cluster_ip_copy_selecting_canary_leaders_owned_by_the_rollout() {
         // Copied from a pinned Service: the record must not leak into the copy.
         let stable = pinned(&load_balancer_service());
-        let c = json_of(&canary(&stable, "vllm-canary-abc", &owner()).unwrap());
+        let c = json_of(&canary(&stable, &"vllm-canary-abc".into(), &owner()).unwrap());
         assert_eq!(
             c,
             json!({
@@ -354,7 +405,7 @@ mod tests {
         let spec = svc.spec.as_mut().unwrap();
         spec.cluster_ip = Some("None".into());
         spec.cluster_ips = Some(vec!["None".into()]);
-        let c = canary(&svc, "c", &owner()).unwrap().spec.unwrap();
+        let c = canary(&svc, &"c".into(), &owner()).unwrap().spec.unwrap();
         assert_eq!(c.cluster_ip.as_deref(), Some("None"));
         assert_eq!(c.cluster_ips, Some(vec!["None".to_string()]));
     }
@@ -364,7 +415,7 @@ mod tests {
         let mut svc = service(json!({"app": "vllm"}));
         svc.metadata.name = Some("s".repeat(60));
         assert!(matches!(
-            canary(&svc, "c", &owner()),
+            canary(&svc, &"c".into(), &owner()),
             Err(Problem::TooLarge { target, .. }) if target.name.len() == 67
         ));
     }
@@ -372,14 +423,14 @@ mod tests {
     #[test]
     fn applied_canary_with_server_fields_is_in_place_and_a_new_canary_lws_is_not() {
         let stable = service(json!({"app": "vllm"}));
-        let desired = canary(&stable, "vllm-canary-abc", &owner()).unwrap();
+        let desired = canary(&stable, &"vllm-canary-abc".into(), &owner()).unwrap();
         assert!(apply_canary(None, desired.clone()).is_some());
         let mut obs = crate::traffic::observe::TrafficObserved::default();
         execute(&mut obs, &[apply_canary(None, desired.clone()).unwrap()]);
         let stored = obs.canary_service.unwrap();
         assert!(stored.spec.as_ref().unwrap().cluster_ip.is_some());
         assert_eq!(apply_canary(Some(&stored), desired), None);
-        let other = canary(&stable, "vllm-canary-def", &owner()).unwrap();
+        let other = canary(&stable, &"vllm-canary-def".into(), &owner()).unwrap();
         assert!(apply_canary(Some(&stored), other).is_some());
     }
 }

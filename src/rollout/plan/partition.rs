@@ -2,23 +2,44 @@
 //! default): no second LWS. Each step's groups move to the new template inside the user's LWS,
 //! highest ordinals first, through the release partition the BatchRelease writes on top of the
 //! hold (`batchrelease::partitionstyle`); the user's `rolloutStrategy` is never written, so
-//! Argo CD sees no drift. What differs from the canary style is the BatchRelease it asks for
-//! and the finalising after a missed deadline; the success and cancel orders are the canary's.
+//! Argo CD sees no drift. What differs from the canary style is the BatchRelease it asks for,
+//! the success order, the finalising after a missed deadline, and the traffic sides: both are
+//! the user's LWS, so the stable Service is pinned to the stable template revision and the
+//! canary Service selects the new one (`routing::intent_for`).
 //!
 //! | reason | order |
 //! |---|---|
-//! | success | ResumeWorkload (hold and release partition removed in one write: the LWS rolls the rest by its own rolloutStrategy; waits until every group is updated and ready) → … → ReleaseWorkloadControl |
+//! | success | RestoreStableService (the stable Service serves every leader, both revisions, while the route still splits) → RouteTrafficToStable (the user's objects as written) → ResumeWorkload (hold and release partition removed in one write: the LWS rolls the rest by its own rolloutStrategy; waits until every group is updated and ready) → RemoveCanaryService → ReleaseWorkloadControl |
 //! | rollback (template reverted) | the LWS webhook froze every group in the revert's admission; RouteTrafficToStable → ResumeWorkload (both annotations removed: the moved groups roll back by the LWS's own strategy) → ReleaseWorkloadControl → … |
-//! | disable, delete | as rollback: the moved groups stay on the new template, the LWS's spec has it |
+//! | disable, delete | as rollback, but the stable Service serves every leader from RouteTrafficToStable on: the LWS rolls every group to the template its spec has |
 //! | third template mid-release | RouteTrafficToStable → ReleaseWorkloadControl, then a new release from step 1 (the groups moved to the middle template stay on it until the new partition reaches them) |
 //! | deadline, automatic rollback | RouteTrafficToStable → ReleaseWorkloadControl (the release partition removed, the hold kept: the moved groups go back to the held revision) → … |
 //!
-//! No traffic routing yet: requests reach the moved groups through the user's own Service, in
-//! proportion to the groups (admission refuses `trafficRoutings` with this style).
+//! Kruise's success order for partition style also restores the stable Service first: with
+//! the canary style's order the stable Service, pinned to the stable revision, would lose its
+//! leaders one by one while the LWS rolls them.
 
 use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
+use crate::api::rollout::FinalisingStep;
 
-use super::{Draft, batch};
+use super::reason::Reason;
+use super::{Draft, batch, canary};
+
+static SUCCESS_ORDER: [FinalisingStep; 5] = [
+    FinalisingStep::RestoreStableService,
+    FinalisingStep::RouteTrafficToStable,
+    FinalisingStep::ResumeWorkload,
+    FinalisingStep::RemoveCanaryService,
+    FinalisingStep::ReleaseWorkloadControl,
+];
+
+/// The order of finalising steps for a reason.
+pub fn finalising_order(reason: Reason) -> &'static [FinalisingStep] {
+    match reason {
+        Reason::Success => &SUCCESS_ORDER,
+        other => canary::finalising_order(other),
+    }
+}
 
 /// The BatchRelease the Rollout wants: one batch per step, the user's groups moved in place,
 /// run up to `partition` (0-based; `None` = finish), owned by the Rollout.

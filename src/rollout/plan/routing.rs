@@ -17,14 +17,15 @@ use crate::release::{groups::desired_groups, names::canary_name};
 use crate::rollout::observe::RolloutObserved;
 use crate::rollout::observe::owner;
 use crate::traffic::{
-    intent::{CanaryRoute, TrafficIntent},
+    intent::{CanaryRoute, Leaders, TrafficIntent},
     plan::TrafficPlan,
     write::{Problem, Write},
 };
 
 use super::Draft;
-use super::reason::{self as finalise, TrafficStage};
+use super::reason::{self as finalise, Reason, TrafficStage};
 use super::status;
+use super::style::Style;
 
 /// What the traffic objects say about the traffic the *stored* status asks for, worked out once
 /// per plan from the objects `rollout::deref` read.
@@ -156,25 +157,49 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
     if canary.canary_revision.is_empty() {
         return None;
     }
-    let stage = match status.phase {
+    let style = super::style::in_flight(&obs.rollout);
+    let (stage, reason) = match status.phase {
         Phase::Progressing | Phase::Disabling | Phase::Terminating => {
             match finalise::reason_of(obs, status) {
-                Some(reason) => finalise::traffic_stage(
-                    super::style::in_flight(&obs.rollout).finalising_order(reason),
-                    reason,
-                    &canary.common.finalising_step,
-                    obs.batch_release.is_some(),
+                Some(reason) => (
+                    finalise::traffic_stage(
+                        style.finalising_order(reason),
+                        reason,
+                        &canary.common.finalising_step,
+                        obs.batch_release.is_some(),
+                    ),
+                    Some(reason),
                 ),
-                None => TrafficStage::Step,
+                None => (TrafficStage::Step, None),
             }
         }
         _ => return None,
     };
-    let stable = obs.rollout.spec.workload_ref.name.clone();
-    let second = canary_name(&stable, &canary.canary_revision);
+    let lws = obs.rollout.spec.workload_ref.name.clone();
+    let second = canary_name(&lws, &canary.canary_revision);
+    let (stable, new_side): (Leaders, Leaders) = if style == Style::Partition {
+        // Both sides are the user's LWS: told apart by the template revision. The stable
+        // side stays pinned to the stable revision while the moved groups must get nothing
+        // (a step's split, a rollback, a deadline, a third template); once the release
+        // succeeds, or is disabled or deleted with the spec's template on the moved groups,
+        // it serves every leader of the LWS, since its remaining groups roll to that template.
+        let pinned = matches!(
+            reason,
+            None | Some(Reason::Rollback | Reason::Deadline | Reason::Continuous)
+        );
+        (
+            Leaders {
+                lws: lws.clone(),
+                revision: canary.common.stable_revision.clone().filter(|_| pinned),
+            },
+            Leaders::at(lws.clone(), canary.canary_revision.clone()),
+        )
+    } else {
+        (lws.clone().into(), second.clone().into())
+    };
     let release = |route| TrafficIntent::Release {
         stable_lws: stable.clone(),
-        canary_lws: second.clone(),
+        canary_lws: new_side.clone(),
         route,
     };
     let switching = canary.common.finalising_step == FinalisingStep::RouteTrafficToNew;
@@ -185,8 +210,8 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             step_intent(obs, status, workload.replicas, &release)
         }
         TrafficStage::ToNew => TrafficIntent::Release {
-            stable_lws: second.clone(),
-            canary_lws: second.clone(),
+            stable_lws: second.clone().into(),
+            canary_lws: second.clone().into(),
             route: CanaryRoute::all(),
         },
         // A step that already runs without the split stays without it.

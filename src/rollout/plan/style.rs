@@ -62,7 +62,7 @@ impl Style {
         match self {
             Style::Canary => canary::finalising_order(reason),
             Style::BlueGreen => bluegreen::finalising_order(reason),
-            Style::Partition => canary::finalising_order(reason),
+            Style::Partition => partition::finalising_order(reason),
         }
     }
 

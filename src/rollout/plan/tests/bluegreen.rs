@@ -26,8 +26,8 @@ fn serving(w: &World) -> Option<(String, i32)> {
     match &w.traffic {
         Some(TrafficIntent::Release {
             stable_lws, route, ..
-        }) => Some((stable_lws.clone(), route.weight.unwrap_or(0))),
-        Some(TrafficIntent::ToStable { stable_lws }) => Some((stable_lws.clone(), 0)),
+        }) => Some((stable_lws.lws.clone(), route.weight.unwrap_or(0))),
+        Some(TrafficIntent::ToStable { stable_lws }) => Some((stable_lws.lws.clone(), 0)),
         _ => None,
     }
 }

@@ -1,0 +1,330 @@
+//! Partition-style releases (examples/rollout-partition.yaml: Kruise's default canary, `enableExtraWorkloadForCanary: false`;
+//! issue 24 item 1) against the real control plane: no second LWS — each step moves the
+//! user's own groups to the new template in place, highest ordinals first, the user's spec is
+//! never written, and the cluster never holds more groups than the LWS has. Both sides are the
+//! one LWS: the stable Service serves the old revision's leaders and the canary Service the
+//! new one's, and real requests through the proxy split by the step's weight, none lost. A
+//! revert mid-release moves traffic off the moved group, then rolls it back.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, Mutex},
+};
+
+use anyhow::{Context, ensure};
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::{WatchStreamExt, watcher};
+use lws_rollout::api::LeaderWorkerSet;
+use serde_json::Value;
+
+use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
+use crate::lws_support::{available_with, create_available, image, pod_ready};
+use crate::rollout_canary::RATE;
+use crate::rollout_support::*;
+use crate::traffic_driver::{
+    Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
+};
+
+/// The HTTPRoute the example names.
+const EXAMPLE_ROUTE: &str = "vllm";
+
+const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
+const HOLD: &str = "rollouts.kruise.io/stable-revision";
+
+/// The Rollout of examples/rollout-partition.yaml, exactly as shipped (it releases
+/// [`STABLE`]: 1 group, then 50%, then all, each step paused).
+fn example_rollout() -> anyhow::Result<Value> {
+    let mut docs = crate::harness::yaml_documents("examples/rollout-partition.yaml")?;
+    ensure!(docs.len() == 1 && docs[0]["kind"] == "Rollout", "{docs:?}");
+    ensure!(docs[0]["metadata"]["name"] == STABLE);
+    Ok(docs.remove(0))
+}
+
+/// The image each group's pods run, by group index (every pod of a group must agree, and
+/// every pod must be ready).
+async fn group_images(ns: &TestNs, groups: usize) -> anyhow::Result<Vec<String>> {
+    let pods = wait_for_all(
+        &ns.api::<Pod>(),
+        &format!("leaderworkerset.sigs.k8s.io/name={STABLE}"),
+        WAIT,
+        |pods| {
+            pods.len() == groups * 2
+                && pods
+                    .iter()
+                    .all(|p| pod_ready(p) && p.metadata.deletion_timestamp.is_none())
+        },
+    )
+    .await
+    .context("every group whole and ready")?;
+    let mut by_group: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for p in &pods {
+        let group = p
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/group-index"))
+            .cloned()
+            .unwrap_or_default();
+        by_group.entry(group).or_default().insert(image(p));
+    }
+    (0..groups)
+        .map(|g| {
+            let images = by_group.get(&g.to_string()).cloned().unwrap_or_default();
+            ensure!(images.len() == 1, "group {g} runs {images:?}");
+            Ok(images.into_iter().next().unwrap_or_default())
+        })
+        .collect()
+}
+
+fn annotation(lws: &LeaderWorkerSet, key: &str) -> Option<String> {
+    lws.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .cloned()
+}
+
+/// The most leader pods (of any LWS in the namespace) alive at once while the watch ran.
+fn watch_peak_leaders(ns: &TestNs) -> (Arc<Mutex<usize>>, tokio::task::JoinHandle<()>) {
+    let peak: Arc<Mutex<usize>> = Arc::default();
+    let sink = peak.clone();
+    let api = ns.api::<Pod>();
+    let task = tokio::spawn(async move {
+        let mut alive = BTreeSet::new();
+        let mut events = watcher::watcher(
+            api,
+            watcher::Config::default().labels("leaderworkerset.sigs.k8s.io/worker-index=0"),
+        )
+        .default_backoff()
+        .boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => {
+                    alive.insert(p.metadata.name.clone().unwrap_or_default());
+                }
+                watcher::Event::Delete(p) => {
+                    alive.remove(&p.metadata.name.clone().unwrap_or_default());
+                }
+                _ => {}
+            }
+            let mut peak = sink.lock().unwrap();
+            *peak = (*peak).max(alive.len());
+        }
+    });
+    (peak, task)
+}
+
+/// Ready leader IPs of the user's LWS groups `groups`.
+async fn leader_ips_of(ns: &TestNs, groups: &[usize]) -> anyhow::Result<BTreeSet<String>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "leaderworkerset.sigs.k8s.io/name={STABLE},leaderworkerset.sigs.k8s.io/worker-index=0"
+        )))
+        .await?
+        .items
+        .iter()
+        .filter(|p| pod_ready(p))
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/group-index"))
+                .and_then(|g| g.parse::<usize>().ok())
+                .is_some_and(|g| groups.contains(&g))
+        })
+        .filter_map(|p| p.status.as_ref()?.pod_ip.clone())
+        .collect())
+}
+
+/// The template revision the user's groups run now (every leader agrees).
+async fn running_revision(ns: &TestNs) -> anyhow::Result<String> {
+    let revisions: BTreeSet<String> = ns
+        .api::<Pod>()
+        .list(&kube::api::ListParams::default().labels(&format!(
+            "leaderworkerset.sigs.k8s.io/name={STABLE},leaderworkerset.sigs.k8s.io/worker-index=0"
+        )))
+        .await?
+        .items
+        .iter()
+        .filter_map(|p| {
+            p.metadata
+                .labels
+                .as_ref()?
+                .get("leaderworkerset.sigs.k8s.io/template-revision-hash")
+                .cloned()
+        })
+        .collect();
+    ensure!(revisions.len() == 1, "leaders on {revisions:?}");
+    Ok(revisions.into_iter().next().unwrap_or_default())
+}
+
+/// At a paused step: the stable Service serves the leaders of `stable` groups only, the canary
+/// Service those of `moved` (the new revision's), and requests split `percent`% to the new.
+async fn sides_at(
+    ns: &TestNs,
+    stable: &[usize],
+    moved: &[usize],
+    traffic: Option<&Traffic>,
+    percent: u32,
+) -> anyhow::Result<()> {
+    wait_endpoints(ns, SERVICE, &leader_ips_of(ns, stable).await?).await?;
+    wait_endpoints(
+        ns,
+        &format!("{SERVICE}-canary"),
+        &leader_ips_of(ns, moved).await?,
+    )
+    .await?;
+    if let Some(t) = traffic {
+        t.assert_step(percent, 400).await?;
+    }
+    Ok(())
+}
+
+type Traffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+
+#[test]
+fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -> anyhow::Result<()>
+{
+    on_big_stack(|| {
+        with_ns("rollout-partition", |ns| async move {
+            let v1 = stable_lws(4, "vllm:1");
+            create_available(&ns, &v1).await?;
+            create_service(&ns).await?;
+            create_route_named(&ns, EXAMPLE_ROUTE).await?;
+            create_rollout(&ns, &example_rollout()?).await?;
+            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+            // An answer is "new" when it comes from a revision other than the stable one.
+            let stable_revision = Arc::new(Mutex::new(running_revision(&ns).await?));
+            let traffic: Option<Traffic> = match traffic_or_skip("rollout_partition (requests)") {
+                Some(t) => {
+                    let plain = RequestSpec::new(&host(&ns));
+                    wait_until_served(&t, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+                    let stable = stable_revision.clone();
+                    let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> =
+                        Box::new(move |o: &Outcome| {
+                            o.revision.as_deref() != Some(stable.lock().unwrap().as_str())
+                        });
+                    Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new))
+                }
+                None => None,
+            };
+            let (peak, watch) = watch_peak_leaders(&ns);
+            let spec_before = ns.api::<LeaderWorkerSet>().get(STABLE).await?.spec;
+
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            // Step 1: only the highest group moved, in the user's LWS; no second LWS; a
+            // quarter of the requests reach it through the canary Service.
+            wait_paused_at(&ns, 1).await?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:1", "vllm:2"],
+                "step 1"
+            );
+            ensure!(canaries(&ns).await?.is_empty(), "no canary LWS");
+            sides_at(&ns, &[0, 1, 2], &[3], traffic.as_ref(), 25).await?;
+            let lws = ns.api::<LeaderWorkerSet>().get(STABLE).await?;
+            ensure!(annotation(&lws, RELEASE_PARTITION).as_deref() == Some("3"));
+            let mut spec_now = lws.spec.clone();
+            spec_now.leader_worker_template = spec_before.leader_worker_template.clone();
+            ensure!(
+                spec_now == spec_before,
+                "nothing but the template the user applied changed in the spec: {:?}",
+                lws.spec.rollout_strategy
+            );
+            let r = ns
+                .api::<lws_rollout::api::rollout::Rollout>()
+                .get(STABLE)
+                .await?;
+            let c = r
+                .status
+                .and_then(|s| s.canary_status)
+                .context("canaryStatus")?;
+            ensure!(
+                (c.canary_replicas, c.canary_ready_replicas) == (1, 1),
+                "{c:?}"
+            );
+
+            // Step 2 (50%): groups 2 and 3, half of the requests.
+            approve(&ns).await?;
+            wait_paused_at(&ns, 2).await?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:2", "vllm:2"],
+                "step 2"
+            );
+            sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
+            // Done: the LWS rolls the rest by its own strategy; nothing of the release is left.
+            approve(&ns).await?;
+            wait_rollout(&ns, "finished", finished("True")).await?;
+            let lws = wait_for(&ns.api(), STABLE, WAIT, available_with(4, 4))
+                .await?
+                .context("the LWS")?;
+            ensure!(group_images(&ns, 4).await? == ["vllm:2"; 4]);
+            ensure!(
+                annotation(&lws, RELEASE_PARTITION).is_none() && annotation(&lws, HOLD).is_none(),
+                "{:?}",
+                lws.metadata.annotations
+            );
+            nothing_left_of_the_release(&ns).await?;
+            let peak_leaders = *peak.lock().unwrap();
+            ensure!(
+                peak_leaders <= 4,
+                "never more groups than the LWS has (maxSurge 0): peak {peak_leaders}"
+            );
+            watch.abort();
+
+            // A revert mid-release: traffic leaves the moved group first, then it goes back
+            // to the running template; nothing of the release is left.
+            *stable_revision.lock().unwrap() = running_revision(&ns).await?;
+            let v2 = with_image(&v1, "vllm:2");
+            apply_lws(&ns, &with_image(&v1, "vllm:3")).await?;
+            wait_paused_at(&ns, 1).await?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:2", "vllm:2", "vllm:2", "vllm:3"],
+                "step 1 of the second release"
+            );
+            sides_at(&ns, &[0, 1, 2], &[3], traffic.as_ref(), 25).await?;
+            apply_lws(&ns, &v2).await?;
+            let lws = wait_for(&ns.api(), STABLE, WAIT, |l: Option<&LeaderWorkerSet>| {
+                l.is_some_and(|l| {
+                    annotation(l, RELEASE_PARTITION).is_none() && annotation(l, HOLD).is_none()
+                }) && available_with(4, 4)(l)
+            })
+            .await?
+            .context("the LWS")?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:2"; 4],
+                "the moved group rolled back: {:?}",
+                lws.metadata.annotations
+            );
+            wait_rollout(&ns, "Healthy after the rollback", |r| phase(r) == "Healthy").await?;
+            nothing_left_of_the_release(&ns).await?;
+            if let Some(t) = traffic {
+                t.assert_rolled_back(200).await?;
+                t.finish().await?;
+            }
+            Ok(())
+        })
+    })
+}
+
+/// No BatchRelease, no canary Service, the user's Service selector as written.
+async fn nothing_left_of_the_release(ns: &TestNs) -> anyhow::Result<()> {
+    ensure!(batch_release(ns).await?.is_none());
+    wait_for(
+        &ns.api::<k8s_openapi::api::core::v1::Service>(),
+        &format!("{SERVICE}-canary"),
+        WAIT,
+        |s: Option<&k8s_openapi::api::core::v1::Service>| s.is_none(),
+    )
+    .await?;
+    let svc = ns
+        .api::<k8s_openapi::api::core::v1::Service>()
+        .get(SERVICE)
+        .await?;
+    ensure!(
+        svc.spec.and_then(|s| s.selector) == Some(users_selector()),
+        "the user's selector restored"
+    );
+    Ok(())
+}
