@@ -217,9 +217,9 @@ async fn rollout_admission_refuses_what_cannot_be_honoured() -> anyhow::Result<(
             let nginx = json!({"service": SERVICE, "ingress": {"name": "web"}});
             let cases: Vec<(&str, serde_json::Value, &str)> = vec![
                 (
-                    "partition style (Kruise's default)",
+                    "partition style (Kruise's default) with a pod template patch",
                     json!({"enableExtraWorkloadForCanary": false}),
-                    "spec.strategy.canary.enableExtraWorkloadForCanary: partition-style",
+                    "spec.strategy.canary.patchPodTemplateMetadata: not supported with partition style",
                 ),
                 (
                     "an alb Ingress",

@@ -607,12 +607,11 @@ async fn argocd_health_customization_reads_canary_and_blue_green_rollouts() -> a
             object: ("Initial", 0, ""),
             patch: merged(
                 json!({"status": {"SUB": null, "currentStepIndex": null, "currentStepState": null}}),
-                &json!({"status": refused("UnsupportedStrategy",
-                        "partition-style canary releases of a LeaderWorkerSet are not supported")}),
+                &json!({"status": refused("UnsupportedStrategy", "strategy has no canary")}),
             ),
             reads: (
                 "Progressing",
-                &["Rollout not accepted (UnsupportedStrategy): partition-style"],
+                &["Rollout not accepted (UnsupportedStrategy): strategy has no canary"],
             ),
             builtin: ("Unknown", "Unknown"),
         },
