@@ -13,6 +13,7 @@ use super::{
 };
 use crate::{
     api::{LeaderWorkerSet, Rollout},
+    lws::labels::RELEASE_PARTITION,
     release::groups::desired_groups,
     rollout::names::STABLE_REVISION,
 };
@@ -49,11 +50,24 @@ pub fn render(input: &SummaryInput<'_>) -> String {
             let _ = writeln!(out, "  stable: not found");
         }
     }
-    match input.canary {
-        Some(lws) => {
+    let in_place = input
+        .stable
+        .and_then(|lws| Some((lws, lws.annotations().get(RELEASE_PARTITION)?)));
+    match (input.canary, in_place) {
+        (Some(lws), _) => {
             let _ = writeln!(out, "  canary: {} ({})", groups(lws), lws.name_any());
         }
-        None => {
+        // Partition style: the new side is the user's own groups from the release partition up.
+        (None, Some((lws, partition))) => {
+            let last = lws.spec.replicas.unwrap_or(1) - 1;
+            let _ = writeln!(
+                out,
+                "  canary: in place, groups {partition}..{last} of {} move to the new template \
+                 ({RELEASE_PARTITION}: {partition})",
+                lws.name_any()
+            );
+        }
+        (None, None) => {
             let _ = writeln!(out, "  canary: none");
         }
     }
@@ -160,6 +174,28 @@ Traffic (HTTPRoute vllm):
   rule 0: canary 50% (vllm 50, vllm-canary 50)
 ";
         assert_eq!(text, want, "\n{text}");
+    }
+
+    #[test]
+    fn a_partition_style_release_shows_its_groups_moved_in_place() {
+        let r = rollout(progressing(1, "StepPaused", 1));
+        let mut stable = lws(4, Some("k1"));
+        stable
+            .annotations_mut()
+            .insert(RELEASE_PARTITION.into(), "3".into());
+        let text = render(&SummaryInput {
+            rollout: &r,
+            stable: Some(&stable),
+            canary: None,
+            traffic: None,
+        });
+        assert!(
+            text.contains(
+                "  canary: in place, groups 3..3 of vllm move to the new template \
+                 (lws-rollout.x-k8s.io/release-partition: 3)"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

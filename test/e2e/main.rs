@@ -45,6 +45,7 @@ mod rollout_crash;
 mod rollout_deadline;
 mod rollout_neighbours;
 mod rollout_partition;
+mod rollout_partition_crash;
 mod rollout_rollback;
 mod rollout_support;
 mod rollout_tools;

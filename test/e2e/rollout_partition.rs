@@ -265,7 +265,7 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
                 "{:?}",
                 lws.metadata.annotations
             );
-            nothing_left_of_the_release(&ns).await?;
+            nothing_left(&ns).await?;
             let peak_leaders = *peak.lock().unwrap();
             ensure!(
                 peak_leaders <= 4,
@@ -298,7 +298,7 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
                 lws.metadata.annotations
             );
             wait_rollout(&ns, "Healthy after the rollback", |r| phase(r) == "Healthy").await?;
-            nothing_left_of_the_release(&ns).await?;
+            nothing_left(&ns).await?;
             if let Some(t) = traffic {
                 t.assert_rolled_back(200).await?;
                 t.finish().await?;
@@ -306,25 +306,4 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
             Ok(())
         })
     })
-}
-
-/// No BatchRelease, no canary Service, the user's Service selector as written.
-async fn nothing_left_of_the_release(ns: &TestNs) -> anyhow::Result<()> {
-    ensure!(batch_release(ns).await?.is_none());
-    wait_for(
-        &ns.api::<k8s_openapi::api::core::v1::Service>(),
-        &format!("{SERVICE}-canary"),
-        WAIT,
-        |s: Option<&k8s_openapi::api::core::v1::Service>| s.is_none(),
-    )
-    .await?;
-    let svc = ns
-        .api::<k8s_openapi::api::core::v1::Service>()
-        .get(SERVICE)
-        .await?;
-    ensure!(
-        svc.spec.and_then(|s| s.selector) == Some(users_selector()),
-        "the user's selector restored"
-    );
-    Ok(())
 }

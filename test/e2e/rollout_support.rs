@@ -466,14 +466,14 @@ pub async fn nothing_left(ns: &TestNs) -> anyhow::Result<()> {
         {
             left.push(format!("route {:?}", route_backends(ns).await?));
         }
-        if let Some(lws) = ns.api::<LeaderWorkerSet>().get_opt(STABLE).await?
-            && lws
-                .metadata
-                .annotations
-                .unwrap_or_default()
-                .contains_key("rollouts.kruise.io/stable-revision")
-        {
-            left.push("hold on the stable LWS".into());
+        if let Some(lws) = ns.api::<LeaderWorkerSet>().get_opt(STABLE).await? {
+            let annotations = lws.metadata.annotations.unwrap_or_default();
+            if annotations.contains_key("rollouts.kruise.io/stable-revision") {
+                left.push("hold on the stable LWS".into());
+            }
+            if annotations.contains_key("lws-rollout.x-k8s.io/release-partition") {
+                left.push("release partition on the stable LWS".into());
+            }
         }
         if left.is_empty() {
             return Ok(());

@@ -93,7 +93,7 @@ struct Args {
     /// S5: pods per group of each released LWS.
     #[arg(long, default_value_t = 2)]
     release_size: usize,
-    /// S5: the Rollouts' style, `canary` or `bluegreen`.
+    /// S5: the Rollouts' style, `canary`, `partition` or `bluegreen`.
     #[arg(long, default_value = "canary")]
     release_style: String,
     /// Which controllers, in order: ours, upstream.
@@ -584,6 +584,7 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
             groups: args.release_groups,
             size: args.release_size,
             blue_green: args.release_style == "bluegreen",
+            partition: args.release_style == "partition",
         };
         let r = release::run(&client, sizes, timeout, args.concurrency, &audit, &|| {
             proc_.cpu_s()

@@ -2,12 +2,15 @@
 //! releasing an LWS of `--release-groups` groups × `--release-size` pods through three steps
 //! (1 group, paused; 2 groups, paused; 100%) with `enableExtraWorkloadForCanary` — or, with
 //! `--release-style bluegreen`, blue-green Rollouts with the same steps, the last one paused
-//! too (blue-green always pauses; its approval starts the promotion). The bench
+//! too (blue-green always pauses; its approval starts the promotion); with `--release-style
+//! partition`, partition-style canaries (no second LWS: the groups move in place). The bench
 //! approves each pause as soon as it sees it and measures, from its own watches:
 //! - approve (the status patch sent) → the controller's next spec write to the BatchRelease
-//!   or the canary LWS (a new `metadata.generation` seen on either);
-//! - canary batch ready (canary LWS `readyReplicas == replicas`) → the Rollout's next step
-//!   write (a new step index, step state or phase);
+//!   or the canary LWS (a new `metadata.generation` seen on either; partition style: a new
+//!   release partition on the user's LWS too, the write that moves the next groups);
+//! - canary batch ready (canary LWS `readyReplicas == replicas`; partition style: the
+//!   BatchRelease's batch turning Ready, as it reads the moved groups) → the Rollout's next
+//!   step write (a new step index, step state or phase);
 //!
 //! and counts the manager's writes per step and Rollout from the audit log (create, update,
 //! patch, delete; Events and Leases left out), split at the instants the bench approved.
@@ -36,6 +39,7 @@ pub const NS: &str = "release";
 const IMAGE_V1: &str = "registry.k8s.io/pause:3.10";
 const IMAGE_V2: &str = "registry.k8s.io/pause:3.9";
 const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
 /// The steps: 1 group, 2 groups, everything; a manual pause after the first two (canary) or
 /// after all three (blue-green).
 const STEPS: usize = 3;
@@ -47,6 +51,8 @@ pub struct Sizes {
     pub size: usize,
     /// Blue-green Rollouts instead of canary ones.
     pub blue_green: bool,
+    /// Partition-style canary Rollouts (no second LWS).
+    pub partition: bool,
 }
 
 impl Sizes {
@@ -119,6 +125,10 @@ struct State {
     canary_ready: HashMap<String, bool>,
     /// Rollout name → instants its canary LWS turned ready.
     ready_at: HashMap<String, Vec<Instant>>,
+    /// Partition style: the release partition last seen per LWS, and per BatchRelease the
+    /// batch last seen Ready.
+    partitions: HashMap<String, String>,
+    ready_batches: HashMap<String, i32>,
 }
 
 /// Runs S5 against a cluster whose manager is `cpu_s`'s process; `audit` is its audit log.
@@ -135,7 +145,7 @@ pub async fn run(
     let ro_api: Api<Rollout> = Api::namespaced(client.clone(), NS);
     let state = Arc::new(Mutex::new(State::default()));
     let changed = Arc::new(Notify::new());
-    let tasks = start_watches(client, &state, &changed);
+    let tasks = start_watches(client, &state, &changed, sizes.partition);
     wait(
         &state,
         &changed,
@@ -319,6 +329,8 @@ pub async fn run(
     Ok(ReleaseResult {
         style: if sizes.blue_green {
             "bluegreen"
+        } else if sizes.partition {
+            "partition"
         } else {
             "canary"
         }
@@ -411,6 +423,7 @@ fn start_watches(
     client: &Client,
     state: &Arc<Mutex<State>>,
     changed: &Arc<Notify>,
+    partition: bool,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), NS);
     let brs: Api<BatchRelease> = Api::namespaced(client.clone(), NS);
@@ -452,12 +465,31 @@ fn start_watches(
                 s,
                 &format!("br/{}", b.name_any()),
                 b.metadata.generation,
-                owner,
+                owner.clone(),
                 now,
             );
+            // Partition style has no canary LWS: its batch is ready when the BatchRelease,
+            // reading the moved groups, says so.
+            let batch = b.status.as_ref().and_then(|st| st.canary_status.as_ref());
+            if partition
+                && let Some(c) = batch
+                && c.current_batch_state.as_deref() == Some("Ready")
+                && s.ready_batches.get(&owner) != Some(&c.current_batch)
+            {
+                s.ready_batches.insert(owner.clone(), c.current_batch);
+                s.ready_at.entry(owner).or_default().push(now);
+            }
         }),
         spawn(lws, state, changed, |s, l: &LeaderWorkerSet, now| {
             let Some(stable) = l.labels().get(CANARY_LABEL).cloned() else {
+                // A user's LWS: in partition style the release moves its groups by a new
+                // release partition (an annotation: no new generation).
+                let name = l.name_any();
+                if let Some(p) = l.annotations().get(RELEASE_PARTITION)
+                    && s.partitions.insert(name.clone(), p.clone()).as_ref() != Some(p)
+                {
+                    s.spec_writes.entry(name).or_default().push(now);
+                }
                 return;
             };
             let name = l.name_any();
@@ -549,7 +581,7 @@ fn rollout_manifest(name: &str, sizes: Sizes) -> serde_json::Value {
             {"replicas": "100%", "pause": {}},
         ]}})
     } else {
-        json!({"canary": {"enableExtraWorkloadForCanary": true, "steps": [
+        json!({"canary": {"enableExtraWorkloadForCanary": !sizes.partition, "steps": [
             {"replicas": 1, "pause": {}},
             {"replicas": 2, "pause": {}},
             {"replicas": "100%"},
