@@ -453,7 +453,7 @@ fn start_watches(
             }
             s.rollouts.insert(name, (step, observed));
         }),
-        spawn(brs, state, changed, |s, b: &BatchRelease, now| {
+        spawn(brs, state, changed, move |s, b: &BatchRelease, now| {
             // Named after its Rollout (which the bench names after the LWS).
             let owner = b
                 .owner_references()
