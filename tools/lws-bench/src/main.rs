@@ -1528,6 +1528,13 @@ fn release_rows(r: &release::ReleaseResult) -> String {
         "S5 canary batch ready → Rollout's next step write, p50 / p99 (ms)".into(),
         d(&r.ready_to_step),
     );
+    if let Some(moved) = &r.approve_to_moved {
+        row(
+            "S5 approve → the release partition that moves the next groups written, p50 / p99 (ms)"
+                .into(),
+            d(moved),
+        );
+    }
     row("S5 controller CPU (s)".into(), format!("{:.2}", r.cpu_s));
     for w in &r.writes {
         row(
@@ -1538,7 +1545,7 @@ fn release_rows(r: &release::ReleaseResult) -> String {
                 } else {
                     format!("step {}", w.step)
                 },
-                if w.step > r.steps || (w.step == r.steps && r.style == "canary") {
+                if w.step > r.steps || (w.step == r.steps && r.style != "bluegreen") {
                     " (with finalising)"
                 } else {
                     ""

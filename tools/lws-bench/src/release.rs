@@ -98,6 +98,10 @@ pub struct ReleaseResult {
     /// Template change → every Rollout Healthy with its last step Completed.
     pub release_s: f64,
     pub approve_to_write: Dist,
+    /// Partition style: approve → the user's LWS's next release partition (the write that
+    /// lets the next groups move).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approve_to_moved: Option<Dist>,
     pub ready_to_step: Dist,
     pub cpu_s: f64,
     pub writes: Vec<StepWrites>,
@@ -129,6 +133,8 @@ struct State {
     /// batch last seen Ready.
     partitions: HashMap<String, String>,
     ready_batches: HashMap<String, i32>,
+    /// LWS name → instants a new release partition was first seen on it.
+    moved_at: HashMap<String, Vec<Instant>>,
 }
 
 /// Runs S5 against a cluster whose manager is `cpu_s`'s process; `audit` is its audit log.
@@ -244,12 +250,17 @@ pub async fn run(
 
     let s = state.lock().expect("state");
     let mut approve_to_write = Vec::new();
+    let mut approve_to_moved = Vec::new();
     let mut ready_to_step = Vec::new();
     for name in &names {
         let writes = s.spec_writes.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        let moved = s.moved_at.get(name).map(Vec::as_slice).unwrap_or(&[]);
         for (at, _) in approvals.get(name).into_iter().flatten() {
             if let Some(w) = writes.iter().find(|w| *w > at) {
                 approve_to_write.push(w.duration_since(*at));
+            }
+            if let Some(m) = moved.iter().find(|m| *m > at) {
+                approve_to_moved.push(m.duration_since(*at));
             }
         }
         let changes = s
@@ -342,6 +353,7 @@ pub async fn run(
         timed_out,
         release_s,
         approve_to_write: dist(approve_to_write),
+        approve_to_moved: sizes.partition.then(|| dist(approve_to_moved)),
         ready_to_step: dist(ready_to_step),
         cpu_s: cpu,
         writes,
@@ -488,7 +500,8 @@ fn start_watches(
                 if let Some(p) = l.annotations().get(RELEASE_PARTITION)
                     && s.partitions.insert(name.clone(), p.clone()).as_ref() != Some(p)
                 {
-                    s.spec_writes.entry(name).or_default().push(now);
+                    s.spec_writes.entry(name.clone()).or_default().push(now);
+                    s.moved_at.entry(name).or_default().push(now);
                 }
                 return;
             };
