@@ -45,7 +45,7 @@ fn blue_green(r: &Rollout) -> Option<&lws_rollout::api::rollout::BlueGreenStatus
 type Traffic = ReleaseTraffic<fn(&Outcome) -> bool>;
 
 /// Argo CD's health of `r` (its own evaluator, docs/argocd.md's customization) is `want`.
-async fn argocd_reads(r: &Rollout, want: &str) -> anyhow::Result<()> {
+pub(crate) async fn argocd_reads(r: &Rollout, want: &str) -> anyhow::Result<()> {
     let Some(bin) = crate::lws_argocd::argocd_tool() else {
         return Ok(());
     };

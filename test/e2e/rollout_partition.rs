@@ -20,6 +20,7 @@ use serde_json::Value;
 
 use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
 use crate::lws_support::{available_with, create_available, image, pod_ready};
+use crate::rollout_bluegreen::argocd_reads;
 use crate::rollout_canary::RATE;
 use crate::rollout_support::*;
 use crate::traffic_driver::{
@@ -215,8 +216,10 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
 
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
             // Step 1: only the highest group moved, in the user's LWS; no second LWS; a
-            // quarter of the requests reach it through the canary Service.
-            wait_paused_at(&ns, 1).await?;
+            // quarter of the requests reach it through the canary Service. Argo CD (its own
+            // evaluator, docs/argocd.md's customization) reads the pause as Suspended.
+            let paused = wait_paused_at(&ns, 1).await?;
+            argocd_reads(&paused, "Suspended").await?;
             ensure!(
                 group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:1", "vllm:2"],
                 "step 1"
@@ -255,7 +258,8 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
             sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
             // Done: the LWS rolls the rest by its own strategy; nothing of the release is left.
             approve(&ns).await?;
-            wait_rollout(&ns, "finished", finished("True")).await?;
+            let done = wait_rollout(&ns, "finished", finished("True")).await?;
+            argocd_reads(&done, "Healthy").await?;
             let lws = wait_for(&ns.api(), STABLE, WAIT, available_with(4, 4))
                 .await?
                 .context("the LWS")?;
