@@ -1,7 +1,7 @@
 //! Backoff of failed reconciles, the same in every controller: a count of consecutive failures
 //! per object (timing only — never an input to a decision, so losing it on a restart changes
-//! nothing but how soon the next retry comes), the category's requeue, and one log line per
-//! failure.
+//! nothing but how soon the next retry comes), the category's requeue, and the log line of a
+//! failure (a transient one folded with the same error of other objects: `log_gate`).
 
 use std::{collections::HashMap, hash::Hash, sync::Mutex};
 
@@ -12,6 +12,8 @@ use kube::{
 use tracing::warn;
 
 use super::error::Category;
+use super::log_gate::{GATE, cause};
+use std::time::Instant;
 
 /// Consecutive failures per object of one controller.
 pub struct Backoff<K: Resource>
@@ -52,6 +54,19 @@ where
             *n
         };
         let wait = category.requeue_after(attempt);
+        // A transient failure is usually a dependency failing for every object at once (the
+        // API server unreachable): one line per backoff step for it, with the count of the
+        // failures folded into it. A spec or blocked failure is the object's own: its line.
+        let folded = match (category, wait) {
+            (Category::Transient, Some(step)) => {
+                let text = err.to_string();
+                let Some(folded) = GATE.admit(cause(&text), step, Instant::now()) else {
+                    return Action::requeue(step);
+                };
+                folded
+            }
+            _ => 0,
+        };
         warn!(
             controller = self.controller,
             namespace = obj.namespace(),
@@ -60,6 +75,7 @@ where
             category = category.metric_label(),
             attempt,
             retry_in = ?wait,
+            same_error_since_last_line = folded,
             "reconcile failed"
         );
         wait.map_or_else(Action::await_change, Action::requeue)

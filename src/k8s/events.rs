@@ -35,6 +35,9 @@ pub enum Severity {
     Warning,
 }
 
+/// How often the same failure to publish an Event is logged (`log_gate`).
+const EVENT_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// One event, as a plan describes it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventSpec {
@@ -117,7 +120,16 @@ impl Events {
         tokio::spawn(async move {
             while let Some((regarding, event)) = queued.recv().await {
                 if let Err(err) = sender.publish_about(&regarding, &event).await {
-                    warn!(error = %err, reason = %event.reason, "cannot publish event");
+                    // Every Event fails the same way while the API server is away: a line
+                    // per error text per few seconds, with the count folded into it.
+                    let text = err.to_string();
+                    if let Some(folded) = super::log_gate::GATE.admit(
+                        &format!("event: {}", super::log_gate::cause(&text)),
+                        EVENT_LOG_WINDOW,
+                        std::time::Instant::now(),
+                    ) {
+                        warn!(error = %text, reason = %event.reason, same_error_since_last_line = folded, "cannot publish event");
+                    }
                 }
             }
         });

@@ -11,7 +11,8 @@
 //! - [`watch`]: label-filtered watches whose caches are shared between controllers;
 //!   [`label_index`] groups a cache by (namespace, label value) so a reader skips the scan.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
-//! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure.
+//! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure;
+//!   [`log_gate`] folds the same error from many objects into one line per backoff step.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`pod`]: the pod as the caches keep it ([`pod::CachedPod`]) and the facts every controller
 //!   reads the same way (readiness).
@@ -27,6 +28,7 @@ pub mod error;
 pub mod events;
 pub mod expected;
 pub mod label_index;
+pub mod log_gate;
 pub mod metrics;
 pub mod pod;
 pub mod runner;

@@ -108,6 +108,29 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
          {status}:\n{}",
         manager.log_tail()
     );
+    // What the outage left in the log a user reads: one line per failing dependency per
+    // backoff step, not one per object and attempt (issue 26 item 4). Each line says how many
+    // failures with the same cause were folded into it, so the log also tells how many lines
+    // there would have been.
+    let lines: Vec<String> = ["reconcile failed", "cannot publish event"]
+        .iter()
+        .flat_map(|t| manager.log_lines(t))
+        .collect();
+    let folded: usize = lines
+        .iter()
+        .filter_map(|l| {
+            let rest = l.split("same_error_since_last_line=").nth(1)?;
+            rest.split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .sum();
+    eprintln!(
+        "chaos: the {LONG_OUTAGE:?} outage logged {} failure lines before the exit, folding {folded} \
+         more with the same cause",
+        lines.len()
+    );
     let mut manager = ManagerProcess::start(cluster, "2", &[])?;
     wait_rollout(&ns, "finalising after the long outage", |r| {
         !finalising(r).is_empty() && phase(r) == "Progressing"

@@ -278,6 +278,16 @@ impl ManagerProcess {
             .contains(text)
     }
 
+    /// The lines of its log that contain `text`.
+    pub fn log_lines(&self, text: &str) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(text))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
