@@ -82,3 +82,30 @@ pub fn note(
     }
     out.status.message = Some(message);
 }
+
+/// The batch `releasePlan.batchPartition` asks for (0-based, clamped to the last batch) and
+/// its `canaryReplicas`; `None`, with the status saying so, when the plan has no batches.
+pub fn current_batch(
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    rp: &crate::api::batchrelease::ReleasePlan,
+) -> Option<(
+    usize,
+    k8s_openapi::apimachinery::pkg::util::intstr::IntOrString,
+)> {
+    let batches = rp.batches.as_deref().unwrap_or_default();
+    let Some(last) = batches.len().checked_sub(1) else {
+        note(
+            out,
+            stored,
+            true,
+            super::names::event::UNSUPPORTED,
+            "releasePlan has no batches".into(),
+        );
+        return None;
+    };
+    let batch = usize::try_from(rp.batch_partition.unwrap_or(0))
+        .unwrap_or(0)
+        .min(last);
+    Some((batch, batches[batch].canary_replicas.clone()))
+}

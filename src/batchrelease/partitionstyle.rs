@@ -13,7 +13,7 @@
 use k8s_openapi::jiff::Timestamp;
 
 use super::canarystyle::{not_ready_message, record};
-use super::draft::{BatchReleasePlan, canary_names, note};
+use super::draft::{BatchReleasePlan, canary_names, current_batch, note};
 use super::names::{batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, GroupReadiness, StableLws};
 use crate::api::batchrelease::{BatchReleaseStatus, FinalizingPolicy};
@@ -49,22 +49,11 @@ pub fn control(
         note(out, stored, false, event::PROGRESSING, msg);
         return;
     }
-    let batches = rp.batches.clone().unwrap_or_default();
-    let Some(last) = batches.len().checked_sub(1) else {
-        note(
-            out,
-            stored,
-            true,
-            event::UNSUPPORTED,
-            "releasePlan has no batches".into(),
-        );
+    let Some((batch, size)) = current_batch(out, stored, rp) else {
         return;
     };
-    let batch = usize::try_from(rp.batch_partition.unwrap_or(0))
-        .unwrap_or(0)
-        .min(last);
     let replicas = stable.replicas();
-    let desired = desired_groups(&batches[batch].canary_replicas, replicas);
+    let desired = desired_groups(&size, replicas);
     let partition = (replicas - desired).max(0);
     if stable.release_partition != Some(partition) {
         out.release_partition = Some(partition);

@@ -80,33 +80,24 @@ pub fn freeze(
     new: &LeaderWorkerSet,
     field_manager: Option<&str>,
 ) -> Option<String> {
-    let moving = |l: &LeaderWorkerSet| {
+    let partition = |l: &LeaderWorkerSet| {
         l.metadata
             .annotations
             .as_ref()
             .and_then(|a| a.get(labels::RELEASE_PARTITION))
-            .is_some()
+            .cloned()
     };
-    if !moving(old) || field_manager == Some(RELEASE_FIELD_MANAGER) {
+    let was = partition(old)?;
+    if field_manager == Some(RELEASE_FIELD_MANAGER) {
         return None;
     }
     let frozen = new.spec.replicas.unwrap_or(1).max(0).to_string();
-    let carried = new
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(labels::RELEASE_PARTITION));
     let changed = template_identity(old) != template_identity(new);
-    match (changed, carried) {
-        (true, Some(p)) if *p == frozen => None,
+    match (changed, partition(new)) {
+        (true, Some(p)) if p == frozen => None,
         (true, _) => Some(frozen),
         // Dropped by someone else mid-release: back as it was.
-        (false, None) => old
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(labels::RELEASE_PARTITION))
-            .cloned(),
+        (false, None) => Some(was),
         (false, Some(_)) => None,
     }
 }

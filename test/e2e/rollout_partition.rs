@@ -16,6 +16,7 @@ use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::{WatchStreamExt, watcher};
 use lws_rollout::api::LeaderWorkerSet;
+use lws_rollout::lws::labels::{HELD_REVISION as HOLD, RELEASE_PARTITION};
 use serde_json::Value;
 
 use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
@@ -29,9 +30,6 @@ use crate::traffic_driver::{
 
 /// The HTTPRoute the example names.
 const EXAMPLE_ROUTE: &str = "vllm";
-
-const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
-const HOLD: &str = "rollouts.kruise.io/stable-revision";
 
 /// The Rollout of examples/rollout-partition.yaml, exactly as shipped (it releases
 /// [`STABLE`]: 1 group, then 50%, then all, each step paused).

@@ -7,14 +7,13 @@
 
 use anyhow::{Context, ensure};
 use lws_rollout::api::LeaderWorkerSet;
+use lws_rollout::lws::labels::RELEASE_PARTITION;
 use serde_json::json;
 
 use crate::harness::{TestNs, wait_for};
 use crate::lws_support::{available_with, image, settled_pods, uids};
 use crate::rollout_crash::{CrashCluster, Watched, more_than_once};
 use crate::rollout_support::*;
-
-const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
 
 /// Waits until the user's LWS carries the release partition `want` (`None`: none).
 async fn wait_partition(ns: &TestNs, want: Option<&str>) -> anyhow::Result<LeaderWorkerSet> {

@@ -9,7 +9,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::draft::{BatchReleasePlan, canary_names, hold_progress, note, release_plan_hash};
+use super::draft::{
+    BatchReleasePlan, canary_names, current_batch, hold_progress, note, release_plan_hash,
+};
 use super::names::{batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, CanaryLws, GroupReadiness, StableLws};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy};
@@ -52,21 +54,10 @@ pub fn control(
         note(out, stored, false, event::PROGRESSING, msg);
         return;
     }
-    let batches = rp.batches.clone().unwrap_or_default();
-    let Some(last) = batches.len().checked_sub(1) else {
-        note(
-            out,
-            stored,
-            true,
-            event::UNSUPPORTED,
-            "releasePlan has no batches".into(),
-        );
+    let Some((batch, size)) = current_batch(out, stored, rp) else {
         return;
     };
-    let batch = usize::try_from(rp.batch_partition.unwrap_or(0))
-        .unwrap_or(0)
-        .min(last);
-    let desired = desired_groups(&batches[batch].canary_replicas, stable.replicas());
+    let desired = desired_groups(&size, stable.replicas());
     grow(obs, stable, out, canary, &name, desired);
     let counts = canary.map(|c| crate::release::progress::CanaryCounts::of(&c.lws));
     let p = progress(desired, counts.as_ref(), rp.failure_threshold.as_ref());

@@ -58,6 +58,17 @@ pub fn batch_release(
     partition: Option<i32>,
     policy: Option<FinalizingPolicy>,
 ) -> BatchRelease {
+    of_strategy(d, partition, policy, true)
+}
+
+/// The BatchRelease of `strategy.canary`: with a canary LWS (`extra_workload`), or, partition
+/// style, the user's groups moved in place (no pod template of its own to patch).
+pub fn of_strategy(
+    d: &Draft<'_>,
+    partition: Option<i32>,
+    policy: Option<FinalizingPolicy>,
+    extra_workload: bool,
+) -> BatchRelease {
     let canary = d
         .obs
         .rollout
@@ -71,9 +82,15 @@ pub fn batch_release(
         batch::Shape {
             steps: &canary.steps,
             failure_threshold: canary.failure_threshold,
-            patch_pod_template_metadata: canary.patch_pod_template_metadata,
-            rolling_style: RollingStyle::Canary,
-            extra_workload: true,
+            patch_pod_template_metadata: canary
+                .patch_pod_template_metadata
+                .filter(|_| extra_workload),
+            rolling_style: if extra_workload {
+                RollingStyle::Canary
+            } else {
+                RollingStyle::Partition
+            },
+            extra_workload,
         },
         partition,
         policy,

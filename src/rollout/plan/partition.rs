@@ -19,11 +19,11 @@
 //! the canary style's order the stable Service, pinned to the stable revision, would lose its
 //! leaders one by one while the LWS rolls them.
 
-use crate::api::batchrelease::{BatchRelease, FinalizingPolicy, RollingStyle};
+use crate::api::batchrelease::{BatchRelease, FinalizingPolicy};
 use crate::api::rollout::FinalisingStep;
 
 use super::reason::Reason;
-use super::{Draft, batch, canary};
+use super::{Draft, canary};
 
 static SUCCESS_ORDER: [FinalisingStep; 5] = [
     FinalisingStep::RestoreStableService,
@@ -48,24 +48,5 @@ pub fn batch_release(
     partition: Option<i32>,
     policy: Option<FinalizingPolicy>,
 ) -> BatchRelease {
-    let canary = d
-        .obs
-        .rollout
-        .spec
-        .strategy
-        .canary
-        .clone()
-        .unwrap_or_default();
-    batch::batch_release(
-        d,
-        batch::Shape {
-            steps: &canary.steps,
-            failure_threshold: canary.failure_threshold,
-            patch_pod_template_metadata: None,
-            rolling_style: RollingStyle::Partition,
-            extra_workload: false,
-        },
-        partition,
-        policy,
-    )
+    canary::of_strategy(d, partition, policy, false)
 }

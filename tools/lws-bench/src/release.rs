@@ -29,6 +29,7 @@ use kube::{
     runtime::{WatchStreamExt, watcher},
 };
 use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
+use lws_rollout::lws::labels::RELEASE_PARTITION;
 use serde::Serialize;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -39,7 +40,6 @@ pub const NS: &str = "release";
 const IMAGE_V1: &str = "registry.k8s.io/pause:3.10";
 const IMAGE_V2: &str = "registry.k8s.io/pause:3.9";
 const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
-const RELEASE_PARTITION: &str = "lws-rollout.x-k8s.io/release-partition";
 /// The steps: 1 group, 2 groups, everything; a manual pause after the first two (canary) or
 /// after all three (blue-green).
 const STEPS: usize = 3;
