@@ -85,8 +85,15 @@ echo $! >"$STATE/pids/manager.pid"
 log "running unit and e2e tests"
 export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
-  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log"
+  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
+  LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv"
+SUITE_START=$SECONDS
 cargo test --locked --workspace --all-targets "$@"
+# The suite's budget is 15 min (DEVELOPERS.md): the slowest tests, by name, for whoever trims it.
+if [ -s "$STATE/logs/e2e-times.tsv" ]; then
+  log "tests ran $((SECONDS - SUITE_START))s; the slowest e2e tests (seconds, cluster, test):"
+  sort -rn "$STATE/logs/e2e-times.tsv" | head -n 12 >&2
+fi
 # 6. Least privilege, over the whole suite's requests (so not when a filter ran only some).
 if [ $# -eq 0 ]; then
   log "checking the chart's RBAC against the requests the manager made"

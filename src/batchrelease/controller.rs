@@ -40,8 +40,9 @@ pub struct Caches<'a> {
     pub batch_releases: &'a mut SharedCache<BatchRelease>,
     /// LeaderWorkerSets.
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
-    /// LWS pods (read, not subscribed: the canary LWS's status follows them).
-    pub pods: &'a SharedCache<crate::k8s::pod::CachedPod>,
+    /// LWS pods: read for a canary's groups (its status follows them), and subscribed for the
+    /// user's LWS while a release reads its groups off the pods (partition style, finalising).
+    pub pods: &'a mut SharedCache<crate::k8s::pod::CachedPod>,
     /// LWS ControllerRevisions (read, not subscribed).
     pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Kueue Workloads (a canary group's says why it is not admitted; empty without Kueue).
@@ -71,6 +72,7 @@ pub fn run(
     });
     let brs = stores.batch_releases.clone();
     let (brs_of_workloads, lws_of_workloads) = (brs.clone(), stores.lws.clone());
+    let brs_of_pods = brs.clone();
     // Queue depth: the BatchRelease's own changes pass through here.
     let queued_store = caches.batch_releases.store();
     let changes = caches.batch_releases.subscribe().inspect(move |br| {
@@ -91,6 +93,14 @@ pub fn run(
                 .map(|lws| releases_of(&brs_of_workloads, &lws))
                 .unwrap_or_default()
         })
+        // A group of the user's LWS ready on the new template is news the LWS's status tells
+        // only at its own pace: the releases that count groups off the pods hear it at once.
+        .watches_shared_stream(
+            caches.pods.subscribe(),
+            move |pod: Arc<crate::k8s::pod::CachedPod>| {
+                releases_counting_pods_of(&brs_of_pods, &pod)
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -113,6 +123,28 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
                 .as_deref()
                 .is_some_and(|uid| owners.contains(&uid))
                 || Some(&br.spec.workload_ref.name) == lws.metadata.name.as_ref()
+        })
+        .map(|br| ObjectRef::from_obj(br.as_ref()))
+        .collect()
+}
+
+/// BatchReleases that count the groups of `pod`'s LWS off its pods: partition style (its
+/// batches move the user's groups) and any style finalising (a canary gives a group back for
+/// each of the user's groups ready on the new template). Canary pods wake nobody here: their
+/// LWS's status does.
+fn releases_counting_pods_of(
+    brs: &Store<BatchRelease>,
+    pod: &crate::k8s::pod::CachedPod,
+) -> Vec<ObjectRef<BatchRelease>> {
+    let Some(lws) = pod.labels().get(crate::lws::labels::NAME) else {
+        return Vec::new();
+    };
+    brs.state()
+        .iter()
+        .filter(|br| br.namespace() == pod.namespace() && br.spec.workload_ref.name == *lws)
+        .filter(|br| {
+            let rp = &br.spec.release_plan;
+            rp.batch_partition.is_none() || !rp.enable_extra_workload_for_canary
         })
         .map(|br| ObjectRef::from_obj(br.as_ref()))
         .collect()

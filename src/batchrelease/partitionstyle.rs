@@ -4,7 +4,8 @@
 //! (`replicas − groups of the batch`) that our LWS controller honours on top of the hold
 //! (`lws::plan::revisions`); the user's `rolloutStrategy` is never written. Progress is the
 //! groups whose leader runs the released revision (updated) and whose every pod does and is
-//! ready (ready), read off the pods. Finalising: WaitResume waits for the user's LWS to have
+//! ready (ready), read off the pods. Kruise's `rollback-in-batch` starts the release again for
+//! a reverted template, the groups already on it needing no update. Finalising: WaitResume waits for the user's LWS to have
 //! rolled every group (the Rollout removes the annotation with the hold, and the LWS rolls the
 //! rest by its own strategy); Immediate ends at once (rollback, disable, delete: the Rollout
 //! lifts the annotation after moving traffic, and the moved groups roll back by the LWS's own
@@ -16,9 +17,10 @@ use super::canarystyle::{not_ready_message, record};
 use super::draft::{BatchReleasePlan, canary_names, current_batch, note};
 use super::names::{batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, GroupReadiness, StableLws};
-use crate::api::batchrelease::{BatchReleaseStatus, FinalizingPolicy};
+use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy};
 use crate::k8s::events::EventSpec;
 use crate::release::groups::desired_groups;
+use crate::release::names::ROLLBACK_IN_BATCH;
 use crate::release::progress::{CanaryCounts, progress};
 
 /// Plans the release of `released` for the stable LWS `stable` (see the module).
@@ -38,6 +40,15 @@ pub fn control(
         return;
     }
     out.status.phase = Some(phase::PROGRESSING.into());
+    let reverted = rolling_back_in_batches(obs, stable, released);
+    if reverted {
+        prepare_rollback(stable, out);
+    }
+    let released = if reverted {
+        stable.update_revision.as_str()
+    } else {
+        released
+    };
     if stable.update_revision != released {
         // The LWS webhook froze every group where it is (partition = replicas) in the same
         // admission as the template change; the Rollout moves traffic and restarts.
@@ -53,7 +64,16 @@ pub fn control(
         return;
     };
     let replicas = stable.replicas();
-    let desired = desired_groups(&size, replicas);
+    // Rolling back in batches, the groups already on the template need no update: the
+    // batch's share is of the groups that moved (Kruise's noNeedUpdateReplicas).
+    let no_need_update = out
+        .status
+        .canary_status
+        .as_ref()
+        .and_then(|c| c.no_need_update_replicas)
+        .unwrap_or(0)
+        .clamp(0, replicas);
+    let desired = desired_groups(&size, replicas - no_need_update);
     let partition = (replicas - desired).max(0);
     if stable.release_partition != Some(partition) {
         out.release_partition = Some(partition);
@@ -77,6 +97,46 @@ pub fn control(
     record(obs, stable, out, stored, (batch, desired), p, waiting, now);
 }
 
+/// Kruise's `rollouts.kruise.io/rollback-in-batch` on this BatchRelease (the Rollout sets it
+/// when its template went back with the policy on) and the template is back on the revision
+/// the hold keeps: the release starts again for that revision, moving the moved groups back
+/// batch by batch instead of all at once.
+fn rolling_back_in_batches(obs: &BatchReleaseObserved, stable: &StableLws, released: &str) -> bool {
+    let annotated = obs
+        .br
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ROLLBACK_IN_BATCH))
+        .is_some_and(|v| !v.is_empty());
+    annotated
+        && stable.update_revision != released
+        && stable.hold.as_deref() == Some(stable.update_revision.as_str())
+}
+
+/// Starts the release again for the template the LWS went back to, counting the groups that
+/// are on it already (the webhook froze every group in the revert's admission, so this count
+/// is the same after a restart).
+fn prepare_rollback(stable: &StableLws, out: &mut BatchReleasePlan) {
+    let already = stable.on_update.iter().filter(|g| g.leader).count();
+    let already = i32::try_from(already).unwrap_or(i32::MAX);
+    out.status.update_revision = Some(stable.update_revision.clone());
+    out.status.canary_status = Some(BatchReleaseCanaryStatus {
+        current_batch_state: Some(batch_state::UPGRADING.into()),
+        no_need_update_replicas: Some(already),
+        ..BatchReleaseCanaryStatus::default()
+    });
+    out.events.push(EventSpec::normal(
+        event::PROGRESSING,
+        format!(
+            "the template went back to revision {}: rolling back in batches the {} groups \
+             that moved ({already} need no update)",
+            stable.update_revision,
+            stable.replicas() - already
+        ),
+    ));
+}
+
 /// The batch's counts as a canary LWS would give them: the groups the release partition lets
 /// move (`spec_replicas`, only once the annotation says `partition`), the groups on the
 /// released revision (their leader runs it) and those whole and ready on it.
@@ -95,11 +155,15 @@ fn counts(stable: &StableLws, partition: i32, size: i32) -> CanaryCounts {
         spec_replicas: allowed,
         generation,
         observed_generation: observed,
-        replicas: stable.on_update.iter().filter(|g| g.leader).count() as i32,
+        replicas: stable
+            .on_update
+            .iter()
+            .filter(|g| g.index >= partition && g.leader)
+            .count() as i32,
         ready: stable
             .on_update
             .iter()
-            .filter(|g| g.leader && g.ready_pods >= size)
+            .filter(|g| g.index >= partition && g.leader && g.ready_pods >= size)
             .count() as i32,
     }
 }

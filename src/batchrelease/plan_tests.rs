@@ -18,7 +18,7 @@ use crate::api::leaderworkerset::{
 use crate::api::rollout::{ObjectRef, PatchPodTemplateMetadata};
 use crate::batchrelease::names::{CANARY_LABEL, CONTROL_INFO};
 use crate::batchrelease::observe::CanaryLws;
-use crate::batchrelease::observe::{GroupReadiness, StableLws};
+use crate::batchrelease::observe::{GroupOnRevision, GroupReadiness, StableLws};
 
 fn now() -> Timestamp {
     Timestamp::from_second(1_795_327_200).unwrap()
@@ -433,6 +433,98 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
 }
 
 #[test]
+fn the_canary_keeps_the_last_steps_groups_less_those_the_stable_has_rolled_down_to_a_floor() {
+    use crate::batchrelease::canarystyle::keep_while_stable_rolls;
+    // (has, last step's groups, stable groups moved and ready, floor, keep)
+    let table = [
+        (4, 4, 0, 1, 4),
+        (4, 4, 1, 1, 3),
+        (3, 4, 3, 1, 1),
+        (1, 4, 4, 1, 1),
+        // maxUnavailable 2: two canary groups stay while two stable groups may be down.
+        (4, 4, 3, 2, 2),
+        // maxUnavailable 0 (the LWS surges): still one group, for the traffic it has.
+        (2, 2, 2, 0, 1),
+        // A floor above the last step's groups is capped by them.
+        (1, 1, 0, 3, 1),
+        // Given back is given back: a stable group failing later grows nothing.
+        (2, 4, 0, 1, 2),
+        // A canary jumped past the last step (grown, never shrunk) comes down to it.
+        (4, 2, 0, 1, 2),
+        (0, 2, 0, 1, 0),
+    ];
+    for (has, last, moved, floor, want) in table {
+        assert_eq!(
+            keep_while_stable_rolls(has, last, moved, floor),
+            want,
+            "has {has}, last step {last}, moved {moved}, floor {floor}"
+        );
+    }
+}
+
+#[test]
+fn wait_resume_gives_a_canary_group_back_for_each_stable_group_ready_on_the_new_template() {
+    let mut b = br(None, None);
+    b.spec.release_plan.finalizing_policy = Some(FinalizingPolicy::WaitResume);
+    let mut o = observed(b, vec![canary(4, 4, 4, &[])]);
+    let on_new = |ready: &[i32]| -> Vec<GroupOnRevision> {
+        (0..4)
+            .map(|index| GroupOnRevision {
+                index,
+                leader: ready.contains(&index),
+                ready_pods: if ready.contains(&index) { 4 } else { 0 },
+            })
+            .collect()
+    };
+    let p = plan(&o, now());
+    assert_eq!(
+        p.apply_canary, None,
+        "no stable group is on the new template"
+    );
+    // Group 3 rolled and whole: one canary group goes, with an Event saying why.
+    o.stable.as_mut().unwrap().on_update = on_new(&[3]);
+    let p = plan(&o, now());
+    assert_eq!(
+        p.apply_canary.as_ref().and_then(|c| c.spec.replicas),
+        Some(3)
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.note.contains("gives back 1 of its 4 groups")),
+        "{:?}",
+        p.events
+    );
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    // A group with a pod still starting counts for nothing.
+    let mut partial = on_new(&[3]);
+    partial[3].ready_pods = 3;
+    o.stable.as_mut().unwrap().on_update = partial;
+    assert_eq!(plan(&o, now()).apply_canary, None);
+    // Every stable group on the new template: one canary group stays (maxUnavailable 1) until
+    // the Rollout has moved its traffic back; the release is Completed.
+    o.stable.as_mut().unwrap().on_update = on_new(&[0, 1, 2, 3]);
+    o.stable
+        .as_mut()
+        .unwrap()
+        .lws
+        .status
+        .as_mut()
+        .unwrap()
+        .updated_replicas = Some(4);
+    let p = plan(&o, now());
+    assert_eq!(
+        p.apply_canary.as_ref().and_then(|c| c.spec.replicas),
+        Some(1)
+    );
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+    assert!(p.delete_canaries.is_empty());
+    // Groups counted on another template than the one released count for nothing.
+    o.stable.as_mut().unwrap().update_revision = "rev3".into();
+    assert_eq!(plan(&o, now()).apply_canary, None);
+}
+
+#[test]
 fn other_canaries_and_unsupported_plans_and_a_changed_template() {
     let mut stray = canary(1, 1, 1, &[]);
     stray.lws.metadata.name = Some("vllm-canary-old".into());
@@ -705,4 +797,89 @@ fn partition_style_moves_the_users_groups_in_place_batch_by_batch() {
         plan(&o, now()).status.phase.as_deref(),
         Some(phase::COMPLETED)
     );
+}
+
+/// Kruise's rollback-in-batch on a partition-style release: a template reverted to the held
+/// revision starts the release again for it, counting the groups already on it as needing no
+/// update, so each batch's share is of the groups that moved; without the mark it only waits
+/// (the Rollout cancels).
+#[test]
+fn partition_style_rolls_a_reverted_template_back_in_batches_when_marked() {
+    let mut b = br(Some(0), None);
+    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    b.spec.release_plan.enable_extra_workload_for_canary = false;
+    let mut o = observed(b, vec![]);
+    let on_rev1 = |groups: &[i32]| -> Vec<GroupOnRevision> {
+        groups
+            .iter()
+            .map(|index| GroupOnRevision {
+                index: *index,
+                leader: true,
+                ready_pods: 4,
+            })
+            .collect()
+    };
+    {
+        // Groups 2 and 3 had moved to rev2; the template went back to rev1 and the webhook
+        // froze every group.
+        let stable = o.stable.as_mut().unwrap();
+        stable.update_revision = "rev1".into();
+        stable.hold = Some("rev1".into());
+        stable.release_partition = Some(4);
+        stable.on_update = on_rev1(&[0, 1]);
+    }
+    let p = plan(&o, now());
+    assert_eq!(p.release_partition, None);
+    assert!(
+        p.status
+            .message
+            .unwrap()
+            .contains("every group stays where it is")
+    );
+
+    o.br.metadata.annotations = Some(BTreeMap::from([(
+        crate::release::names::ROLLBACK_IN_BATCH.to_string(),
+        "true".to_string(),
+    )]));
+    let p = plan(&o, now());
+    assert_eq!(p.status.update_revision.as_deref(), Some("rev1"));
+    let c = p.status.canary_status.clone().unwrap();
+    assert_eq!(c.no_need_update_replicas, Some(2));
+    assert_eq!(
+        p.release_partition,
+        Some(3),
+        "batch 1 (1 group) of the 2 that moved: group 3"
+    );
+    assert!(
+        p.events.iter().any(|e| e
+            .note
+            .contains("rolling back in batches the 2 groups that moved")),
+        "{:?}",
+        p.events
+    );
+
+    // Group 3 back and ready: the batch is Ready, counted over the groups it moves.
+    o.br.status = Some(p.status);
+    let stable = o.stable.as_mut().unwrap();
+    stable.release_partition = Some(3);
+    stable.on_update = on_rev1(&[0, 1, 3]);
+    let p = plan(&o, now());
+    let c = p.status.canary_status.clone().unwrap();
+    assert_eq!(
+        (
+            c.current_batch_state.as_deref(),
+            c.updated_replicas,
+            c.updated_ready_replicas,
+            c.no_need_update_replicas
+        ),
+        (Some(batch_state::READY), 1, 1, Some(2))
+    );
+    assert!(
+        p.events.iter().all(|e| !e.note.contains("rolling back")),
+        "prepared once"
+    );
+    // The last batch (100% of the 2): group 2 goes back too.
+    o.br.status = Some(p.status);
+    o.br.spec.release_plan.batch_partition = Some(2);
+    assert_eq!(plan(&o, now()).release_partition, Some(2));
 }

@@ -272,7 +272,7 @@ async fn run_controllers(
         crate::batchrelease::controller::Caches {
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
-            pods: &caches.pods,
+            pods: &mut caches.pods,
             revisions: &caches.revisions,
             workloads: &mut caches.workloads,
         },

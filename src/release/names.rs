@@ -15,6 +15,10 @@
 /// Label on the canary LWS: the stable workload's name (Kruise's key; it says "deployment"
 /// because Kruise's canary workloads were Deployments).
 pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
+/// Kruise's annotation on a Rollout (`"true"`) asking a reverted template to roll back step by
+/// step instead of at once (partition style without `trafficRoutings`); the Rollout copies it
+/// to its BatchRelease while rolling back.
+pub const ROLLBACK_IN_BATCH: &str = "rollouts.kruise.io/rollback-in-batch";
 
 /// Longest canary LWS name: 63 − len("-<group ≤ 9999>") − len("-<hash ≤ 10>").
 pub const MAX_NAME: usize = 47;

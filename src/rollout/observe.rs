@@ -80,10 +80,25 @@ pub struct BatchReleaseSummary {
     pub spec: BatchReleaseSpec,
     /// Its status.
     pub status: BatchReleaseStatus,
+    /// Kruise's `rollouts.kruise.io/rollback-in-batch` annotation, as set on it.
+    pub rollback_in_batch: Option<String>,
     /// Its canary LWS, when it exists: the LWS it controls named for the revision its status
     /// says it releases. The plan reads batch readiness off it directly,
     /// one watch hop before the BatchRelease's status says the same (`release::progress`).
     pub canary: Option<CanaryCounts>,
+}
+
+impl BatchReleaseSummary {
+    /// It already is what `desired` asks: the same spec and the same rollback-in-batch mark.
+    pub fn is(&self, desired: &crate::api::batchrelease::BatchRelease) -> bool {
+        self.spec == desired.spec
+            && self.rollback_in_batch.as_ref()
+                == desired
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(crate::release::names::ROLLBACK_IN_BATCH))
+    }
 }
 
 /// The Rollout as owner of the canary Service and Ingress.
@@ -133,6 +148,10 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
             resource_version: br.resource_version().unwrap_or_default(),
             spec: br.spec.clone(),
             status: br.status.clone().unwrap_or_default(),
+            rollback_in_batch: br
+                .annotations()
+                .get(crate::release::names::ROLLBACK_IN_BATCH)
+                .cloned(),
             canary: canary_of(stores, &br, &target.name),
         });
     RolloutObserved {

@@ -117,6 +117,19 @@ impl CanaryRoute {
         }
     }
 
+    /// This route's weight for `serving` of the `groups` it was given for (fewer: the weight
+    /// shrinks in proportion, rounded up, so each serving group keeps its load). Matches are
+    /// kept: they name requests, not a share.
+    pub fn scaled_to(mut self, serving: i32, groups: i32) -> Self {
+        if groups > 0 && serving < groups {
+            self.weight = self.weight.map(|w| {
+                let w = i64::from(w) * i64::from(serving.max(0));
+                i32::try_from((w + i64::from(groups) - 1) / i64::from(groups)).unwrap_or(0)
+            });
+        }
+        self
+    }
+
     /// The route a canary step asks for.
     pub fn for_step(step: &CanaryStep) -> Self {
         let weight = step

@@ -194,9 +194,21 @@ start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
 
 # kwok reads ~/.kwok/kwok.yaml unless told otherwise: point it at our state only.
 # A project stage replaces KWOK's stage of the same file name (stages/pod-delete.yaml says why).
+# KWOK's pod-ready stage gains a delay a test can ask for per pod: the annotation
+# `lws-rollout.test/ready-delay: "1s"` (a Go duration) keeps the pod unready that long, as a
+# model server loading its weights would (no annotation: ready at once, as KWOK does).
+READY_DELAY="  delay:\n    durationFrom:\n      expressionFrom: '.metadata.annotations[\"lws-rollout.test/ready-delay\"]'"
 for f in "$CP_CACHE"/kwok-stages/*.yaml "$CLUSTER_DIR"/stages/*.yaml; do
   [ "${f#"$CLUSTER_DIR"/stages/}" = "$f" ] && [ -f "$CLUSTER_DIR/stages/$(basename "$f")" ] && continue
-  [ -f "$f" ] && { echo "---"; cat "$f"; echo; }
+  [ -f "$f" ] || continue
+  echo "---"
+  if [ "$(basename "$f")" = pod-ready.yaml ] && [ "${f#"$CLUSTER_DIR"/stages/}" = "$f" ]; then
+    grep -q '^spec:$' "$f" || die "KWOK's $f has no 'spec:' line to add the ready delay under"
+    sed "s|^spec:\$|spec:\n$READY_DELAY|" "$f"
+  else
+    cat "$f"
+  fi
+  echo
 done >"$STATE/kwok/stages.yaml"
 log "starting kwok"
 start kwok env KWOK_WORKDIR="$STATE/kwok" "$BIN/kwok" --kubeconfig="$KUBECONFIG_FILE" \

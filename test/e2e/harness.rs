@@ -20,6 +20,33 @@ use serde::de::DeserializeOwned;
 /// Environment variable naming the kubeconfig of the test cluster.
 pub const KUBECONFIG_ENV: &str = "LWS_E2E_KUBECONFIG";
 
+/// Environment variable naming a file each test appends its run time to (`test/run-tests.sh`
+/// prints the slowest, so the suite's budget has names to it).
+pub const TIMES_ENV: &str = "LWS_E2E_TIMES";
+
+/// Appends "<seconds>\t<what>\t<test>" to the times file, if one is set. The test's name is
+/// its thread's, as libtest names each test's thread.
+pub fn record_time(what: &str, started: std::time::Instant) {
+    use std::io::Write;
+    let Ok(path) = std::env::var(TIMES_ENV) else {
+        return;
+    };
+    let thread = std::thread::current();
+    let line = format!(
+        "{:.1}\t{what}\t{}\n",
+        started.elapsed().as_secs_f64(),
+        thread.name().unwrap_or("?")
+    );
+    // One short write with O_APPEND: lines of concurrent tests never interleave.
+    if let Ok(mut file) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+    {
+        let _ = file.write_all(line.as_bytes());
+    }
+}
+
 /// Path of the test cluster's kubeconfig, or a clear error.
 pub fn kubeconfig_path() -> anyhow::Result<String> {
     std::env::var(KUBECONFIG_ENV).map_err(|_| {
@@ -77,6 +104,7 @@ where
     F: FnOnce(TestNs) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
+    let started = std::time::Instant::now();
     let client = client().await?;
     let name = format!("e2e-{prefix}-{:08x}", rand_u32());
     let namespaces: Api<Namespace> = Api::all(client.clone());
@@ -107,6 +135,7 @@ where
         dump_namespace(&client, &name).await;
     }
     let _ = namespaces.delete(&name, &DeleteParams::background()).await;
+    record_time("shared", started);
     match outcome {
         Ok(result) => result,
         Err(panic) => std::panic::resume_unwind(panic),

@@ -45,6 +45,7 @@ pub struct IsolatedCluster {
     pub bin_dir: PathBuf,
     failed: bool,
     stopped: bool,
+    started: std::time::Instant,
 }
 
 impl IsolatedCluster {
@@ -63,6 +64,7 @@ impl IsolatedCluster {
     }
 
     async fn start_once(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
+        let started = std::time::Instant::now();
         let bin_dir = bin_dir()?;
         let dir = std::env::temp_dir().join(format!(
             "lws-e2e-cluster-{name}-{}-{:x}",
@@ -92,6 +94,7 @@ impl IsolatedCluster {
             bin_dir,
             failed: true,
             stopped: false,
+            started,
         };
         if !out.status.success() {
             bail!(
@@ -182,6 +185,7 @@ impl IsolatedCluster {
             return;
         }
         self.stopped = true;
+        crate::harness::record_time("isolated", self.started);
         let keep = self.failed || std::thread::panicking();
         let mut down = std::process::Command::new("bash");
         down.arg(repo().join("test/cluster/down.sh")).arg(&self.dir);

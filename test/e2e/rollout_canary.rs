@@ -41,10 +41,17 @@ pub fn three_steps() -> serde_json::Value {
     ])
 }
 
-/// Whenever the route stops sending anything to the canary, records whether the stable LWS
-/// had every group on the new template and ready at that moment.
-fn guard_route_to_stable(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex<Vec<String>>>) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
+/// What the route did while the watch ran: every canary weight it gave, and whenever it
+/// stopped sending anything to the canary, whether the stable LWS had every group on the new
+/// template and ready at that moment, and how many groups the canary LWS still had.
+#[derive(Debug, Default)]
+struct RouteSeen {
+    weights: Vec<i64>,
+    back_to_stable: Vec<String>,
+}
+
+fn guard_route_to_stable(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex<RouteSeen>>) {
+    let seen = Arc::new(Mutex::new(RouteSeen::default()));
     let out = seen.clone();
     let ns = ns.clone();
     let task = tokio::spawn(async move {
@@ -67,18 +74,89 @@ fn guard_route_to_stable(ns: &TestNs) -> (tokio::task::JoinHandle<()>, Arc<Mutex
                 .sum();
             if canary_weight > 0 {
                 canary_had_weight = true;
+                let mut seen = out.lock().unwrap();
+                if seen.weights.last() != Some(&canary_weight) {
+                    seen.weights.push(canary_weight);
+                }
             } else if canary_had_weight {
                 canary_had_weight = false;
                 let lws = ns.api::<LeaderWorkerSet>().get(STABLE).await.ok();
                 let status = lws.and_then(|l| l.status).unwrap_or_default();
-                out.lock().unwrap().push(format!(
-                    "ready={:?} updated={:?}",
+                let canary_groups = the_canary(&ns).await.ok().and_then(|c| c.spec.replicas);
+                out.lock().unwrap().back_to_stable.push(format!(
+                    "ready={:?} updated={:?} canary={canary_groups:?}",
                     status.ready_replicas, status.updated_replicas
                 ));
             }
         }
     });
     (task, seen)
+}
+
+/// The fewest groups (of any LWS in the namespace) whole and ready at once while the watch
+/// ran, counted from the moment the watch had listed the pods; a group counts when all `size`
+/// of its pods are ready and none is being deleted.
+fn watch_fewest_serving_groups(
+    ns: &TestNs,
+    size: usize,
+) -> (Arc<Mutex<Option<usize>>>, tokio::task::JoinHandle<()>) {
+    let fewest: Arc<Mutex<Option<usize>>> = Arc::default();
+    let sink = fewest.clone();
+    let api = ns.api::<Pod>();
+    let task = tokio::spawn(async move {
+        // pod name -> (LWS, group) while the pod is ready and not terminating.
+        let mut ready: BTreeMap<String, (String, String)> = BTreeMap::new();
+        let mut listed = false;
+        let mut events = watcher::watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        while let Some(Ok(event)) = events.next().await {
+            let mut note = |p: &Pod| {
+                let name = p.metadata.name.clone().unwrap_or_default();
+                let serving = p.metadata.deletion_timestamp.is_none()
+                    && p.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c.type_ == "Ready" && c.status == "True");
+                let group = (
+                    label(p, "leaderworkerset.sigs.k8s.io/name").map(str::to_string),
+                    label(p, GROUP_INDEX).map(str::to_string),
+                );
+                match (serving, group) {
+                    (true, (Some(lws), Some(index))) => {
+                        ready.insert(name, (lws, index));
+                    }
+                    _ => {
+                        ready.remove(&name);
+                    }
+                }
+            };
+            match event {
+                watcher::Event::Apply(p) | watcher::Event::InitApply(p) => note(&p),
+                watcher::Event::Delete(p) => {
+                    ready.remove(&p.metadata.name.clone().unwrap_or_default());
+                }
+                watcher::Event::InitDone => listed = true,
+                watcher::Event::Init => {
+                    ready.clear();
+                    listed = false;
+                }
+            }
+            if !listed {
+                continue;
+            }
+            let mut per_group: BTreeMap<&(String, String), usize> = BTreeMap::new();
+            for group in ready.values() {
+                *per_group.entry(group).or_default() += 1;
+            }
+            let whole = per_group.values().filter(|n| **n >= size).count();
+            let mut fewest = sink.lock().unwrap();
+            *fewest = Some(fewest.map_or(whole, |f| f.min(whole)));
+        }
+    });
+    (fewest, task)
 }
 
 #[test]
@@ -89,7 +167,9 @@ fn rollout_canary_release_end_to_end() -> anyhow::Result<()> {
 async fn canary_release() -> anyhow::Result<()> {
     with_ns("rollout-canary", |ns| {
         Box::pin(async move {
-            let v1 = stable_lws(4, "vllm:1");
+            // Each pod takes a second to become ready (as a server loading its model would), so
+            // the stable LWS rolls group by group at the end and the canary's give-back shows.
+            let v1 = with_ready_delay(&stable_lws(4, "vllm:1"), "1s");
             release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
             ensure!(
                 route_backends(&ns).await? == users_route(),
@@ -288,8 +368,10 @@ async fn canary_release() -> anyhow::Result<()> {
 
             // The pause ends by itself; step 3 (100%) has no pause: finalisation follows.
             let (guard, transitions) = guard_route_to_stable(&ns);
+            let (fewest, serving) = watch_fewest_serving_groups(&ns, 2);
             let done = wait_rollout(&ns, "release finished", finished("True")).await;
             guard.abort();
+            serving.abort();
             let done = done?;
             ensure!(
                 done.status
@@ -298,10 +380,39 @@ async fn canary_release() -> anyhow::Result<()> {
                     .map(|c| c.common.current_step_index)
                     == Some(3)
             );
-            let seen = transitions.lock().unwrap().clone();
+            let seen = std::mem::take(&mut *transitions.lock().unwrap());
+            // The canary gave its groups back as the stable LWS rolled, down to one (the
+            // stable's maxUnavailable), and its share of the route shrank with them.
             ensure!(
-                !seen.is_empty() && seen.iter().all(|s| s == "ready=Some(4) updated=Some(4)"),
-                "traffic went back to stable only once its groups were ready: {seen:?}"
+                !seen.back_to_stable.is_empty()
+                    && seen
+                        .back_to_stable
+                        .iter()
+                        .all(|s| s == "ready=Some(4) updated=Some(4) canary=Some(1)"),
+                "traffic went back to stable only once its groups were ready, with the canary \
+                 down to one group: {seen:?}"
+            );
+            let after_full: Vec<i64> = seen
+                .weights
+                .iter()
+                .skip_while(|w| **w < 100)
+                .skip(1)
+                .copied()
+                .collect();
+            let mut shares: Vec<i64> = after_full.clone();
+            shares.dedup();
+            ensure!(
+                after_full.iter().all(|w| [75, 50, 25].contains(w))
+                    && after_full.windows(2).all(|p| p[1] <= p[0])
+                    && shares.len() >= 2,
+                "after 100% the canary's share followed its groups (100 × ready canary groups \
+                 ÷ 4, never back up, at least two steps seen): {:?}",
+                seen.weights
+            );
+            let fewest = *fewest.lock().unwrap();
+            ensure!(
+                fewest >= Some(4),
+                "never fewer groups serving than the stable LWS has: fewest {fewest:?}"
             );
             // The stable LWS rolled to the new template by its own strategy.
             wait_for(

@@ -309,3 +309,142 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
         })
     })
 }
+
+/// Kruise's `rollouts.kruise.io/rollback-in-batch: "true"` on a partition-style Rollout without
+/// traffic routing: a revert does not send every moved group back at once; the release starts
+/// again at step 1 for the old template, each step moving its share of the moved groups back
+/// (the groups already on it need no update), paused for approval as the steps say, and ends
+/// as a completed release. No group that never moved restarts.
+#[test]
+fn rollout_partition_rolls_a_revert_back_in_batches_with_kruises_annotation() -> anyhow::Result<()>
+{
+    on_big_stack(|| {
+        with_ns("rollout-partition-rib", |ns| async move {
+            let v1 = stable_lws(4, "vllm:1");
+            create_available(&ns, &v1).await?;
+            // The user's Service, which a release without traffic routing leaves alone.
+            create_service(&ns).await?;
+            let mut rollout = rollout(
+                serde_json::json!([
+                    {"replicas": "50%", "pause": {}},
+                    {"replicas": "100%"}
+                ]),
+                None,
+            );
+            let canary = &mut rollout["spec"]["strategy"]["canary"];
+            let canary = canary.as_object_mut().context("canary")?;
+            canary.remove("enableExtraWorkloadForCanary");
+            canary.remove("patchPodTemplateMetadata");
+            rollout["metadata"]["annotations"] =
+                serde_json::json!({"rollouts.kruise.io/rollback-in-batch": "true"});
+            create_rollout(&ns, &rollout).await?;
+            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+
+            // Step 1 (50%): groups 2 and 3 move to vllm:2.
+            apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+            wait_paused_at(&ns, 1).await?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:2", "vllm:2"],
+                "step 1"
+            );
+            let unmoved = uids_of_groups(&ns, &[0, 1]).await?;
+
+            // The revert: the release starts again for vllm:1; its step 1 (50% of the two
+            // groups that moved) sends only group 3 back, and waits for approval.
+            apply_lws(&ns, &v1).await?;
+            wait_event(&ns, "Progressing", "rolled back in batches").await?;
+            let paused = wait_for(
+                &ns.api::<lws_rollout::api::rollout::Rollout>(),
+                STABLE,
+                WAIT,
+                |r: Option<&lws_rollout::api::rollout::Rollout>| {
+                    r.is_some_and(|r| {
+                        step(r) == (1, "StepPaused".into())
+                            && common(r).is_some_and(|c| {
+                                c.stable_revision.is_some()
+                                    && r.status
+                                        .as_ref()
+                                        .and_then(|s| s.canary_status.as_ref())
+                                        .is_some_and(|cs| {
+                                            Some(&cs.canary_revision) == c.stable_revision.as_ref()
+                                        })
+                            })
+                    })
+                },
+            )
+            .await?
+            .context("the Rollout")?;
+            ensure!(
+                condition(&paused, "Progressing").map(|c| c.1) == Some("InRolling".into()),
+                "a rollback in batches is a release, not a cancel: {:?}",
+                paused.status
+            );
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:2", "vllm:1"],
+                "step 1 of the rollback: group 3 back, group 2 still on the new template"
+            );
+            let br = batch_release(&ns).await?.context("the BatchRelease")?;
+            ensure!(
+                br.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("rollouts.kruise.io/rollback-in-batch"))
+                    .map(String::as_str)
+                    == Some("true"),
+                "Kruise's mark on the BatchRelease: {:?}",
+                br.metadata.annotations
+            );
+            ensure!(
+                br.status
+                    .as_ref()
+                    .and_then(|s| s.canary_status.as_ref())
+                    .and_then(|c| c.no_need_update_replicas)
+                    == Some(2),
+                "groups 0 and 1 needed no update: {:?}",
+                br.status
+            );
+
+            // Step 2 (100%): group 2 goes back too; the release completes.
+            approve(&ns).await?;
+            wait_rollout(&ns, "the rollback finished", finished("True")).await?;
+            let lws = wait_for(&ns.api(), STABLE, WAIT, available_with(4, 4))
+                .await?
+                .context("the LWS")?;
+            ensure!(group_images(&ns, 4).await? == ["vllm:1"; 4]);
+            ensure!(
+                annotation(&lws, RELEASE_PARTITION).is_none() && annotation(&lws, HOLD).is_none(),
+                "{:?}",
+                lws.metadata.annotations
+            );
+            ensure!(
+                uids_of_groups(&ns, &[0, 1]).await? == unmoved,
+                "a group that never moved was restarted"
+            );
+            nothing_left(&ns).await?;
+            Ok(())
+        })
+    })
+}
+
+/// Pod uids of the user's groups `groups`.
+async fn uids_of_groups(ns: &TestNs, groups: &[usize]) -> anyhow::Result<BTreeSet<String>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={STABLE}")),
+        )
+        .await?
+        .items
+        .iter()
+        .filter(|p| {
+            p.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("leaderworkerset.sigs.k8s.io/group-index"))
+                .and_then(|g| g.parse::<usize>().ok())
+                .is_some_and(|g| groups.contains(&g))
+        })
+        .filter_map(|p| p.metadata.uid.clone())
+        .collect())
+}

@@ -42,6 +42,17 @@ pub fn stable_lws(replicas: i32, image: &str) -> Value {
     })
 }
 
+/// `lws` with every pod unready for `delay` after it starts (a Go duration; the cluster's KWOK
+/// honours the annotation, `test/cluster/up.sh`).
+pub fn with_ready_delay(lws: &Value, delay: &str) -> Value {
+    let mut lws = lws.clone();
+    for t in ["leaderTemplate", "workerTemplate"] {
+        lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]["lws-rollout.test/ready-delay"] =
+            json!(delay);
+    }
+    lws
+}
+
 /// The stable LWS with both templates on `image`.
 pub fn with_image(lws: &Value, image: &str) -> Value {
     let mut lws = lws.clone();
@@ -494,7 +505,10 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: std::future::Future<Output = anyhow::Result<()>>,
 {
+    // Named as the test (libtest names its thread so): the suite's timing record reads it.
+    let name = std::thread::current().name().unwrap_or("?").to_string();
     let thread = std::thread::Builder::new()
+        .name(name)
         .stack_size(64 << 20)
         .spawn(move || {
             tokio::runtime::Builder::new_current_thread()

@@ -1,7 +1,9 @@
 //! The canary style (Kruise's `canarystyle/`): a canary LWS beside the stable one, grown batch
 //! by batch to the groups the current batch asks for and never shrunk during a release; its
-//! progress read off the canary LWS; finalised by removing it at once (Immediate) or once the
-//! stable LWS has rolled (WaitResume). `object` builds the canary LWS.
+//! progress read off the canary LWS; finalised by removing it at once (Immediate), or
+//! (WaitResume) by giving back one canary group for each stable group that is ready on the
+//! new template, down to what the stable LWS's rolling update may take out of service at once,
+//! until the stable LWS has rolled. `object` builds the canary LWS.
 
 pub mod object;
 
@@ -109,7 +111,12 @@ pub fn record(
         },
         updated_replicas: updated,
         updated_ready_replicas: ready,
-        no_need_update_replicas: None,
+        // Set when a rollback in batches starts (`partitionstyle`), kept for its batches.
+        no_need_update_replicas: out
+            .status
+            .canary_status
+            .as_ref()
+            .and_then(|c| c.no_need_update_replicas),
     });
     out.status.observed_rollout_id = rp.rollout_id.clone();
     if let Some(was) = stored.observed_workload_replicas
@@ -181,8 +188,9 @@ pub fn grow(
 }
 
 /// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it
-/// still serves the canary share of traffic) until the stable LWS has rolled to the released
-/// revision, then the release is Completed (the Rollout deletes this BatchRelease, and the
+/// still serves the canary share of traffic), giving its groups back as the stable LWS's
+/// groups become ready on the new template ([`shrink_as_stable_rolls`]), until the stable LWS
+/// has rolled to the released revision, then the release is Completed (the Rollout deletes this BatchRelease, and the
 /// canary with it, once traffic is back on the stable Service).
 fn finalizing(
     obs: &BatchReleaseObserved,
@@ -204,7 +212,12 @@ fn finalizing(
             }
             obs.canaries.is_empty()
         }
-        FinalizingPolicy::WaitResume => obs.stable.as_ref().is_some_and(|s| s.rolled_to(released)),
+        FinalizingPolicy::WaitResume => {
+            if let (Some(stable), Some(c)) = (obs.stable.as_ref(), canary) {
+                shrink_as_stable_rolls(obs, stable, out, c, released);
+            }
+            obs.stable.as_ref().is_some_and(|s| s.rolled_to(released))
+        }
     };
     out.status.phase = Some(
         if done {
@@ -224,6 +237,98 @@ fn finalizing(
             "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
         }
     });
+}
+
+/// WaitResume: the stable LWS rolls to the released template by its own strategy while the
+/// canary still serves its share. Each stable group whole and ready on the released template
+/// gives back one canary group, so the release holds no more than the last step's groups (plus
+/// the LWS's own surge) and less and less of that; the canary keeps as many groups as the
+/// stable LWS may take out of service at once (its `maxUnavailable`, at least one), so the
+/// groups serving never drop below the stable replica count while it rolls. The Rollout scales
+/// the canary's traffic share with its ready groups (`rollout::plan::routing`) and sends it
+/// back to the stable Service once every stable group is updated and ready.
+fn shrink_as_stable_rolls(
+    obs: &BatchReleaseObserved,
+    stable: &StableLws,
+    out: &mut BatchReleasePlan,
+    canary: &CanaryLws,
+    released: &str,
+) {
+    let have = canary.lws.spec.replicas.unwrap_or(1);
+    let replicas = stable.replicas();
+    let last_step = obs
+        .br
+        .spec
+        .release_plan
+        .batches
+        .as_ref()
+        .and_then(|b| b.last())
+        .map_or(have, |b| desired_groups(&b.canary_replicas, replicas));
+    let size = stable.lws.spec.leader_worker_template.size.unwrap_or(1);
+    let moved = if stable.update_revision == released {
+        stable
+            .on_update
+            .iter()
+            .filter(|g| g.leader && g.ready_pods >= size)
+            .count()
+    } else {
+        0
+    };
+    let keep = keep_while_stable_rolls(
+        have,
+        last_step,
+        i32::try_from(moved).unwrap_or(i32::MAX),
+        stable_may_be_unavailable(&stable.lws),
+    );
+    if keep >= have {
+        return;
+    }
+    let mut wanted = desired_canary(
+        &obs.br,
+        &stable.lws,
+        &canary.lws.name_any(),
+        keep,
+        obs.br
+            .spec
+            .release_plan
+            .patch_pod_template_metadata
+            .as_ref(),
+    );
+    keep_kueue_labels(&mut wanted, &canary.lws);
+    out.apply_canary = Some(wanted);
+    out.events.push(EventSpec::normal(
+        event::PROGRESSING,
+        format!(
+            "{moved} of {replicas} groups of LeaderWorkerSet {} are ready on the new template: \
+             LeaderWorkerSet {} gives back {} of its {have} groups",
+            stable.lws.name_any(),
+            canary.lws.name_any(),
+            have - keep
+        ),
+    ));
+}
+
+/// Canary groups to keep while the stable LWS rolls: the last step's `last_step` groups less
+/// one per stable group `moved` to the new template and ready, never fewer than `floor`
+/// (capped at the last step's groups, at least one) and never more than it `has` now (a
+/// canary given back is not grown again when a stable group fails later).
+pub fn keep_while_stable_rolls(has: i32, last_step: i32, moved: i32, floor: i32) -> i32 {
+    let floor = floor.clamp(1, last_step.max(1));
+    has.min((last_step - moved).max(floor)).max(0)
+}
+
+/// How many groups the stable LWS's rolling update may take out of service at once: its
+/// `maxUnavailable` (default 1) against its replicas, rounded down as the LWS does.
+fn stable_may_be_unavailable(lws: &crate::api::leaderworkerset::LeaderWorkerSet) -> i32 {
+    let max_unavailable = lws
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.as_ref())
+        .and_then(|r| r.max_unavailable.clone())
+        .unwrap_or(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(1));
+    crate::lws::rolling::scaled(&max_unavailable, lws.spec.replicas.unwrap_or(1), false)
+        .unwrap_or(1)
 }
 
 /// "batch 2 waits for LeaderWorkerSet vllm-canary-x: 1/2 groups ready; not ready: group 1".

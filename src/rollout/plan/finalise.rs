@@ -105,7 +105,7 @@ fn route_traffic_to_new(d: &mut Draft<'_>) -> bool {
         .style
         .batch_release(d, None, Some(FinalizingPolicy::WaitResume));
     let br_done = match obs.batch_release.as_ref() {
-        Some(observed) => observed.spec == desired.spec,
+        Some(observed) => observed.is(&desired),
         None => false,
     };
     if !br_done {
@@ -153,7 +153,7 @@ fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
     let mut br_done = true;
     if let Some(observed) = obs.batch_release.as_ref() {
         let desired = d.style.batch_release(d, None, Some(policy));
-        if observed.spec != desired.spec {
+        if !observed.is(&desired) {
             d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
             br_done = false;
         }

@@ -14,7 +14,10 @@ use crate::rollout::observe::StableWorkload;
 
 use super::accept;
 use super::finalise::{self, Reason};
-use super::{BatchReleaseAction, Draft, FinalizerAction, HoldAction, routing, status, steps};
+use super::style::Style;
+use super::{
+    BatchReleaseAction, Draft, FinalizerAction, HoldAction, partition, routing, status, steps,
+};
 
 /// A release is under way: the webhook held the stable LWS and its template moved on.
 fn in_progressing(w: &StableWorkload) -> bool {
@@ -459,6 +462,14 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     };
     let rolled_back = c.common.stable_revision.as_deref() == Some(w.update_revision.as_str())
         && c.canary_revision != w.update_revision;
+    if rolled_back
+        && c.common.finalising_step.is_unset()
+        && d.style == Style::Partition
+        && partition::rolls_back_in_batches(d.obs)
+    {
+        restart_in_batches(d, w);
+        return true;
+    }
     if rolled_back && c.common.finalising_step.is_unset() {
         d.event(EventSpec::normal(
             event::PROGRESSING,
@@ -535,6 +546,28 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         return true;
     }
     false
+}
+
+/// Kruise's rollback in batches: the release starts again at step 1 with the reverted template
+/// as the one released (the stable revision stays); the BatchRelease counts the groups
+/// already on it as needing no update, so each step moves its share of the moved groups back.
+fn restart_in_batches(d: &mut Draft<'_>, w: &StableWorkload) {
+    let now = d.now;
+    let n = routing::steps(d.obs).len();
+    let hash = d.hash.clone();
+    let c = status::canary(d.status());
+    c.canary_revision = w.update_revision.clone();
+    c.canary_replicas = 0;
+    c.canary_ready_replicas = 0;
+    c.common.current_step_index = 1;
+    c.common.next_step_index = steps::natural_next(1, n);
+    c.common.current_step_state = StepState::BeforeStepUpgrade;
+    c.common.last_update_time = Some(Time(now));
+    c.common.rollout_hash = Some(hash);
+    d.event(EventSpec::normal(
+        event::PROGRESSING,
+        "workload has been rolled back in batches, then restart from beginning",
+    ));
 }
 
 /// The current batch missed the Rollout's deadline (`deadline`): `Progressing=False` with what

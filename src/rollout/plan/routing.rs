@@ -13,7 +13,7 @@ use crate::api::rollout::{
     CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState, TrafficRoutingRef,
 };
 use crate::k8s::events::EventSpec;
-use crate::release::{groups::desired_groups, names::canary_name};
+use crate::release::{groups::desired_groups, names::canary_name, progress::CanaryCounts};
 use crate::rollout::observe::RolloutObserved;
 use crate::rollout::observe::owner;
 use crate::traffic::{
@@ -203,11 +203,16 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         route,
     };
     let switching = canary.common.finalising_step == FinalisingStep::RouteTrafficToNew;
+    // A canary finishing successfully gives its groups back while the user's LWS rolls
+    // (`batchrelease::canarystyle`): its share follows the groups it still has ready.
+    let live = (style == Style::Canary && reason == Some(Reason::Success))
+        .then(|| obs.batch_release.as_ref().and_then(|b| b.canary.as_ref()))
+        .flatten();
     Some(match stage {
         TrafficStage::Restored => TrafficIntent::Restored,
         // The switch waits until the new side can serve what the user's LWS serves.
         TrafficStage::ToNew if switching && !new_side_whole(obs, workload.replicas) => {
-            step_intent(obs, status, workload.replicas, &release)
+            step_intent(obs, status, workload.replicas, live, &release)
         }
         TrafficStage::ToNew => TrafficIntent::Release {
             stable_lws: second.clone().into(),
@@ -216,14 +221,15 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         },
         // A step that already runs without the split stays without it.
         TrafficStage::ToStable
-            if step_intent(obs, status, workload.replicas, &release) == TrafficIntent::Restored =>
+            if step_intent(obs, status, workload.replicas, live, &release)
+                == TrafficIntent::Restored =>
         {
             TrafficIntent::Restored
         }
         TrafficStage::ToStable => TrafficIntent::ToStable {
             stable_lws: stable.clone(),
         },
-        TrafficStage::Step => step_intent(obs, status, workload.replicas, &release),
+        TrafficStage::Step => step_intent(obs, status, workload.replicas, live, &release),
     })
 }
 
@@ -240,11 +246,14 @@ pub fn new_side_whole(obs: &RolloutObserved, replicas: i32) -> bool {
         })
 }
 
-/// The route the current step and state ask for.
+/// The route the current step and state ask for. With `live` counts of a canary giving its
+/// groups back, the step's weight is scaled to the groups it still has ready, so each of them
+/// keeps the load it had.
 fn step_intent(
     obs: &RolloutObserved,
     status: &RolloutStatus,
     stable_replicas: i32,
+    live: Option<&CanaryCounts>,
     release: &dyn Fn(CanaryRoute) -> TrafficIntent,
 ) -> TrafficIntent {
     let Some(canary) = status.canary_status.as_ref() else {
@@ -274,6 +283,17 @@ fn step_intent(
             })
             .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
         _ => CanaryRoute::for_step(step),
+    };
+    let (route, ready) = match live {
+        Some(counts) => {
+            let serving = counts.ready.min(counts.spec_replicas).max(0);
+            let groups = step
+                .replicas
+                .as_ref()
+                .map_or(0, |r| desired_groups(r, stable_replicas));
+            (route.scaled_to(serving, groups), serving)
+        }
+        None => (route, ready),
     };
     release(if ready == 0 {
         CanaryRoute::none()

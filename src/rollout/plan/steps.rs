@@ -316,7 +316,7 @@ fn upgrade(d: &mut Draft<'_>, index: i32, steps: usize) -> bool {
     let mut message = status::upgrading(index, steps);
     let desired = d.style.batch_release(d, Some(index - 1), None);
     let ready = match d.obs.batch_release.as_ref() {
-        Some(br) if br.spec == desired.spec => {
+        Some(br) if br.is(&desired) => {
             let ready = batch_progress(d, br)
                 .is_some_and(|(batch, p)| batch + 1 >= index && p.state == batch_state::READY);
             let since = status::canary(d.status()).common.last_update_time.clone();

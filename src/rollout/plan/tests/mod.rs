@@ -3,6 +3,7 @@
 
 mod bluegreen;
 mod deadline;
+mod partition;
 mod world;
 
 use std::time::Duration;
@@ -225,6 +226,34 @@ fn success_releases_the_hold_first_and_moves_traffic_only_when_the_stable_groups
         br.spec.release_plan.finalizing_policy,
         Some(crate::api::batchrelease::FinalizingPolicy::WaitResume)
     );
+    // The canary gives groups back as stable groups roll (the BatchRelease's part): its share
+    // follows the groups it still has ready, each keeping the load it had.
+    let give_back = |w: &mut World, spec: i32, ready: i32| {
+        let c = w
+            .obs
+            .batch_release
+            .as_mut()
+            .unwrap()
+            .canary
+            .as_mut()
+            .unwrap();
+        c.spec_replicas = spec;
+        c.ready = ready;
+        w.reconcile();
+    };
+    give_back(&mut w, 3, 4);
+    assert_eq!(weight(&w), Some(75), "the spec shrank: its share first");
+    give_back(&mut w, 3, 3);
+    assert_eq!(weight(&w), Some(75));
+    give_back(&mut w, 1, 1);
+    assert_eq!(weight(&w), Some(25));
+    give_back(&mut w, 1, 0);
+    assert_eq!(
+        weight(&w),
+        Some(0),
+        "no weight to a canary with no ready group"
+    );
+    give_back(&mut w, 1, 1);
     // The stable LWS rolls.
     let s = w.obs.workload.as_mut().unwrap();
     s.current_revision = "rev2".into();

@@ -269,6 +269,12 @@ impl World {
                     resource_version: generation.to_string(),
                     spec: br.spec.clone(),
                     status,
+                    rollback_in_batch: br
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(crate::release::names::ROLLBACK_IN_BATCH))
+                        .cloned(),
                     canary,
                 });
             }
