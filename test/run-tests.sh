@@ -87,6 +87,10 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
   LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
   LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv"
+# Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and
+# libtest's default (one per core) left the suite at the 15 min budget (904 s measured on
+# 2026-11-24); a caller's RUST_TEST_THREADS wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
 SUITE_START=$SECONDS
 cargo test --locked --workspace --all-targets "$@"
 # The suite's budget is 15 min (DEVELOPERS.md): the slowest tests, by name, for whoever trims it.
