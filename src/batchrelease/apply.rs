@@ -75,6 +75,18 @@ pub async fn apply(
             applied.resource_version().as_deref(),
         );
     }
+    for (pod, patch) in &plan.leader_patches {
+        // A pod gone meanwhile is no failure: its group comes back without the patch and the
+        // next reconcile patches the new leader.
+        match applier
+            .merge_patch::<k8s_openapi::api::core::v1::Pod>(&ns, pod, patch)
+            .await
+        {
+            Ok(_) => {}
+            Err(err) if matches!(&err.source, kube::Error::Api(s) if s.is_not_found()) => {}
+            Err(err) => return Err(err),
+        }
+    }
     if let Some(partition) = plan.release_partition {
         // Partition style: the groups from this ordinal up move to the new template in place
         // (`lws::plan::revisions`); only the annotation, so the user's spec never drifts.

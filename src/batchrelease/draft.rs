@@ -27,6 +27,9 @@ pub struct BatchReleasePlan {
     /// Partition style: write this release partition on the stable LWS (the lowest group
     /// ordinal that moves to the new template); `None` writes nothing.
     pub release_partition: Option<i32>,
+    /// Partition style: merge patches of the moved groups' leader pods (`patchPodTemplateMetadata`
+    /// put on, or taken off when the release ends), by pod name.
+    pub leader_patches: Vec<(String, serde_json::Value)>,
     /// Remove Kruise's BatchRelease finalizer (only ever present on objects Kruise wrote).
     pub remove_finalizer: bool,
     /// Events to publish on the BatchRelease.

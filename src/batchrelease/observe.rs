@@ -41,6 +41,19 @@ pub struct GroupOnRevision {
     pub leader: bool,
     /// Its pods that run the revision and are ready (not terminating).
     pub ready_pods: i32,
+    /// Its leader pod, whatever revision it runs (not terminating): name, labels, annotations.
+    pub leader_pod: Option<LeaderPod>,
+}
+
+/// A group's leader pod, as far as `patchPodTemplateMetadata` goes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeaderPod {
+    /// Pod name.
+    pub name: String,
+    /// Its labels.
+    pub labels: std::collections::BTreeMap<String, String>,
+    /// Its annotations.
+    pub annotations: std::collections::BTreeMap<String, String>,
 }
 
 impl StableLws {
@@ -158,7 +171,7 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
 }
 
 /// The groups of `lws` (up to its replicas) with a pod on `revision`: whether the leader is,
-/// and how many of them are ready.
+/// and how many of them are ready; and each group's leader pod.
 fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<GroupOnRevision> {
     use crate::lws::labels;
     use kube::ResourceExt;
@@ -175,9 +188,7 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
     );
     for pod in pods {
         let labels = pod.labels();
-        if labels.get(labels::REVISION).map(String::as_str) != Some(revision)
-            || crate::k8s::pod::terminating(&pod)
-        {
+        if crate::k8s::pod::terminating(&pod) {
             continue;
         }
         let Some(group) = labels
@@ -187,7 +198,18 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
         else {
             continue;
         };
-        group.leader |= labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+        let leader = labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+        if leader {
+            group.leader_pod = Some(LeaderPod {
+                name: pod.name_any(),
+                labels: labels.clone(),
+                annotations: pod.annotations().clone(),
+            });
+        }
+        if labels.get(labels::REVISION).map(String::as_str) != Some(revision) {
+            continue;
+        }
+        group.leader |= leader;
         group.ready_pods += i32::from(crate::k8s::pod::ready(&pod));
     }
     groups

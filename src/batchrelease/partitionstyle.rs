@@ -5,19 +5,25 @@
 //! (`lws::plan::revisions`); the user's `rolloutStrategy` is never written. Progress is the
 //! groups whose leader runs the released revision (updated) and whose every pod does and is
 //! ready (ready), read off the pods. Kruise's `rollback-in-batch` starts the release again for
-//! a reverted template, the groups already on it needing no update. Finalising: WaitResume waits for the user's LWS to have
+//! a reverted template, the groups already on it needing no update. `patchPodTemplateMetadata`
+//! goes on the moved groups' leader pods (a merge patch: the LWS's template is the user's) and
+//! comes off them before the release is finalised. Finalising: WaitResume waits for the user's LWS to have
 //! rolled every group (the Rollout removes the annotation with the hold, and the LWS rolls the
 //! rest by its own strategy); Immediate ends at once (rollback, disable, delete: the Rollout
 //! lifts the annotation after moving traffic, and the moved groups roll back by the LWS's own
 //! strategy).
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::jiff::Timestamp;
+use serde_json::{Value, json};
 
 use super::canarystyle::{not_ready_message, record};
 use super::draft::{BatchReleasePlan, canary_names, current_batch, note};
 use super::names::{batch_state, event, phase};
-use super::observe::{BatchReleaseObserved, GroupReadiness, StableLws};
+use super::observe::{BatchReleaseObserved, GroupReadiness, LeaderPod, StableLws};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy};
+use crate::api::rollout::PatchPodTemplateMetadata;
 use crate::k8s::events::EventSpec;
 use crate::release::groups::desired_groups;
 use crate::release::names::ROLLBACK_IN_BATCH;
@@ -77,6 +83,15 @@ pub fn control(
     let partition = (replicas - desired).max(0);
     if stable.release_partition != Some(partition) {
         out.release_partition = Some(partition);
+    }
+    if let Some(patch) = rp.patch_pod_template_metadata.as_ref() {
+        out.leader_patches = stable
+            .on_update
+            .iter()
+            .filter(|g| g.index >= partition && g.leader)
+            .filter_map(|g| g.leader_pod.as_ref())
+            .filter_map(|pod| put_on(pod, patch))
+            .collect();
     }
     let size = stable.lws.spec.leader_worker_template.size.unwrap_or(1);
     let counts = counts(stable, partition, size);
@@ -199,10 +214,26 @@ fn finalizing(
         .release_plan
         .finalizing_policy
         .unwrap_or_default();
-    let done = match policy {
-        FinalizingPolicy::Immediate => true,
-        FinalizingPolicy::WaitResume => stable.rolled_to(released),
-    };
+    if let Some(patch) = obs
+        .br
+        .spec
+        .release_plan
+        .patch_pod_template_metadata
+        .as_ref()
+    {
+        let own = own_leader_metadata(&stable.lws);
+        out.leader_patches = stable
+            .on_update
+            .iter()
+            .filter_map(|g| g.leader_pod.as_ref())
+            .filter_map(|pod| take_off(pod, patch, &own))
+            .collect();
+    }
+    let done = out.leader_patches.is_empty()
+        && match policy {
+            FinalizingPolicy::Immediate => true,
+            FinalizingPolicy::WaitResume => stable.rolled_to(released),
+        };
     out.status.phase = Some(
         if done {
             phase::COMPLETED
@@ -218,4 +249,66 @@ fn finalizing(
     out.status.message = (!done).then(|| {
         "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
     });
+}
+
+/// The merge patch that puts `patchPodTemplateMetadata` on a moved group's leader, unless it
+/// carries all of it already.
+fn put_on(pod: &LeaderPod, patch: &PatchPodTemplateMetadata) -> Option<(String, Value)> {
+    let labels = patch.labels.clone().unwrap_or_default();
+    let annotations = patch.annotations.clone().unwrap_or_default();
+    let missing = |want: &BTreeMap<String, String>, have: &BTreeMap<String, String>| {
+        want.iter().any(|(k, v)| have.get(k) != Some(v))
+    };
+    (missing(&labels, &pod.labels) || missing(&annotations, &pod.annotations)).then(|| {
+        (
+            pod.name.clone(),
+            json!({"metadata": {"labels": labels, "annotations": annotations}}),
+        )
+    })
+}
+
+/// The merge patch that takes `patchPodTemplateMetadata` off a leader when the release ends
+/// (its group stays on the new template, or will), keeping what the LWS's own leader template
+/// sets (`own`): a key and value the user's template has is the user's.
+fn take_off(
+    pod: &LeaderPod,
+    patch: &PatchPodTemplateMetadata,
+    own: &(BTreeMap<String, String>, BTreeMap<String, String>),
+) -> Option<(String, Value)> {
+    let gone = |want: &Option<BTreeMap<String, String>>,
+                have: &BTreeMap<String, String>,
+                own: &BTreeMap<String, String>| {
+        want.iter()
+            .flatten()
+            .filter(|(k, v)| have.get(*k) == Some(*v) && own.get(*k) != Some(*v))
+            .map(|(k, _)| (k.clone(), Value::Null))
+            .collect::<serde_json::Map<String, Value>>()
+    };
+    let labels = gone(&patch.labels, &pod.labels, &own.0);
+    let annotations = gone(&patch.annotations, &pod.annotations, &own.1);
+    (!labels.is_empty() || !annotations.is_empty()).then(|| {
+        (
+            pod.name.clone(),
+            json!({"metadata": {"labels": labels, "annotations": annotations}}),
+        )
+    })
+}
+
+/// The labels and annotations the LWS's own leader template gives its leaders (the worker
+/// template's when it has no leader template).
+fn own_leader_metadata(
+    lws: &crate::api::leaderworkerset::LeaderWorkerSet,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>) {
+    let lwt = &lws.spec.leader_worker_template;
+    let meta = lwt
+        .leader_template
+        .as_ref()
+        .unwrap_or(&lwt.worker_template)
+        .metadata
+        .clone()
+        .unwrap_or_default();
+    (
+        meta.labels.unwrap_or_default(),
+        meta.annotations.unwrap_or_default(),
+    )
 }

@@ -473,6 +473,7 @@ fn wait_resume_gives_a_canary_group_back_for_each_stable_group_ready_on_the_new_
                 index,
                 leader: ready.contains(&index),
                 ready_pods: if ready.contains(&index) { 4 } else { 0 },
+                leader_pod: None,
             })
             .collect()
     };
@@ -714,6 +715,7 @@ fn partition_style_moves_the_users_groups_in_place_batch_by_batch() {
                     index: *index,
                     leader: *leader,
                     ready_pods: *ready_pods,
+                    leader_pod: None,
                 },
             )
             .collect();
@@ -816,6 +818,7 @@ fn partition_style_rolls_a_reverted_template_back_in_batches_when_marked() {
                 index: *index,
                 leader: true,
                 ready_pods: 4,
+                leader_pod: None,
             })
             .collect()
     };
@@ -882,4 +885,81 @@ fn partition_style_rolls_a_reverted_template_back_in_batches_when_marked() {
     o.br.status = Some(p.status);
     o.br.spec.release_plan.batch_partition = Some(2);
     assert_eq!(plan(&o, now()).release_partition, Some(2));
+}
+
+/// Partition style: `patchPodTemplateMetadata` goes on the moved groups' leader pods (nothing
+/// else: the LWS's template is the user's) and comes off them before the release is done,
+/// except what the user's own leader template sets.
+#[test]
+fn partition_style_patches_the_moved_leaders_and_takes_the_patch_off_at_the_end() {
+    use crate::batchrelease::observe::LeaderPod;
+    let mut b = br(Some(0), None);
+    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    b.spec.release_plan.enable_extra_workload_for_canary = false;
+    let mut o = observed(b, vec![]);
+    let leader = |index: i32, labels: &[(&str, &str)]| LeaderPod {
+        name: format!("vllm-{index}"),
+        labels: labels
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        annotations: BTreeMap::new(),
+    };
+    let group = |index: i32, moved: bool, labels: &[(&str, &str)]| GroupOnRevision {
+        index,
+        leader: moved,
+        ready_pods: if moved { 4 } else { 0 },
+        leader_pod: Some(leader(index, labels)),
+    };
+    {
+        let stable = o.stable.as_mut().unwrap();
+        stable.release_partition = Some(3);
+        stable.on_update = vec![
+            group(0, false, &[]),
+            group(1, false, &[]),
+            group(2, false, &[]),
+            group(3, true, &[]),
+        ];
+    }
+    let p = plan(&o, now());
+    assert_eq!(
+        p.leader_patches,
+        vec![(
+            "vllm-3".to_string(),
+            serde_json::json!({"metadata": {"labels": {"release": "canary"}, "annotations": {}}})
+        )],
+        "only the moved group's leader"
+    );
+    o.stable.as_mut().unwrap().on_update[3] = group(3, true, &[("release", "canary")]);
+    assert!(plan(&o, now()).leader_patches.is_empty(), "already on");
+
+    // The end: the patch comes off, and the release is done only once it has.
+    o.br.spec.release_plan.batch_partition = None;
+    o.br.spec.release_plan.finalizing_policy = Some(FinalizingPolicy::Immediate);
+    let p = plan(&o, now());
+    assert_eq!(
+        p.leader_patches,
+        vec![(
+            "vllm-3".to_string(),
+            serde_json::json!({"metadata": {"labels": {"release": null}, "annotations": {}}})
+        )]
+    );
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    // What the user's own leader template sets stays.
+    let stable = o.stable.as_mut().unwrap();
+    stable
+        .lws
+        .spec
+        .leader_worker_template
+        .worker_template
+        .metadata
+        .as_mut()
+        .unwrap()
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("release".into(), "canary".into());
+    let p = plan(&o, now());
+    assert!(p.leader_patches.is_empty());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
 }

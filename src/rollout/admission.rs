@@ -13,8 +13,7 @@
 //! - at most one `trafficRoutings` entry, with a Service, one of ingress / gateway /
 //!   customNetworkRefs, an Ingress name or an HTTPRoute name, a grace period ≥ 0.
 //!
-//! Ours (not honoured here; each message says what is): partition style with
-//! patchPodTemplateMetadata (not built yet), the canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
+//! Ours (not honoured here; each message says what is): the canary fields `enableExtraWorkloadForCanary` and `patchPodTemplateMetadata` under
 //! `blueGreen`, an ingress `classType` other than nginx, `customNetworkRefs`, `trafficRoutingRef`,
 //! `disableGenerateCanaryService`, a step that moves traffic without `trafficRoutings`, and on
 //! the nginx canary Ingress anything it cannot express (path and query-parameter matches, more
@@ -215,10 +214,8 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     let mut out = step_problems(base, steps(s), style);
     let routings = routings(s);
     out.extend(routing_problems(base, routings));
-    match style {
-        Style::BlueGreen => out.extend(canary_only_fields(s)),
-        Style::Partition => out.extend(partition_problems(s)),
-        Style::Canary => {}
+    if style == Style::BlueGreen {
+        out.extend(canary_only_fields(s));
     }
     let (routing_ref, no_canary_service) = match (&s.canary, &s.blue_green) {
         (_, Some(b)) => (&b.traffic_routing_ref, b.disable_generate_canary_service),
@@ -257,25 +254,6 @@ fn spec_problems(s: &RolloutStrategy) -> Vec<Refusal> {
         if nginx {
             out.extend(nginx_step_problems(&path, step));
         }
-    }
-    out
-}
-
-/// What partition style (`enableExtraWorkloadForCanary: false`, Kruise's default) does not
-/// honour yet, refused by name: the moved groups run the user's own template, so there is no
-/// second pod template to patch.
-fn partition_problems(s: &RolloutStrategy) -> Vec<Refusal> {
-    let Some(c) = s.canary.as_ref() else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if c.patch_pod_template_metadata.is_some() {
-        out.push(refusal(
-            "spec.strategy.canary.patchPodTemplateMetadata",
-            "not supported with partition style (enableExtraWorkloadForCanary: false) yet: the \
-             moved groups run your LeaderWorkerSet's own template; remove it, or set \
-             enableExtraWorkloadForCanary: true",
-        ));
     }
     out
 }
@@ -802,14 +780,11 @@ mod tests {
                 None,
             ),
             (
-                "partition style with patchPodTemplateMetadata",
+                "partition style with patchPodTemplateMetadata (on the moved leaders)",
                 json!({"spec": {"strategy": {"canary": {"enableExtraWorkloadForCanary": false,
                     "trafficRoutings": null, "steps": [{"replicas": 1}],
                     "patchPodTemplateMetadata": {"labels": {"a": "b"}}}}}}),
-                Some((
-                    "spec.strategy.canary.patchPodTemplateMetadata",
-                    "not supported with partition style",
-                )),
+                None,
             ),
             (
                 "blue-green",

@@ -217,11 +217,6 @@ async fn rollout_admission_refuses_what_cannot_be_honoured() -> anyhow::Result<(
             let nginx = json!({"service": SERVICE, "ingress": {"name": "web"}});
             let cases: Vec<(&str, serde_json::Value, &str)> = vec![
                 (
-                    "partition style (Kruise's default) with a pod template patch",
-                    json!({"enableExtraWorkloadForCanary": false}),
-                    "spec.strategy.canary.patchPodTemplateMetadata: not supported with partition style",
-                ),
-                (
                     "an alb Ingress",
                     json!({"trafficRoutings": [{"service": SERVICE, "ingress": {"name": "web", "classType": "aliyun-alb"}}]}),
                     "spec.strategy.canary.trafficRoutings[0].ingress.classType: \"aliyun-alb\" is not supported: only nginx",

@@ -331,10 +331,11 @@ fn rollout_partition_rolls_a_revert_back_in_batches_with_kruises_annotation() ->
                 ]),
                 None,
             );
+            // Kruise's default style, with the pod template patch the helper's Rollout
+            // carries: it goes on the moved groups' leaders.
             let canary = &mut rollout["spec"]["strategy"]["canary"];
             let canary = canary.as_object_mut().context("canary")?;
             canary.remove("enableExtraWorkloadForCanary");
-            canary.remove("patchPodTemplateMetadata");
             rollout["metadata"]["annotations"] =
                 serde_json::json!({"rollouts.kruise.io/rollback-in-batch": "true"});
             create_rollout(&ns, &rollout).await?;
@@ -348,6 +349,7 @@ fn rollout_partition_rolls_a_revert_back_in_batches_with_kruises_annotation() ->
                 "step 1"
             );
             let unmoved = uids_of_groups(&ns, &[0, 1]).await?;
+            wait_patched_leaders(&ns, &[2, 3]).await?;
 
             // The revert: the release starts again for vllm:1; its step 1 (50% of the two
             // groups that moved) sends only group 3 back, and waits for approval.
@@ -420,6 +422,7 @@ fn rollout_partition_rolls_a_revert_back_in_batches_with_kruises_annotation() ->
                 uids_of_groups(&ns, &[0, 1]).await? == unmoved,
                 "a group that never moved was restarted"
             );
+            wait_patched_leaders(&ns, &[]).await?;
             nothing_left(&ns).await?;
             Ok(())
         })
@@ -447,4 +450,39 @@ async fn uids_of_groups(ns: &TestNs, groups: &[usize]) -> anyhow::Result<BTreeSe
         })
         .filter_map(|p| p.metadata.uid.clone())
         .collect())
+}
+
+/// Waits until exactly the leaders of `groups` carry the Rollout's `patchPodTemplateMetadata`
+/// (label `release: canary`, annotation `rollouts.kruise.io/origin: canary`), workers never.
+async fn wait_patched_leaders(ns: &TestNs, groups: &[usize]) -> anyhow::Result<()> {
+    let want: BTreeSet<String> = groups.iter().map(|g| format!("{STABLE}-{g}")).collect();
+    wait_for_all(
+        &ns.api::<Pod>(),
+        &format!("leaderworkerset.sigs.k8s.io/name={STABLE}"),
+        WAIT,
+        |pods| {
+            let patched: BTreeSet<String> = pods
+                .iter()
+                .filter(|p| {
+                    let meta = &p.metadata;
+                    meta.labels
+                        .as_ref()
+                        .and_then(|l| l.get("release"))
+                        .map(String::as_str)
+                        == Some("canary")
+                        && meta
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get("rollouts.kruise.io/origin"))
+                            .map(String::as_str)
+                            == Some("canary")
+                })
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            patched == want
+        },
+    )
+    .await
+    .with_context(|| format!("the leaders of groups {groups:?} (only) carry the patch"))?;
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! Crash safety of a partition-style release (issue 24 item 6): the manager is SIGKILLed as the
 //! first batch's release partition is written, as a later batch moves groups in place, while
-//! the LWS rolls the rest at the end, and during a rollback — on a cluster of the test's own.
+//! the LWS rolls the rest at the end, during a rollback, while a batch waits for its deadline
+//! and as the automatic rollback on that deadline starts — on a cluster of the test's own.
 //! Every restart decides from the cluster and the Rollout's status alone: the same end state as
 //! an uninterrupted release, no group replaced twice, no group outside the batch touched, the
 //! BatchRelease created once per release.
@@ -154,6 +155,84 @@ async fn crash_partition() -> anyhow::Result<()> {
             .iter()
             .all(|p| image(p) == "vllm:2")
     );
+
+    // Release 3, with a deadline and automatic rollback: the moved group can never be
+    // scheduled. Killed while its batch waits (the restarted manager must still see the
+    // deadline from the stored status), and again as the automatic rollback starts.
+    let rollouts = ns.api::<lws_rollout::api::rollout::Rollout>();
+    rollouts
+        .patch(
+            STABLE,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"metadata": {"annotations": {
+                "lws-rollout.x-k8s.io/progress-deadline-seconds": "6",
+                "lws-rollout.x-k8s.io/rollback-on-deadline": "true"
+            }}})),
+        )
+        .await?;
+    let before = uids(&ns, STABLE).await?;
+    let mut broken = with_image(&v1, "vllm:4");
+    for t in ["leaderTemplate", "workerTemplate"] {
+        broken["spec"]["leaderWorkerTemplate"][t]["spec"]["nodeSelector"] =
+            json!({"lws-rollout.test/no-such-node": "true"});
+    }
+    apply_lws(&ns, &broken).await?;
+    wait_partition(&ns, Some("3")).await?;
+    cc.kill_and_restart("while the batch waited for its deadline")
+        .await?;
+    wait_rollout(&ns, "the automatic rollback started", |r| {
+        condition(r, "Progressing").is_some_and(|c| c.1 == "RolledBackOnDeadline")
+    })
+    .await?;
+    cc.kill_and_restart("as the automatic rollback started")
+        .await?;
+    let late = wait_rollout(&ns, "rolled back on the deadline", |r| {
+        finalising(r) == "END"
+            && condition(r, "Progressing")
+                .is_some_and(|c| c.0 == "False" && c.1 == "RolledBackOnDeadline")
+    })
+    .await?;
+    let msg = condition(&late, "Progressing").context("condition")?.2;
+    ensure!(
+        msg.contains("not ready within 6s") && msg.contains("group 3"),
+        "the message names the late group: {msg}"
+    );
+    // The moved group is back on the held revision, the release partition gone, the hold
+    // kept until the template changes; no other group restarted.
+    let lws = wait_partition(&ns, None).await?;
+    ensure!(
+        lws.metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key("rollouts.kruise.io/stable-revision")),
+        "the workload stays held until its template changes"
+    );
+    ensure!(
+        settled_pods(&ns, STABLE, 8)
+            .await?
+            .iter()
+            .all(|p| image(p) == "vllm:2"),
+        "the moved group went back to the held revision"
+    );
+    let after = uids(&ns, STABLE).await?;
+    ensure!(
+        [0, 1, 2]
+            .iter()
+            .flat_map(|g| group(*g))
+            .all(|name| after.get(&name) == before.get(&name)),
+        "the deadline's rollback touched a group it had not moved"
+    );
+    ensure!(batch_release(&ns).await?.is_none(), "the BatchRelease went");
+    // Back to the held template: a cancel that moves no group; nothing of the release left.
+    apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+    wait_rollout(&ns, "cancelled", finished("False")).await?;
+    nothing_left(&ns).await?;
+    ensure!(
+        uids(&ns, STABLE).await? == after,
+        "ending the release restarted a group"
+    );
+    let twice = more_than_once(&brs.lock().unwrap());
+    ensure!(twice.is_empty(), "BatchRelease created twice: {twice:?}");
     cc.passed = true;
     Ok(())
 }

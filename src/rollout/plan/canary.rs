@@ -62,7 +62,8 @@ pub fn batch_release(
 }
 
 /// The BatchRelease of `strategy.canary`: with a canary LWS (`extra_workload`), or, partition
-/// style, the user's groups moved in place (no pod template of its own to patch).
+/// style, the user's groups moved in place (`patchPodTemplateMetadata` then goes on their
+/// leader pods).
 pub fn of_strategy(
     d: &Draft<'_>,
     partition: Option<i32>,
@@ -82,9 +83,8 @@ pub fn of_strategy(
         batch::Shape {
             steps: &canary.steps,
             failure_threshold: canary.failure_threshold,
-            patch_pod_template_metadata: canary
-                .patch_pod_template_metadata
-                .filter(|_| extra_workload),
+            // The canary LWS's leader template, or (partition style) the moved leaders.
+            patch_pod_template_metadata: canary.patch_pod_template_metadata,
             rolling_style: if extra_workload {
                 RollingStyle::Canary
             } else {
