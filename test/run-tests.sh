@@ -92,12 +92,15 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
 # 2026-11-24); a caller's RUST_TEST_THREADS wins.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
 SUITE_START=$SECONDS
-cargo test --locked --workspace --all-targets "$@"
-# The suite's budget is 15 min (DEVELOPERS.md): the slowest tests, by name, for whoever trims it.
+TESTS_RC=0
+cargo test --locked --workspace --all-targets "$@" || TESTS_RC=$?
+# The suite's budget is 15 min (DEVELOPERS.md): the slowest tests, by name, for whoever trims it
+# (printed whether or not the tests passed).
 if [ -s "$STATE/logs/e2e-times.tsv" ]; then
   log "tests ran $((SECONDS - SUITE_START))s; the slowest e2e tests (seconds, cluster, test):"
   sort -rn "$STATE/logs/e2e-times.tsv" | head -n 12 >&2
 fi
+[ "$TESTS_RC" = 0 ] || exit "$TESTS_RC"
 # 6. Least privilege, over the whole suite's requests (so not when a filter ran only some).
 if [ $# -eq 0 ]; then
   log "checking the chart's RBAC against the requests the manager made"

@@ -114,6 +114,30 @@ fn watch_peak_leaders(ns: &TestNs) -> (Arc<Mutex<usize>>, tokio::task::JoinHandl
     (peak, task)
 }
 
+/// Every (canaryReplicas, canaryReadyReplicas) the Rollout's status said while the watch ran.
+fn watch_canary_ready(ns: &TestNs) -> (Arc<Mutex<Vec<(i32, i32)>>>, tokio::task::JoinHandle<()>) {
+    let seen: Arc<Mutex<Vec<(i32, i32)>>> = Arc::default();
+    let sink = seen.clone();
+    let api = ns.api::<lws_rollout::api::rollout::Rollout>();
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(
+            api,
+            watcher::Config::default().fields(&format!("metadata.name={STABLE}")),
+        )
+        .applied_objects()
+        .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(r)) = stream.next().await {
+            if let Some(c) = r.status.and_then(|s| s.canary_status) {
+                sink.lock()
+                    .unwrap()
+                    .push((c.canary_replicas, c.canary_ready_replicas));
+            }
+        }
+    });
+    (seen, task)
+}
+
 /// Ready leader IPs of the user's LWS groups `groups`.
 async fn leader_ips_of(ns: &TestNs, groups: &[usize]) -> anyhow::Result<BTreeSet<String>> {
     Ok(ns
@@ -252,6 +276,47 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
             ensure!(
                 group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:2", "vllm:2"],
                 "step 2"
+            );
+            sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
+            // A moved group fails (issue 24 item 4): a worker of group 3 is deleted and the LWS
+            // recreates the whole group. It counts as not ready until it is whole again — the
+            // Rollout's canaryReadyReplicas says 1 of 2 meanwhile — and comes back on the new
+            // template; no other group restarts.
+            let others = crate::lws_support::uids(&ns, STABLE).await?;
+            let (ready_seen, ready_watch) = watch_canary_ready(&ns);
+            ns.api::<Pod>()
+                .delete(
+                    &format!("{STABLE}-3-1"),
+                    &kube::api::DeleteParams::default(),
+                )
+                .await?;
+            wait_for(
+                &ns.api::<lws_rollout::api::rollout::Rollout>(),
+                STABLE,
+                WAIT,
+                |r: Option<&lws_rollout::api::rollout::Rollout>| {
+                    r.and_then(|r| r.status.as_ref()?.canary_status.clone())
+                        .is_some_and(|c| c.canary_replicas == 2 && c.canary_ready_replicas == 2)
+                },
+            )
+            .await?;
+            ensure!(
+                group_images(&ns, 4).await? == ["vllm:1", "vllm:1", "vllm:2", "vllm:2"],
+                "the failed group came back on the new template"
+            );
+            let now = crate::lws_support::uids(&ns, STABLE).await?;
+            ensure!(
+                others
+                    .iter()
+                    .filter(|(name, _)| !name.starts_with(&format!("{STABLE}-3")))
+                    .all(|(name, uid)| now.get(name) == Some(uid)),
+                "a group other than the failed one restarted"
+            );
+            ready_watch.abort();
+            let seen = ready_seen.lock().unwrap().clone();
+            ensure!(
+                seen.iter().any(|(_, ready)| *ready < 2),
+                "the status said the failed group was not ready: {seen:?}"
             );
             sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
             // Done: the LWS rolls the rest by its own strategy; nothing of the release is left.

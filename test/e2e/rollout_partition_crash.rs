@@ -231,8 +231,6 @@ async fn crash_partition() -> anyhow::Result<()> {
         uids(&ns, STABLE).await? == after,
         "ending the release restarted a group"
     );
-    let twice = more_than_once(&brs.lock().unwrap());
-    ensure!(twice.is_empty(), "BatchRelease created twice: {twice:?}");
     cc.passed = true;
     Ok(())
 }

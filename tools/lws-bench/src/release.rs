@@ -514,7 +514,9 @@ fn start_watches(
                 .as_ref()
                 .and_then(|st| st.ready_replicas)
                 .unwrap_or(0);
-            let is_ready = want > 0 && ready == want;
+            // At least as many ready as asked for: a canary giving groups back at the end
+            // (spec first, then its status) is not a batch turning ready again.
+            let is_ready = want > 0 && ready >= want;
             let was = s.canary_ready.insert(name, is_ready).unwrap_or(false);
             if is_ready && !was {
                 s.ready_at.entry(stable).or_default().push(now);
