@@ -114,9 +114,12 @@ fn watch_peak_leaders(ns: &TestNs) -> (Arc<Mutex<usize>>, tokio::task::JoinHandl
     (peak, task)
 }
 
+/// (canaryReplicas, canaryReadyReplicas) as the Rollout's status said them, in order.
+type CanaryCounts = Arc<Mutex<Vec<(i32, i32)>>>;
+
 /// Every (canaryReplicas, canaryReadyReplicas) the Rollout's status said while the watch ran.
-fn watch_canary_ready(ns: &TestNs) -> (Arc<Mutex<Vec<(i32, i32)>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<(i32, i32)>>> = Arc::default();
+fn watch_canary_ready(ns: &TestNs) -> (CanaryCounts, tokio::task::JoinHandle<()>) {
+    let seen: CanaryCounts = Arc::default();
     let sink = seen.clone();
     let api = ns.api::<lws_rollout::api::rollout::Rollout>();
     let task = tokio::spawn(async move {
