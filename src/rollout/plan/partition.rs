@@ -73,7 +73,16 @@ pub fn batch_release(
 /// partitionstyle`), instead of all at once.
 pub fn rolls_back_in_batches(obs: &RolloutObserved) -> bool {
     use kube::ResourceExt;
-    super::routing::routing(obs).is_none()
+    // Partition style is `strategy.canary`: its trafficRoutings are the only ones.
+    let routes = obs
+        .rollout
+        .spec
+        .strategy
+        .canary
+        .as_ref()
+        .and_then(|c| c.traffic_routings.as_ref())
+        .is_some_and(|r| !r.is_empty());
+    !routes
         && obs
             .rollout
             .annotations()
