@@ -1,7 +1,7 @@
 //! Crash safety of a release: the manager is SIGKILLed mid-scale, mid-traffic change, during
-//! finalisation, during a rollback, while the Rollout is being disabled and while it is being
-//! deleted, on a cluster of the test's own (the suite's manager must
-//! not take over meanwhile). Every restart decides from the cluster and the Rollout's status
+//! finalisation (as the canary gives its groups back), during a rollback, while the Rollout is
+//! being disabled and while it is being deleted, on a cluster of the test's own (the suite's
+//! manager must not take over meanwhile). Every restart decides from the cluster and the Rollout's status
 //! alone, so the release must end exactly as an uninterrupted one: no stable pod replaced
 //! before finalisation, no canary LWS, BatchRelease or canary Service created twice, nothing
 //! left behind.
@@ -223,7 +223,9 @@ fn rollout_crash_safe_release_and_rollback() -> anyhow::Result<()> {
 async fn crash_release_and_rollback() -> anyhow::Result<()> {
     let (mut cc, ns) = CrashCluster::start("rollout-crash").await?;
 
-    let v1 = stable_lws(4, "vllm:1");
+    // Pods ready a second after they start: the stable LWS rolls group by group at the end,
+    // so the kill below lands while the canary gives its groups back.
+    let v1 = with_ready_delay(&stable_lws(4, "vllm:1"), "1s");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
     let baseline = uids(&ns, STABLE).await?;
     let watched = Watched::start(&ns);
@@ -252,12 +254,19 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
         .await?;
     // (Step 2's 5 s pause may be over by the time the restarted manager is back.)
 
-    // Kill during finalisation (the stable LWS is rolling).
+    // Kill during finalisation, mid-shrink: the stable LWS is rolling and the canary has given
+    // back some of its 4 groups, not all it will.
     wait_rollout(&ns, "finalising", |r| {
         !finalising(r).is_empty() && phase(r) == "Progressing"
     })
     .await?;
-    cc.kill_and_restart("during finalisation").await?;
+    wait_for_all_canary(&ns, |c| {
+        c.iter()
+            .any(|l| l.spec.replicas.is_some_and(|n| (2..4).contains(&n)))
+    })
+    .await?;
+    cc.kill_and_restart("during finalisation, as the canary gave groups back")
+        .await?;
     ended_uninterrupted(&ns, "release 1 finished", "vllm:2", &watched).await?;
 
     // Release 2, rolled back: kill as the rollback starts.
