@@ -132,6 +132,11 @@ where
     let outcome = AssertUnwindSafe(test(ctx.clone())).catch_unwind().await;
     let failed = !matches!(outcome, Ok(Ok(())));
     if failed {
+        // The reason first: CI shows only the head of a failed test's output, and the
+        // namespace's objects run to hundreds of lines.
+        if let Ok(Err(err)) = &outcome {
+            eprintln!("==== {name} failed: {err:#}");
+        }
         dump_namespace(&client, &name).await;
     }
     let _ = namespaces.delete(&name, &DeleteParams::background()).await;
@@ -164,26 +169,27 @@ where
 }
 
 async fn dump_namespace(client: &Client, ns: &str) {
+    // The release's own objects and the Events first, the long pod list last.
     let kinds = [
-        ("", "v1", "Pod", "pods"),
-        ("", "v1", "Service", "services"),
-        ("", "v1", "Event", "events"),
-        ("apps", "v1", "StatefulSet", "statefulsets"),
-        (
-            "leaderworkerset.x-k8s.io",
-            "v1",
-            "LeaderWorkerSet",
-            "leaderworkersets",
-        ),
         ("rollouts.kruise.io", "v1beta1", "Rollout", "rollouts"),
-        ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
-        ("networking.k8s.io", "v1", "Ingress", "ingresses"),
         (
             "rollouts.kruise.io",
             "v1beta1",
             "BatchRelease",
             "batchreleases",
         ),
+        ("", "v1", "Event", "events"),
+        (
+            "leaderworkerset.x-k8s.io",
+            "v1",
+            "LeaderWorkerSet",
+            "leaderworkersets",
+        ),
+        ("", "v1", "Service", "services"),
+        ("gateway.networking.k8s.io", "v1", "HTTPRoute", "httproutes"),
+        ("networking.k8s.io", "v1", "Ingress", "ingresses"),
+        ("apps", "v1", "StatefulSet", "statefulsets"),
+        ("", "v1", "Pod", "pods"),
     ];
     eprintln!("==== objects in namespace {ns} (test failed) ====");
     for (group, version, kind, plural) in kinds {

@@ -115,12 +115,12 @@ fn watch_peak_leaders(ns: &TestNs) -> (Arc<Mutex<usize>>, tokio::task::JoinHandl
 }
 
 /// (canaryReplicas, canaryReadyReplicas) as the Rollout's status said them, in order.
-type CanaryCounts = Arc<Mutex<Vec<(i32, i32)>>>;
+type CanaryCounts = tokio::sync::watch::Receiver<Vec<(i32, i32)>>;
 
 /// Every (canaryReplicas, canaryReadyReplicas) the Rollout's status said while the watch ran.
+/// A receiver, so the test can wait on what was said rather than read it after the fact.
 fn watch_canary_ready(ns: &TestNs) -> (CanaryCounts, tokio::task::JoinHandle<()>) {
-    let seen: CanaryCounts = Arc::default();
-    let sink = seen.clone();
+    let (sink, seen) = tokio::sync::watch::channel(Vec::new());
     let api = ns.api::<lws_rollout::api::rollout::Rollout>();
     let task = tokio::spawn(async move {
         let stream = watcher::watcher(
@@ -132,13 +132,26 @@ fn watch_canary_ready(ns: &TestNs) -> (CanaryCounts, tokio::task::JoinHandle<()>
         let mut stream = std::pin::pin!(stream);
         while let Some(Ok(r)) = stream.next().await {
             if let Some(c) = r.status.and_then(|s| s.canary_status) {
-                sink.lock()
-                    .unwrap()
-                    .push((c.canary_replicas, c.canary_ready_replicas));
+                sink.send_modify(|seen| seen.push((c.canary_replicas, c.canary_ready_replicas)));
             }
         }
     });
     (seen, task)
+}
+
+/// Waits until what the status said, in order, satisfies `cond`; fails after `WAIT` with all
+/// of it.
+async fn canary_counts_until(
+    seen: &mut CanaryCounts,
+    what: &str,
+    cond: impl Fn(&[(i32, i32)]) -> bool,
+) -> anyhow::Result<()> {
+    let held = matches!(
+        tokio::time::timeout(WAIT, seen.wait_for(|s| cond(s))).await,
+        Ok(Ok(_))
+    );
+    ensure!(held, "{what}: the status said {:?}", *seen.borrow());
+    Ok(())
 }
 
 /// Ready leader IPs of the user's LWS groups `groups`.
@@ -286,20 +299,24 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
             // Rollout's canaryReadyReplicas says 1 of 2 meanwhile — and comes back on the new
             // template; no other group restarts.
             let others = crate::lws_support::uids(&ns, STABLE).await?;
-            let (ready_seen, ready_watch) = watch_canary_ready(&ns);
+            let (mut ready_seen, ready_watch) = watch_canary_ready(&ns);
+            // The watch is running before the pod goes, so no status it says is missed.
+            canary_counts_until(&mut ready_seen, "the watch started", |s| !s.is_empty()).await?;
             ns.api::<Pod>()
                 .delete(
                     &format!("{STABLE}-3-1"),
                     &kube::api::DeleteParams::default(),
                 )
                 .await?;
-            wait_for(
-                &ns.api::<lws_rollout::api::rollout::Rollout>(),
-                STABLE,
-                WAIT,
-                |r: Option<&lws_rollout::api::rollout::Rollout>| {
-                    r.and_then(|r| r.status.as_ref()?.canary_status.clone())
-                        .is_some_and(|c| c.canary_replicas == 2 && c.canary_ready_replicas == 2)
+            // Not ready while the group is recreated, then 2 of 2 again: in that order (the
+            // status read before the deletion already said 2 of 2).
+            canary_counts_until(
+                &mut ready_seen,
+                "the status said the failed group was not ready, then ready again",
+                |s| {
+                    s.iter()
+                        .position(|(_, ready)| *ready < 2)
+                        .is_some_and(|dip| s[dip..].contains(&(2, 2)))
                 },
             )
             .await?;
@@ -316,11 +333,6 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
                 "a group other than the failed one restarted"
             );
             ready_watch.abort();
-            let seen = ready_seen.lock().unwrap().clone();
-            ensure!(
-                seen.iter().any(|(_, ready)| *ready < 2),
-                "the status said the failed group was not ready: {seen:?}"
-            );
             sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
             // Done: the LWS rolls the rest by its own strategy; nothing of the release is left.
             approve(&ns).await?;
