@@ -86,7 +86,8 @@ log "running unit and e2e tests"
 export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
   LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
-  LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv"
+  LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv" \
+  LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
 # Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and
 # libtest's default (one per core) left the suite at the 15 min budget (904 s measured on
 # 2026-11-24); a caller's RUST_TEST_THREADS wins.

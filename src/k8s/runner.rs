@@ -72,6 +72,9 @@ where
             name = obj.name_any()
         );
         let result = async {
+            // With kube's span around it, this names what woke the reconcile (RUST_LOG debug):
+            // how an outage's recovery was traced (docs/performance.md).
+            tracing::debug!("reconcile started");
             if !watch::ready(caches, CACHE_WAIT).await {
                 return Ok(Action::requeue(Duration::from_secs(1)));
             }

@@ -13,7 +13,13 @@
 //! A [`SharedCache`] does nothing until its [`SharedCache::driver`] is polled: the manager runs
 //! the drivers of all caches beside the controllers.
 
-use std::{fmt::Debug, future::Future, pin::Pin, sync::Arc, time::Duration};
+use std::{
+    fmt::Debug,
+    future::Future,
+    pin::Pin,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use futures::{Stream, StreamExt, future::join_all};
 use kube::{
@@ -27,7 +33,10 @@ use kube::{
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
-use super::label_index::LabelIndex;
+use super::{
+    label_index::LabelIndex,
+    log_gate::{GATE, cause},
+};
 
 /// One watched kind: a store to read and changes to subscribe to.
 pub struct SharedCache<K>
@@ -103,13 +112,13 @@ where
         let trim = self.trim;
         // managedFields are never read by our controllers and are often the largest part of
         // a pod or StatefulSet: dropped before the store keeps the object.
-        let events = watcher::watcher(self.api.clone(), self.config.clone())
-            .modify(move |obj| {
+        let events = retried(
+            watcher::watcher(self.api.clone(), self.config.clone()).modify(move |obj| {
                 obj.meta_mut().managed_fields = None;
                 trim(obj);
-            })
-            .default_backoff()
-            .reflect(writer);
+            }),
+        )
+        .reflect(writer);
         Box::pin(events.for_each(move |event| {
             let changed = match event {
                 // Subscribers get the store's own Arc: no second copy of the object while
@@ -150,6 +159,79 @@ where
     }
 }
 
+/// `events` of a watcher, retried after errors as [`Retry`] says: every watch of the manager
+/// goes through this instead of kube's `default_backoff`.
+pub fn retried<K, S>(events: S) -> impl Stream<Item = S::Item> + Send
+where
+    K: Resource<DynamicType = ()> + Send + 'static,
+    S: Stream<Item = Result<Event<K>, watcher::Error>> + Send,
+{
+    let kind = K::kind(&()).to_string();
+    let mut retry = Retry::default();
+    // The watcher is not polled again until the wait is over: this paces its requests.
+    events.then(move |event| {
+        let wait = retry.after(&event, &kind);
+        async move {
+            if let Some(wait) = wait {
+                tokio::time::sleep(wait).await;
+            }
+            event
+        }
+    })
+}
+
+/// When a watch tries again after an error. A failed request (the API server unreachable,
+/// refusing, timing out) backs off as kube's default does (0.8 s doubling to 30 s, kind to a
+/// struggling API server), reset by the next event that arrives. "Too old resource version"
+/// (410 Gone: a restarted API server's watch cache begins after the version the watch resumed
+/// from) is not a failure of anything: the watcher lists afresh at once, as client-go's
+/// reflector does. Under kube's default backoff the list waited out the next step of the
+/// outage's backoff, seconds after the API server was back (docs/performance.md, recovery).
+#[derive(Default)]
+struct Retry {
+    backoff: watcher::DefaultBackoff,
+}
+
+impl Retry {
+    /// How long to wait before the watch of `kind` goes on after `event`; logs a failure once
+    /// per failing dependency and backoff step (`log_gate`).
+    fn after<K>(
+        &mut self,
+        event: &Result<Event<K>, watcher::Error>,
+        kind: &str,
+    ) -> Option<Duration> {
+        use kube::runtime::utils::Backoff as _;
+        let err = match event {
+            Ok(_) => {
+                self.backoff.reset();
+                return None;
+            }
+            Err(err) => err,
+        };
+        if relists_at_once(err) {
+            tracing::debug!(kind, error = %err, "watch expired; listing again");
+            return None;
+        }
+        let wait = self.backoff.next();
+        let text = err.to_string();
+        if let Some(folded) = GATE.admit(cause(&text), wait.unwrap_or_default(), Instant::now()) {
+            tracing::warn!(
+                kind,
+                error = %err,
+                retry_in = ?wait,
+                same_error_since_last_line = folded,
+                "watch failed"
+            );
+        }
+        wait
+    }
+}
+
+/// The watch must start over from a list, and nothing failed: its resource version expired.
+fn relists_at_once(err: &watcher::Error) -> bool {
+    matches!(err, watcher::Error::WatchError(status) if status.code == 410)
+}
+
 /// One cache's first full list, as a future (from [`store_ready`] or [`index_ready`]).
 pub type CacheReady<'a> = Pin<Box<dyn Future<Output = bool> + Send + 'a>>;
 
@@ -176,4 +258,55 @@ where
     K: Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
 {
     Box::pin(index.wait_ready())
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::core::Status;
+
+    use super::*;
+
+    fn gone() -> Result<Event<Pod>, watcher::Error> {
+        Err(watcher::Error::WatchError(
+            Status::failure("too old resource version: 10 (20)", "Expired")
+                .with_code(410)
+                .boxed(),
+        ))
+    }
+
+    fn refused() -> Result<Event<Pod>, watcher::Error> {
+        Err(watcher::Error::WatchError(
+            Status::failure("unavailable", "ServiceUnavailable")
+                .with_code(503)
+                .boxed(),
+        ))
+    }
+
+    #[test]
+    fn an_expired_watch_lists_again_at_once_however_long_the_outage_was() {
+        let mut retry = Retry::default();
+        let waits: Vec<_> = (0..4).map(|_| retry.after(&refused(), "Pod")).collect();
+        assert!(
+            waits.iter().all(Option::is_some),
+            "failures back off: {waits:?}"
+        );
+        assert_eq!(retry.after(&gone(), "Pod"), None);
+    }
+
+    #[test]
+    fn failures_back_off_longer_each_time_until_an_event_arrives() {
+        let mut retry = Retry::default();
+        // The default backoff jitters each wait within its step; the fifth step (0.8 s × 2⁴)
+        // is longer than any first one.
+        let first = retry.after(&refused(), "Pod").expect("a wait");
+        for _ in 0..3 {
+            retry.after(&refused(), "Pod");
+        }
+        let fifth = retry.after(&refused(), "Pod").expect("a wait");
+        assert!(fifth > first, "{first:?} then {fifth:?}");
+        assert_eq!(retry.after(&Ok(Event::<Pod>::InitDone), "Pod"), None);
+        let after_reset = retry.after(&refused(), "Pod").expect("a wait");
+        assert!(after_reset < fifth, "reset: {after_reset:?} < {fifth:?}");
+    }
 }

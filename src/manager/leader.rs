@@ -255,11 +255,10 @@ async fn campaign(
     mut stopped: oneshot::Receiver<()>,
 ) {
     // Changes of the Lease wake a standby at once (a release, a holder's renewal).
-    let changes = watcher::watcher(
+    let changes = crate::k8s::watch::retried(watcher::watcher(
         api.clone(),
         watcher::Config::default().fields(&format!("metadata.name={}", cfg.lease_name)),
-    )
-    .default_backoff()
+    ))
     .touched_objects();
     let mut changes = std::pin::pin!(changes);
     let mut campaign = Campaign {

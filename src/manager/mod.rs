@@ -108,31 +108,10 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
     let client = crate::k8s::client::infer().await.map_err(Error::Client)?;
-    let version = client
-        .apiserver_version()
-        .await
-        .map_err(Error::Unreachable)?;
-    info!(server = %version.git_version, "connected to the API server");
-    // A CRD applied a moment ago can be Established before its endpoint answers: retry briefly.
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        match check_crds(&client).await {
-            Ok(()) => break,
-            Err(err) if tokio::time::Instant::now() < deadline => {
-                tracing::warn!(error = %err, "waiting for the CRDs");
-                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
-            }
-            Err(err) => return Err(err),
-        }
-    }
-
     // Created first and kept for the life of the process: see `metrics`.
     let metrics = crate::k8s::metrics::Metrics::new();
-    let webhook = match &config.webhook {
-        Some(webhook) => Some(start_webhook(&client, webhook, &metrics).await?),
-        None => None,
-    };
-
+    // The health server answers from the start (live, not ready), so a manager waiting for
+    // the API server is not taken for a hung one by its liveness probe.
     let health = health::Health::default();
     let listener = tokio::net::TcpListener::bind(config.health_addr)
         .await
@@ -145,6 +124,26 @@ pub async fn run(
         source,
     })?;
     info!(%addr, "serving /healthz, /readyz and /metrics");
+    // The health server stops accepting at once; a probe connection left open must not keep
+    // the process alive, so it only gets a short grace.
+    let health_server = tokio::spawn(
+        axum::serve(listener, health.router().merge(metrics::router(&metrics))).into_future(),
+    );
+    let mut shutdown = std::pin::pin!(shutdown);
+    let webhook = tokio::select! {
+        started = connect(&client, &config, &metrics) => match started {
+            Ok(webhook) => webhook,
+            Err(err) => {
+                health_server.abort();
+                return Err(err);
+            }
+        },
+        _ = &mut shutdown => {
+            health_server.abort();
+            info!("stopped before the API server answered");
+            return Ok(());
+        }
+    };
     health.set_ready(true);
 
     let election = config
@@ -168,14 +167,9 @@ pub async fn run(
         election.as_ref().map(|e| e.is_leader.clone()),
     ));
 
-    // The health server stops accepting at once; a probe connection left open must not keep
-    // the process alive, so it only gets a short grace.
-    let health_server = tokio::spawn(
-        axum::serve(listener, health.router().merge(metrics::router(&metrics))).into_future(),
-    );
     let mut outcome = Ok(());
     tokio::select! {
-        _ = shutdown => info!("shutting down"),
+        _ = &mut shutdown => info!("shutting down"),
         // Before a shutdown, controllers end only when the lease is lost.
         _ = &mut controllers => outcome = Err(Error::LostLease),
     }
@@ -417,6 +411,60 @@ async fn start_webhook(
         metrics.clone(),
     ));
     Ok(handle)
+}
+
+/// Everything the manager needs of the API server before it serves: the server answering,
+/// our CRDs served, and (if configured) the webhooks registered with their certificate.
+async fn connect(
+    client: &Client,
+    config: &Config,
+    metrics: &crate::k8s::metrics::Metrics,
+) -> Result<Option<axum_server::Handle<std::net::SocketAddr>>, Error> {
+    let version = api_server_version(client).await?;
+    info!(server = %version.git_version, "connected to the API server");
+    // A CRD applied a moment ago can be Established before its endpoint answers: retry briefly.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match check_crds(client).await {
+            Ok(()) => break,
+            Err(err) if tokio::time::Instant::now() < deadline => {
+                tracing::warn!(error = %err, "waiting for the CRDs");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+            Err(err) => return Err(err),
+        }
+    }
+    match &config.webhook {
+        Some(webhook) => Ok(Some(start_webhook(client, webhook, metrics).await?)),
+        None => Ok(None),
+    }
+}
+
+/// Longest wait between two attempts to reach the API server at start.
+const CONNECT_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The API server's version, waited for while it does not answer (connection refused, timed
+/// out, 5xx), every 2 s at most: a manager started during an outage — a control-plane upgrade, or the restart
+/// after its predecessor lost the Lease — comes up as soon as the API server does, where an
+/// exit would put it in its Deployment's crash-loop backoff (10 s, 20 s, … 5 min). An answer
+/// that will not change by waiting (401, 403, a bad request) ends the start at once.
+async fn api_server_version(
+    client: &Client,
+) -> Result<k8s_openapi::apimachinery::pkg::version::Info, Error> {
+    let mut wait = std::time::Duration::from_millis(250);
+    loop {
+        match client.apiserver_version().await {
+            Ok(version) => return Ok(version),
+            Err(kube::Error::Api(status)) if status.code < 500 => {
+                return Err(Error::Unreachable(kube::Error::Api(status)));
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, retry_in = ?wait, "the API server does not answer yet");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(CONNECT_RETRY_MAX);
+            }
+        }
+    }
 }
 
 /// Lists one object of each kind: proves the CRDs are installed and we may read them.

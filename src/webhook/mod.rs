@@ -70,12 +70,14 @@ impl Cluster {
     /// The cache of Rollouts for `client`, and the watch that fills it (spawn it).
     pub fn new(client: kube::Client) -> (Self, impl std::future::Future<Output = ()> + Send) {
         use futures::StreamExt;
-        use kube::runtime::{WatchStreamExt, reflector, watcher};
+        use kube::runtime::{reflector, watcher};
         let (rollouts, writer) = reflector::store();
         let api = kube::Api::<crate::api::rollout::Rollout>::all(client.clone());
-        let watch = reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .for_each(|_| async {});
+        let watch = reflector(
+            writer,
+            crate::k8s::watch::retried(watcher(api, watcher::Config::default())),
+        )
+        .for_each(|_| async {});
         (Self { client, rollouts }, watch)
     }
 
@@ -165,11 +167,10 @@ pub async fn keep_certificate_current(
     use kube::runtime::{WatchStreamExt, watcher};
 
     let api = kube::Api::<Secret>::namespaced(client.clone(), &source.namespace);
-    let changes = watcher::watcher(
+    let changes = crate::k8s::watch::retried(watcher::watcher(
         api,
         watcher::Config::default().fields(&format!("metadata.name={}", source.name)),
-    )
-    .default_backoff()
+    ))
     .touched_objects();
     let mut changes = std::pin::pin!(changes);
     loop {

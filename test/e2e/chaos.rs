@@ -15,9 +15,10 @@ use anyhow::{Context, ensure};
 use crate::{
     isolated::{IsolatedCluster, ManagerProcess},
     lws_support::uids,
-    rollout_canary::three_steps,
+    rollout_canary::{RATE, is_canary, three_steps},
     rollout_crash::{Watched, ended_uninterrupted},
     rollout_support::*,
+    traffic_driver::{Outcome, ReleaseTraffic, RequestSpec, traffic_in, wait_until_served},
 };
 
 /// A restart with no time down (a control-plane upgrade): the API server is unreachable only
@@ -34,7 +35,8 @@ fn chaos_control_plane_restarts_mid_release_lose_nothing() -> anyhow::Result<()>
 }
 
 async fn control_plane_restarts() -> anyhow::Result<()> {
-    let mut cluster = IsolatedCluster::start("chaos", &[]).await?;
+    // With a traffic layer of its own: requests go through the proxy the whole time.
+    let mut cluster = IsolatedCluster::start("chaos", &[("LWS_CLUSTER_TRAFFIC", "1")]).await?;
     let result = release_through_outages(&cluster).await;
     if result.is_err() {
         cluster.keep_logs();
@@ -50,6 +52,25 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
 
     let v1 = stable_lws(4, "vllm:1");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
+    // Requests through the proxy from before the release to its end: the outages must not
+    // fail one (the proxy and the pods keep serving what they were told last).
+    let requests = match traffic_in(&cluster.dir) {
+        Ok(t) => {
+            let plain = RequestSpec::new(&host(&ns));
+            wait_until_served(&t, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+            Some(ReleaseTraffic::start(
+                &t,
+                plain,
+                None,
+                RATE,
+                is_canary as fn(&Outcome) -> bool,
+            ))
+        }
+        Err(reason) => {
+            eprintln!("SKIPPED chaos (requests): traffic layer off: {reason}");
+            None
+        }
+    };
     let baseline = uids(&ns, STABLE).await?;
     let watched = Watched::start(&ns);
 
@@ -94,12 +115,23 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         back.elapsed().as_millis()
     );
 
-    // 2. Down for longer than the Lease allows, as step 2 scales the canary: the manager exits
-    //    with code 3, as documented; a new one (its Deployment would start it) finishes.
-    cluster
-        .restart("kube-apiserver", LONG_OUTAGE)
-        .await
-        .context("restarting the API server at step 2")?;
+    // 2. Down for longer than the Lease allows, as step 2 scales the canary, with two replicas
+    //    as the chart can run them. The holder exits with code 3, as documented. The standby is
+    //    SIGKILLed while the API server is down, and its Deployment would start another at
+    //    once: that one starts during the outage, waits for the API server instead of exiting
+    //    (docs/install.md), and takes over when it is back.
+    let standby = ManagerProcess::start(cluster, "standby", &[])?;
+    wait_until_logged(&standby, "connected to the API server").await?;
+    let (restarted, replacement) =
+        tokio::join!(cluster.restart("kube-apiserver", LONG_OUTAGE), async {
+            api_server_down(cluster).await?;
+            standby.signal("KILL")?;
+            let replacement = ManagerProcess::start(cluster, "2", &[])?;
+            wait_until_logged(&replacement, "the API server does not answer yet").await?;
+            anyhow::Ok(replacement)
+        });
+    restarted.context("restarting the API server at step 2")?;
+    let mut replacement = replacement.context("a replica killed and replaced during the outage")?;
     let back = Instant::now();
     let status = manager.exited(Duration::from_secs(30)).await?;
     ensure!(
@@ -107,6 +139,11 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         "after a {LONG_OUTAGE:?} outage the manager should exit with code 3 (lost lease), not \
          {status}:\n{}",
         manager.log_tail()
+    );
+    ensure!(
+        replacement.running(),
+        "the replica started during the outage exited instead of waiting for the API server:\n{}",
+        replacement.log_tail()
     );
     // What the outage left in the log a user reads: one line per failing dependency per
     // backoff step, not one per object and attempt (issue 26 item 4). Each line says how many
@@ -131,14 +168,13 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
          more with the same cause",
         lines.len()
     );
-    let mut manager = ManagerProcess::start(cluster, "2", &[])?;
     wait_rollout(&ns, "finalising after the long outage", |r| {
         !finalising(r).is_empty() && phase(r) == "Progressing"
     })
     .await?;
     eprintln!(
         "chaos: API server back after a {LONG_OUTAGE:?} outage -> release finalising in {} ms \
-         (new manager, step 2's pause included)",
+         (the replica started during the outage; step 2's pause included)",
         back.elapsed().as_millis()
     );
 
@@ -155,9 +191,44 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
     )
     .await?;
     ensure!(
-        manager.running(),
+        replacement.running(),
         "the manager exited after etcd's restart:\n{}",
-        manager.log_tail()
+        replacement.log_tail()
     );
+    if let Some(requests) = requests {
+        let report = requests.finish().await?;
+        eprintln!(
+            "chaos: {} requests through the proxy over the release and its three outages, {} failed",
+            report.outcomes.len(),
+            report.failures().len()
+        );
+    }
+    Ok(())
+}
+
+/// Waits until the API server refuses connections (a restart has killed it).
+async fn api_server_down(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while cluster.client.apiserver_version().await.is_ok() {
+        ensure!(
+            Instant::now() < deadline,
+            "the API server still answers 30 s into its restart"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Waits until `manager`'s log has a line containing `text`.
+async fn wait_until_logged(manager: &ManagerProcess, text: &str) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while manager.log_lines(text).is_empty() {
+        ensure!(
+            Instant::now() < deadline,
+            "the manager did not log {text:?} within 60 s:\n{}",
+            manager.log_tail()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     Ok(())
 }

@@ -186,7 +186,10 @@ impl IsolatedCluster {
         }
         self.stopped = true;
         crate::harness::record_time("isolated", self.started);
-        let keep = self.failed || std::thread::panicking();
+        // LWS_E2E_KEEP_LOGS=1 keeps them after a pass too (to read how a run went).
+        let keep = self.failed
+            || std::thread::panicking()
+            || std::env::var("LWS_E2E_KEEP_LOGS").is_ok_and(|v| v == "1");
         let mut down = std::process::Command::new("bash");
         down.arg(repo().join("test/cluster/down.sh")).arg(&self.dir);
         if keep {

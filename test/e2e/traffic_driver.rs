@@ -29,10 +29,17 @@ pub struct Traffic {
 /// `<state>/traffic/skipped`).
 pub fn traffic() -> Result<Traffic, String> {
     let kubeconfig = harness::kubeconfig_path().map_err(|e| e.to_string())?;
-    let dir = std::path::Path::new(&kubeconfig)
-        .parent()
-        .ok_or_else(|| format!("{kubeconfig} has no parent directory"))?
-        .join("traffic");
+    traffic_in(
+        std::path::Path::new(&kubeconfig)
+            .parent()
+            .ok_or_else(|| format!("{kubeconfig} has no parent directory"))?,
+    )
+}
+
+/// The traffic layer of the cluster whose state directory is `state` (an isolated cluster
+/// started with `LWS_CLUSTER_TRAFFIC=1`), or the one line saying why there is none.
+pub fn traffic_in(state: &std::path::Path) -> Result<Traffic, String> {
+    let dir = state.join("traffic");
     if let Ok(reason) = std::fs::read_to_string(dir.join("skipped")) {
         return Err(reason.trim().to_string());
     }
