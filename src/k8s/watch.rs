@@ -181,16 +181,26 @@ where
 }
 
 /// When a watch tries again after an error. A failed request (the API server unreachable,
-/// refusing, timing out) backs off as kube's default does (0.8 s doubling to 30 s, kind to a
-/// struggling API server), reset by the next event that arrives. "Too old resource version"
-/// (410 Gone: a restarted API server's watch cache begins after the version the watch resumed
-/// from) is not a failure of anything: the watcher lists afresh at once, as client-go's
-/// reflector does. Under kube's default backoff the list waited out the next step of the
-/// outage's backoff, seconds after the API server was back (docs/performance.md, recovery).
+/// refusing, timing out) backs off from [`RETRY_FIRST`] doubling to [`RETRY_MAX`], each wait
+/// drawn from the upper half of its step so the manager's watches do not retry in step; the
+/// next event that arrives resets it. "Too old resource version" (410 Gone: a restarted API
+/// server's watch cache begins after the version the watch resumed from) is not a failure of
+/// anything: the watcher lists afresh at once, as client-go's reflector does.
+///
+/// Why not kube's default (0.8 s doubling to 30 s): a watch is how the manager learns that
+/// the API server is back, and a wait drawn at 3–6 s in the fifth second of an outage was most
+/// of the seconds a release stood still after it (traced in docs/performance.md, recovery). A
+/// manager has a dozen watches, so [`RETRY_MAX`] costs an API server that is down a few
+/// requests a second at most.
 #[derive(Default)]
 struct Retry {
-    backoff: watcher::DefaultBackoff,
+    failures: u32,
 }
+
+/// The first wait after a failed watch request.
+const RETRY_FIRST: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts of one watch.
+const RETRY_MAX: Duration = Duration::from_secs(4);
 
 impl Retry {
     /// How long to wait before the watch of `kind` goes on after `event`; logs a failure once
@@ -200,10 +210,9 @@ impl Retry {
         event: &Result<Event<K>, watcher::Error>,
         kind: &str,
     ) -> Option<Duration> {
-        use kube::runtime::utils::Backoff as _;
         let err = match event {
             Ok(_) => {
-                self.backoff.reset();
+                self.failures = 0;
                 return None;
             }
             Err(err) => err,
@@ -212,19 +221,41 @@ impl Retry {
             tracing::debug!(kind, error = %err, "watch expired; listing again");
             return None;
         }
-        let wait = self.backoff.next();
+        self.failures = self.failures.saturating_add(1);
+        let wait = jittered(step(self.failures));
         let text = err.to_string();
-        if let Some(folded) = GATE.admit(cause(&text), wait.unwrap_or_default(), Instant::now()) {
-            tracing::warn!(
+        match GATE.admit(cause(&text), wait, Instant::now()) {
+            Some(folded) => tracing::warn!(
                 kind,
                 error = %err,
                 retry_in = ?wait,
                 same_error_since_last_line = folded,
                 "watch failed"
-            );
+            ),
+            None => tracing::debug!(kind, error = %err, retry_in = ?wait, "watch failed"),
         }
-        wait
+        Some(wait)
     }
+}
+
+/// The backoff step after `failures` consecutive failures (1 = the first).
+fn step(failures: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    RETRY_FIRST.saturating_mul(1 << doublings).min(RETRY_MAX)
+}
+
+/// A wait in the upper half of `step`: [step/2, step).
+fn jittered(step: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    let half = step / 2;
+    half + half.mul_f64((h.finish() % 1_000) as f64 / 1_000.0)
 }
 
 /// The watch must start over from a list, and nothing failed: its resource version expired.
@@ -295,18 +326,20 @@ mod tests {
     }
 
     #[test]
-    fn failures_back_off_longer_each_time_until_an_event_arrives() {
+    fn failures_back_off_doubling_to_the_cap_until_an_event_arrives() {
         let mut retry = Retry::default();
-        // The default backoff jitters each wait within its step; the fifth step (0.8 s × 2⁴)
-        // is longer than any first one.
-        let first = retry.after(&refused(), "Pod").expect("a wait");
-        for _ in 0..3 {
-            retry.after(&refused(), "Pod");
+        let steps_ms = [500, 1_000, 2_000, 4_000, 4_000, 4_000];
+        for (n, step_ms) in steps_ms.into_iter().enumerate() {
+            let wait = retry.after(&refused(), "Pod").expect("a wait");
+            let step = Duration::from_millis(step_ms);
+            assert!(
+                wait >= step / 2 && wait < step,
+                "failure {}: {wait:?} not in the upper half of {step:?}",
+                n + 1
+            );
         }
-        let fifth = retry.after(&refused(), "Pod").expect("a wait");
-        assert!(fifth > first, "{first:?} then {fifth:?}");
         assert_eq!(retry.after(&Ok(Event::<Pod>::InitDone), "Pod"), None);
         let after_reset = retry.after(&refused(), "Pod").expect("a wait");
-        assert!(after_reset < fifth, "reset: {after_reset:?} < {fifth:?}");
+        assert!(after_reset < RETRY_FIRST, "reset: {after_reset:?}");
     }
 }

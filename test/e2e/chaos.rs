@@ -1,12 +1,15 @@
-//! The control plane fails in the middle of a release, on a cluster of the test's own (the
-//! suite's cluster serves every other test): the API server is SIGKILLed and restarted while a
-//! step waits for approval (down only while it starts: the manager rides through), SIGKILLed
-//! again as the next step scales and kept down longer than the leader Lease allows (the manager
-//! exits with code 3 and its supervisor — here the test — starts it again), and etcd is
-//! SIGKILLed and restarted while the release finalises. The release must end as
-//! an uninterrupted one: no stable pod replaced before finalisation, no canary LWS, BatchRelease
-//! or canary Service created twice, every group on the new template. How long the release takes
-//! to move again once the API server is back is printed (docs/performance.md).
+//! The control plane fails in the middle of a release, on a cluster of the test's own with a
+//! traffic layer of its own (the suite's cluster serves every other test): the API server is
+//! SIGKILLed and restarted while a step waits for approval (down only while it starts: the
+//! manager rides through); SIGKILLed again as the next step scales and kept down longer than
+//! the leader Lease allows, with two replicas — the holder exits with code 3, the standby is
+//! SIGKILLed during the outage and its replacement, started while the API server is still
+//! down, waits for it and takes over; and etcd is SIGKILLed and restarted while the release
+//! finalises. Requests go through the proxy from before the release to its end, and not one
+//! may fail. The release must end as an uninterrupted one: no stable pod replaced before
+//! finalisation, no canary LWS, BatchRelease or canary Service created twice, every group on
+//! the new template. How long the release takes to move again once the API server is back is
+//! printed (docs/performance.md).
 
 use std::time::{Duration, Instant};
 

@@ -95,7 +95,12 @@ pub fn behaviour(annotations: &BTreeMap<String, String>) -> Behaviour {
     }
 }
 
-/// Running, Ready and not being deleted: the agent answers for it.
+/// Running, ready and not being deleted: the agent answers for it. Ready is the pod's `Ready`
+/// condition, or its `ContainersReady` one: the node lifecycle controller sets only `Ready` to
+/// False when a node's heartbeats lapse (after a long API-server outage), and that takes the
+/// pod out of its Services but does not stop its containers — a real pod keeps answering
+/// whoever still sends to it, so the agent does too (`stages/pod-ready-again.yaml` then sets
+/// `Ready` back, as a kubelet would).
 pub fn is_serving(pod: &Pod) -> bool {
     if pod.metadata.deletion_timestamp.is_some() {
         return false;
@@ -108,7 +113,7 @@ pub fn is_serving(pod: &Pod) -> bool {
             .conditions
             .iter()
             .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
+            .any(|c| (c.type_ == "Ready" || c.type_ == "ContainersReady") && c.status == "True")
 }
 
 pub fn is_terminating(pod: &Pod) -> bool {
@@ -179,6 +184,22 @@ mod tests {
             "status": {"phase": "Running", "podIP": ip,
                 "conditions": [{"type": "Ready", "status": "True"}]}
         }))
+    }
+
+    #[test]
+    fn a_pod_the_node_controller_marked_unready_keeps_answering_one_whose_containers_failed_does_not()
+     {
+        let with = |conditions: serde_json::Value| {
+            let mut p = ready_pod("198.18.32.1", json!([{"containerPort": 8000}]));
+            p.status.as_mut().unwrap().conditions = serde_json::from_value(conditions).unwrap();
+            p
+        };
+        let node_lapsed = with(json!([{"type": "Ready", "status": "False"},
+                                      {"type": "ContainersReady", "status": "True"}]));
+        let failed = with(json!([{"type": "Ready", "status": "False"},
+                                 {"type": "ContainersReady", "status": "False"}]));
+        assert!(is_serving(&node_lapsed));
+        assert!(!is_serving(&failed));
     }
 
     #[test]
