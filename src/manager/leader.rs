@@ -34,6 +34,26 @@ pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 const RENEW_EVERY: Duration = Duration::from_secs(5);
 /// How soon to try again after an API error.
 const RETRY: Duration = Duration::from_secs(2);
+/// How long after its last renewal a holder counts the Lease as its own: a standby takes it
+/// [`LEASE_DURATION`] after it saw that renewal, later still, so the two never lead at once.
+const TERM: Duration = Duration::from_secs(LEASE_DURATION.as_secs() - RETRY.as_secs());
+/// How long the in-flight reconciles of a holder whose term has ended may go on before they
+/// are dropped: they end before a standby may take the Lease ([`LEASE_DURATION`] after the
+/// last renewal it saw, [`TERM`] + 2 s), so two replicas never write at once.
+pub const AFTER_TERM: Duration = Duration::from_secs(1);
+
+/// The longest one look at the Lease may take when there is no term to protect (a standby).
+const STEP_TIMEOUT: Duration = RENEW_EVERY;
+
+/// How long the next look at the Lease may take: [`STEP_TIMEOUT`], and for a holder no longer
+/// than what is left of its term, so that a request which never answers ends the term on time
+/// (zero once it is over: the holder stops without waiting for the answer).
+fn step_budget(renewed: Option<Instant>, now: Instant) -> Duration {
+    match renewed {
+        Some(at) => (at + TERM).saturating_duration_since(now).min(STEP_TIMEOUT),
+        None => STEP_TIMEOUT,
+    }
+}
 
 /// Where the lease lives and who we are.
 #[derive(Debug, Clone)]
@@ -217,8 +237,7 @@ impl Campaign {
 
     /// Still ours: renewed recently enough that no one else can have taken it.
     fn still_held(&self) -> bool {
-        self.renewed
-            .is_some_and(|at| at.elapsed() < LEASE_DURATION - RETRY)
+        self.renewed.is_some_and(|at| at.elapsed() < TERM)
     }
 
     async fn release(&self) {
@@ -268,11 +287,22 @@ async fn campaign(
         renewed: None,
     };
     loop {
-        let (leading, wait) = match campaign.step().await {
-            Ok(outcome) => outcome,
-            Err(err) => {
+        // A request that hangs (the manager cut off from the API server without the
+        // connection failing) must not keep a holder leading past its term: each look at the
+        // Lease gets at most what is left of the term.
+        let budget = step_budget(campaign.renewed, Instant::now());
+        let (leading, wait) = match tokio::time::timeout(budget, campaign.step()).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(err)) => {
                 warn!(error = %err, "leader election: cannot read or write the Lease");
                 (campaign.still_held(), RETRY)
+            }
+            Err(_) => {
+                warn!(
+                    waited = ?budget,
+                    "leader election: the Lease request did not answer in time"
+                );
+                (campaign.still_held(), Duration::ZERO)
             }
         };
         if !leading {
@@ -308,6 +338,24 @@ mod tests {
             version: "7".into(),
             duration: Duration::from_secs(15),
         }
+    }
+
+    #[test]
+    fn a_holder_never_waits_on_the_lease_past_its_term() {
+        let t0 = Instant::now();
+        assert_eq!(step_budget(None, t0), STEP_TIMEOUT, "a standby");
+        assert_eq!(step_budget(Some(t0), t0), STEP_TIMEOUT, "just renewed");
+        assert_eq!(
+            step_budget(Some(t0), t0 + TERM - Duration::from_secs(1)),
+            Duration::from_secs(1),
+            "a second of the term left"
+        );
+        assert_eq!(step_budget(Some(t0), t0 + TERM), Duration::ZERO, "over");
+        assert_eq!(
+            step_budget(Some(t0), t0 + LEASE_DURATION * 2),
+            Duration::ZERO
+        );
+        assert!(TERM + AFTER_TERM < LEASE_DURATION);
     }
 
     #[test]

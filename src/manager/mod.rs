@@ -13,7 +13,7 @@ use std::{
 
 use kube::{Api, Client, api::ListParams};
 use thiserror::Error;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::api::{BatchRelease, LeaderWorkerSet, Rollout};
 
@@ -214,16 +214,18 @@ async fn run_controllers(
     }
     let mut lost = leader.clone();
     let mut stop_controllers = stop;
+    // True when the lease was lost, false on a shutdown.
     let lost_or_stopped = async move {
         match &mut lost {
             Some(leader) => {
                 tokio::select! {
-                    _ = leader.wait_for(|is| !*is) => {},
-                    _ = stop_controllers.wait_for(|stopped| *stopped) => {},
+                    _ = leader.wait_for(|is| !*is) => true,
+                    _ = stop_controllers.wait_for(|stopped| *stopped) => false,
                 }
             }
             None => {
                 let _ = stop_controllers.wait_for(|stopped| *stopped).await;
+                false
             }
         }
     };
@@ -292,10 +294,20 @@ async fn run_controllers(
     let drivers = futures::future::join_all(caches.drivers(&client));
     let controllers = futures::future::join5(lws, rollouts, releases, kueue_waits, sets);
     let stop = async move {
-        lost_or_stopped.await;
+        let lost = lost_or_stopped.await;
         let _ = stop_all.send(());
-        // The controllers now finish their in-flight reconciles and end the select.
-        std::future::pending::<()>().await
+        // The controllers now finish their in-flight reconciles and end the select, unless
+        // one hangs (a request into a network partition never answers). After a lost lease
+        // they are dropped before a standby may take over; on a shutdown the lease is
+        // released only after them, so they get the shutdown's grace.
+        let grace = if lost {
+            warn!("lost the leader lease: stopping the controllers");
+            leader::AFTER_TERM
+        } else {
+            SHUTDOWN_GRACE
+        };
+        tokio::time::sleep(grace).await;
+        warn!("in-flight reconciles did not finish within {grace:?}; dropped");
     };
     // The watches keep running until the controllers have stopped.
     tokio::select! {

@@ -221,6 +221,16 @@ pub struct ManagerProcess {
 impl ManagerProcess {
     /// Starts `lws-rollout` with the suite's out-of-cluster webhook flags plus `extra`.
     pub fn start(cluster: &IsolatedCluster, tag: &str, extra: &[&str]) -> anyhow::Result<Self> {
+        Self::start_with(cluster, tag, extra, &cluster.kubeconfig)
+    }
+
+    /// [`Self::start`] with another kubeconfig (e.g. one through a [`crate::partition`] proxy).
+    pub fn start_with(
+        cluster: &IsolatedCluster,
+        tag: &str,
+        extra: &[&str],
+        kubeconfig: &std::path::Path,
+    ) -> anyhow::Result<Self> {
         let log = cluster.dir.join(format!("logs/manager-{tag}.log"));
         let file = std::fs::File::create(&log)?;
         let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
@@ -230,7 +240,7 @@ impl ManagerProcess {
                 "--webhook-host=127.0.0.1",
             ])
             .args(extra)
-            .env("KUBECONFIG", &cluster.kubeconfig)
+            .env("KUBECONFIG", kubeconfig)
             .stdout(Stdio::from(file.try_clone()?))
             .stderr(Stdio::from(file))
             .stdin(Stdio::null())
