@@ -8,8 +8,9 @@
 //! finalises. Requests go through the proxy from before the release to its end, and not one
 //! may fail. The release must end as an uninterrupted one: no stable pod replaced before
 //! finalisation, no canary LWS, BatchRelease or canary Service created twice, every group on
-//! the new template. How long the release takes to move again once the API server is back is
-//! printed (docs/performance.md).
+//! the new template. A blue-green release goes through two API-server restarts too: as its
+//! step 2 grows the new side and turns the route to it, and as the switch finalises. How long
+//! a release takes to move again once the API server is back is printed (docs/performance.md).
 
 use std::time::{Duration, Instant};
 
@@ -55,25 +56,7 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
 
     let v1 = stable_lws(4, "vllm:1");
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
-    // Requests through the proxy from before the release to its end: the outages must not
-    // fail one (the proxy and the pods keep serving what they were told last).
-    let requests = match traffic_in(&cluster.dir) {
-        Ok(t) => {
-            let plain = RequestSpec::new(&host(&ns));
-            wait_until_served(&t, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
-            Some(ReleaseTraffic::start(
-                &t,
-                plain,
-                None,
-                RATE,
-                is_canary as fn(&Outcome) -> bool,
-            ))
-        }
-        Err(reason) => {
-            eprintln!("SKIPPED chaos (requests): traffic layer off: {reason}");
-            None
-        }
-    };
+    let requests = requests_through_the_proxy(cluster, &ns).await?;
     let baseline = uids(&ns, STABLE).await?;
     let watched = Watched::start(&ns);
 
@@ -83,28 +66,8 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
     // 1. The API server restarted at a step paused for approval: unreachable for as long as it
     //    takes to start (measured). Within the Lease's ride-through the manager keeps running;
     //    an approval sent as soon as the API server is back moves the release on.
-    let killed = Instant::now();
-    cluster
-        .restart("kube-apiserver", RESTART)
-        .await
-        .context("restarting the API server at step 1")?;
-    let down = killed.elapsed();
+    let down = restart_riding_through(cluster, &mut manager, "1b", "at step 1").await?;
     let back = Instant::now();
-    if down < RIDES_THROUGH {
-        ensure!(
-            manager.running(),
-            "the manager exited on a {down:?} API-server outage:\n{}",
-            manager.log_tail()
-        );
-    } else if !manager.running() {
-        // A slow start (a loaded machine) is a longer outage: the exit must be the designed one.
-        let status = manager.exited(Duration::from_secs(5)).await?;
-        ensure!(
-            status.code() == Some(3),
-            "exit after a {down:?} outage: {status}"
-        );
-        manager = ManagerProcess::start(cluster, "1b", &[])?;
-    }
     ensure!(
         uids(&ns, STABLE).await? == baseline,
         "a stable pod was replaced during the outage"
@@ -207,6 +170,149 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+// Not in the suite yet (issue 26): of its three runs on 2026-11-24, one stalled after the
+// restart at the switch — kube-controller-manager's StatefulSet controller never recreated a
+// group's leader pod the promotion had deleted ("read version … is not as new as written
+// version …", then silence) — and the others finished with every request answered. Until that stall
+// is understood it would make CI flaky. Run it with `-- --ignored chaos_blue_green`.
+#[test]
+#[ignore = "a kube-controller-manager stall after the restart at the switch is under investigation (issue 26)"]
+fn chaos_blue_green_api_server_restarted_as_traffic_moves_and_at_the_switch() -> anyhow::Result<()>
+{
+    on_big_stack(blue_green_restarts)
+}
+
+async fn blue_green_restarts() -> anyhow::Result<()> {
+    let mut cluster = IsolatedCluster::start("chaos-bg", &[("LWS_CLUSTER_TRAFFIC", "1")]).await?;
+    let result = blue_green_through_outages(&cluster).await;
+    if result.is_err() {
+        cluster.keep_logs();
+    }
+    cluster.stop();
+    result
+}
+
+/// A blue-green release: the API server restarts as step 2 grows the new side and turns the
+/// route to it, and again as the switch finalises. Requests through the proxy all along.
+async fn blue_green_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    let mut manager = ManagerProcess::start(cluster, "1", &[])?;
+    let ns = cluster.namespace("chaos-bg").await?;
+    let v1 = stable_lws(4, "vllm:1");
+    let steps = serde_json::json!([
+        {"replicas": 1, "traffic": "0%", "pause": {}},
+        {"replicas": "100%", "traffic": "100%", "pause": {}}
+    ]);
+    release_setup(
+        &ns,
+        &v1,
+        &blue_green_rollout(steps, Some(gateway_routing())),
+    )
+    .await?;
+    let requests = requests_through_the_proxy(cluster, &ns).await?;
+    let baseline = uids(&ns, STABLE).await?;
+    let watched = Watched::start(&ns);
+    apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+    wait_paused_at(&ns, 1).await?;
+
+    approve(&ns).await?;
+    let down = restart_riding_through(cluster, &mut manager, "1b", "as traffic moves").await?;
+    let back = Instant::now();
+    wait_paused_at(&ns, 2).await?;
+    wait_route(&ns, split_route(100)).await?;
+    eprintln!(
+        "chaos (blue-green): API server restarted as step 2 moved traffic ({} ms unreachable) -> \
+         step 2 paused with all traffic on the new side {} ms after it was back",
+        down.as_millis(),
+        back.elapsed().as_millis()
+    );
+    ensure!(
+        uids(&ns, STABLE).await? == baseline,
+        "a user pod restarted before the switch"
+    );
+
+    approve(&ns).await?;
+    wait_rollout(&ns, "switching", |r| {
+        finalising(r) == "FinalisingStepRouteTrafficToNew"
+    })
+    .await?;
+    restart_riding_through(cluster, &mut manager, "1c", "at the switch").await?;
+    ended_uninterrupted(
+        &ns,
+        "blue-green release finished after the outages",
+        "vllm:2",
+        &watched,
+    )
+    .await?;
+    if let Some(requests) = requests {
+        let report = requests.finish().await?;
+        eprintln!(
+            "chaos (blue-green): {} requests through the proxy, {} failed",
+            report.outcomes.len(),
+            report.failures().len()
+        );
+    }
+    Ok(())
+}
+
+/// Requests through the cluster's proxy from now to the end of the release, answered by the
+/// stable LWS to begin with (`None`, after one SKIPPED line, without a traffic layer). The
+/// outages must not fail one: the proxy and the pods keep serving what they were told last.
+async fn requests_through_the_proxy(
+    cluster: &IsolatedCluster,
+    ns: &crate::harness::TestNs,
+) -> anyhow::Result<Option<ReleaseTraffic<fn(&Outcome) -> bool>>> {
+    match traffic_in(&cluster.dir) {
+        Ok(t) => {
+            let plain = RequestSpec::new(&host(ns));
+            wait_until_served(&t, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+            Ok(Some(ReleaseTraffic::start(
+                &t,
+                plain,
+                None,
+                RATE,
+                is_canary as fn(&Outcome) -> bool,
+            )))
+        }
+        Err(reason) => {
+            eprintln!("SKIPPED chaos (requests): traffic layer off: {reason}");
+            Ok(None)
+        }
+    }
+}
+
+/// Restarts the API server at once (unreachable only while it starts) and returns how long it
+/// was unreachable. Within the Lease's ride-through the manager must still run; after a slower
+/// start (a loaded machine) its exit must be the designed one, and another (`tag`) is started
+/// as its Deployment would.
+async fn restart_riding_through(
+    cluster: &IsolatedCluster,
+    manager: &mut ManagerProcess,
+    tag: &str,
+    when: &str,
+) -> anyhow::Result<Duration> {
+    let killed = Instant::now();
+    cluster
+        .restart("kube-apiserver", RESTART)
+        .await
+        .with_context(|| format!("restarting the API server {when}"))?;
+    let down = killed.elapsed();
+    if down < RIDES_THROUGH {
+        ensure!(
+            manager.running(),
+            "the manager exited on a {down:?} API-server outage {when}:\n{}",
+            manager.log_tail()
+        );
+    } else if !manager.running() {
+        let status = manager.exited(Duration::from_secs(5)).await?;
+        ensure!(
+            status.code() == Some(3),
+            "exit after a {down:?} outage {when}: {status}"
+        );
+        *manager = ManagerProcess::start(cluster, tag, &[])?;
+    }
+    Ok(down)
 }
 
 /// Waits until the API server refuses connections (a restart has killed it).
