@@ -8,7 +8,8 @@
 # COMPONENT is etcd, kube-apiserver, kube-controller-manager, kube-scheduler or kwok. The process is
 # sent SIGNAL (default KILL) by its recorded PID, the component stays down OUTAGE_SECONDS
 # (default 0), then runs again (its log appended to, its new PID recorded) and the script returns
-# once it serves again (etcd /health, the API server /readyz; the other two once running).
+# once it serves again (etcd /health, the API server /readyz; the others once running).
+# test/cluster/supervise.sh leaves the component alone meanwhile (it holds the component's lock).
 set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 STATE=${1:?usage: restart.sh STATE_DIR COMPONENT [OUTAGE_SECONDS] [SIGNAL]}
@@ -24,6 +25,11 @@ CMD="$STATE/cmd/$NAME"
 [ -f "$PIDFILE" ] || die "no $PIDFILE: is a cluster running from $STATE?"
 [ -f "$CMD" ] || die "no $CMD: the cluster was started by an up.sh that did not record commands"
 
+# The component's lock, from the kill to the new PID: test/cluster/supervise.sh, which starts
+# again a component that exited on its own, leaves this outage alone.
+mkdir -p "$STATE/locks"
+exec 9>"$STATE/locks/$NAME.lock"
+flock -w 30 9 || die "$NAME's lock ($STATE/locks/$NAME.lock) still held after 30s"
 pid=$(cat "$PIDFILE")
 kill -"$SIGNAL" "$pid" 2>/dev/null || true
 deadline=$((SECONDS + 30))
@@ -36,8 +42,10 @@ done
 echo "--- restarted by test/cluster/restart.sh after ${OUTAGE}s down ---" >>"$STATE/logs/$NAME.log"
 # The recorded command is a line of printf %q words: eval runs it exactly as up.sh did, and exec
 # makes the background job the component itself, so the recorded PID is the component's.
-(eval "exec $(cat "$CMD")") >>"$STATE/logs/$NAME.log" 2>&1 </dev/null &
+(eval "exec $(cat "$CMD")") >>"$STATE/logs/$NAME.log" 2>&1 </dev/null 9>&- &
 echo $! >"$PIDFILE"
+flock -u 9
+exec 9>&-
 
 PKI="$STATE/pki"
 ready() {

@@ -373,6 +373,10 @@ else
   echo "not requested (LWS_CLUSTER_KUEUE=${LWS_CLUSTER_KUEUE:-unset})" >"$STATE/kueue/skipped"
 fi
 
+# A kubelet's part for the control plane: a component that exits on its own is started again
+# (test/cluster/supervise.sh says why).
+start supervisor bash "$CLUSTER_DIR/supervise.sh" "$STATE"
+
 cat >"$STATE/env" <<EOF
 export KUBECONFIG=$KUBECONFIG_FILE
 export PATH=$BIN:\$PATH

@@ -174,6 +174,53 @@ impl IsolatedCluster {
         Ok(ns)
     }
 
+    /// Starts a cluster (as [`IsolatedCluster::start`]), runs `test` against it and stops it:
+    /// its logs are kept when the test fails, and a control-plane process that exited on its
+    /// own during the test, and was started again as a kubelet would, is named (its own log
+    /// says why it exited).
+    pub async fn run<F>(name: &str, env: &[(&str, &str)], test: F) -> anyhow::Result<()>
+    where
+        F: for<'c> FnOnce(
+            &'c IsolatedCluster,
+        ) -> futures::future::BoxFuture<'c, anyhow::Result<()>>,
+    {
+        let mut cluster = Self::start(name, env).await?;
+        let result = test(&cluster).await;
+        for line in cluster.supervised_restarts() {
+            eprintln!("isolated cluster {name}: {line}");
+        }
+        if result.is_err() {
+            cluster.keep_logs();
+        }
+        cluster.stop();
+        result
+    }
+
+    /// The control-plane processes `test/cluster/supervise.sh` started again after they exited
+    /// on their own, one line each (`kube-scheduler: --- exited on its own …`).
+    pub fn supervised_restarts(&self) -> Vec<String> {
+        let Ok(logs) = std::fs::read_dir(self.dir.join("logs")) else {
+            return Vec::new();
+        };
+        let mut lines: Vec<String> = logs
+            .flatten()
+            .filter_map(|entry| {
+                let path = entry.path();
+                let component = path.file_stem()?.to_string_lossy().into_owned();
+                let text = std::fs::read_to_string(&path).ok()?;
+                Some(
+                    text.lines()
+                        .filter(|l| l.contains("started again by test/cluster/supervise.sh"))
+                        .map(|l| format!("{component}: {l}"))
+                        .collect::<Vec<_>>(),
+                )
+            })
+            .flatten()
+            .collect();
+        lines.sort();
+        lines
+    }
+
     /// Marks the run as failed: the logs are kept when the cluster stops.
     pub fn keep_logs(&mut self) {
         self.failed = true;

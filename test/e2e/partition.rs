@@ -133,13 +133,10 @@ fn chaos_the_holder_cut_off_from_the_api_server_stops_before_the_standby_leads()
 }
 
 async fn cut_off() -> anyhow::Result<()> {
-    let mut cluster = IsolatedCluster::start("partition", &[]).await?;
-    let result = release_through_a_partition(&cluster).await;
-    if result.is_err() {
-        cluster.keep_logs();
-    }
-    cluster.stop();
-    result
+    IsolatedCluster::run("partition", &[], |c| {
+        Box::pin(release_through_a_partition(c))
+    })
+    .await
 }
 
 async fn release_through_a_partition(cluster: &IsolatedCluster) -> anyhow::Result<()> {

@@ -214,14 +214,7 @@ fn steps() -> Value {
 
 #[test]
 fn after_kruise_rollout_nothing_it_left_is_touched() -> anyhow::Result<()> {
-    on_big_stack(|| async {
-        let mut cluster = IsolatedCluster::start("kruise-leftovers", &[]).await?;
-        let result = story(&cluster).await;
-        if result.is_err() {
-            cluster.keep_logs();
-        }
-        result
-    })
+    on_big_stack(|| IsolatedCluster::run("kruise-leftovers", &[], |c| Box::pin(story(c))))
 }
 
 async fn story(cluster: &IsolatedCluster) -> anyhow::Result<()> {

@@ -244,13 +244,7 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
 #[tokio::test]
 async fn a_revision_recorded_in_another_serialisation_under_another_key_is_adopted()
 -> anyhow::Result<()> {
-    let mut cluster = IsolatedCluster::start("older-revision", &[]).await?;
-    let result = adopt_older_revision(&cluster).await;
-    if result.is_err() {
-        cluster.keep_logs();
-    }
-    cluster.stop();
-    result
+    IsolatedCluster::run("older-revision", &[], |c| Box::pin(adopt_older_revision(c))).await
 }
 
 async fn adopt_older_revision(cluster: &IsolatedCluster) -> anyhow::Result<()> {
