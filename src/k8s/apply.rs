@@ -205,6 +205,17 @@ impl Applier {
     /// plan already decided the object is ours). The body escapes what the API server's YAML
     /// reader of apply bodies would refuse or change ([`super::apply_body`]).
     pub async fn apply<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
+        self.apply_with(obj, true).await
+    }
+
+    /// Server-side applies `obj` without taking over fields another manager set to other
+    /// values: the API server answers 409 instead. Used to create what the cache does not
+    /// show without first reading whether someone else's object has that name.
+    pub async fn apply_unforced<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
+        self.apply_with(obj, false).await
+    }
+
+    async fn apply_with<K: Object>(&self, obj: &K, force: bool) -> Result<K, ApiError> {
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         let action = || describe::<K>("applying", &namespace, &name);
@@ -214,7 +225,8 @@ impl Applier {
                 e.to_string(),
             ))),
         })?;
-        let params = PatchParams::apply(self.field_manager).force();
+        let params = PatchParams::apply(self.field_manager);
+        let params = if force { params.force() } else { params };
         self.api::<K>(&namespace)
             .patch(&name, &params, &Patch::Apply(&body))
             .await

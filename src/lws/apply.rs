@@ -52,6 +52,10 @@ pub struct Applied {
     /// The worker StatefulSets this apply created, by name, with their uids: a leader found
     /// stale afterwards (`plan::groups::stale_workers`) has its StatefulSet taken back.
     pub created_workers: BTreeMap<String, String>,
+    /// An object the plan took for absent on the cache's word exists (`How::ApplyUnseen`,
+    /// `How::CreateUnseen`): nothing after it was written, and the reconcile reads the name
+    /// fresh and plans again.
+    pub recheck: bool,
 }
 
 /// How one write ended.
@@ -62,6 +66,9 @@ enum Written {
     Done,
     /// Refused as invalid: the plan says what that means.
     Refused(Failure, bool),
+    /// Planned as absent on the cache's word, and the name is taken (or, for an apply, the
+    /// object refused): read it fresh and plan again.
+    Recheck,
 }
 
 async fn write<K: Object>(
@@ -71,20 +78,31 @@ async fn write<K: Object>(
     w: &Write<K>,
 ) -> Result<Written, ApiError> {
     let result = match w.how {
-        How::CreateIfAbsent => applier.create_if_absent(&w.object).await,
+        How::CreateIfAbsent | How::CreateUnseen => applier.create_if_absent(&w.object).await,
         How::Apply => applier
             .apply(&w.object)
             .await
             .map(|_| Created::Created(None)),
+        How::ApplyUnseen => match applier.apply_unforced(&w.object).await {
+            Ok(_) => Ok(Created::Created(None)),
+            // 409: fields someone else set (or the cache is behind ours, which never
+            // conflicts with ourselves: this is someone else's); 422: e.g. a second
+            // controller reference. Either way, only a fresh read tells.
+            Err(err) if matches!(err.failure(), ApiFailure::Conflict | ApiFailure::Refused(_)) => {
+                return Ok(Written::Recheck);
+            }
+            Err(err) => Err(err),
+        },
     };
     match result {
         Ok(Created::Created(uid)) => {
             events.publish_all(lws, &w.on_success).await;
             Ok(match w.how {
-                How::CreateIfAbsent => Written::Created(uid),
-                How::Apply => Written::Done,
+                How::CreateIfAbsent | How::CreateUnseen => Written::Created(uid),
+                How::Apply | How::ApplyUnseen => Written::Done,
             })
         }
+        Ok(Created::AlreadyExists) if w.how == How::CreateUnseen => Ok(Written::Recheck),
         Ok(Created::AlreadyExists) => Ok(Written::Done),
         Err(err) => {
             events.publish_all(lws, &w.on_failure).await;
@@ -135,15 +153,25 @@ pub async fn apply(
                     return Ok(applied);
                 }
             }
+            Ok(Written::Recheck) => {
+                applied.recheck = true;
+                return Ok(applied);
+            }
             Ok(Written::Created(_) | Written::Done) => {}
             Err(err) => applied.deferred = Some(err),
         }
     }
-    if let Some(sts) = &plan.leader_sts
-        && let Written::Refused(f, blocks) = write(applier, events, lws, sts).await?
-        && refused(&mut applied, f, blocks)
-    {
-        return Ok(applied);
+    if let Some(sts) = &plan.leader_sts {
+        let written = write(applier, events, lws, sts).await?;
+        if matches!(written, Written::Recheck) {
+            applied.recheck = true;
+            return Ok(applied);
+        }
+        if let Written::Refused(f, blocks) = written
+            && refused(&mut applied, f, blocks)
+        {
+            return Ok(applied);
+        }
     }
     for svc in &plan.delete_services {
         applier
@@ -171,7 +199,8 @@ pub async fn apply(
                     applied.created_workers.insert(sts.object.name_any(), uid);
                 }
             }
-            Written::Done => {}
+            // Worker StatefulSets are never planned unseen.
+            Written::Done | Written::Recheck => {}
             Written::Refused(f, blocks) => {
                 if refused(&mut applied, f, blocks) {
                     return Ok(applied);
@@ -304,40 +333,31 @@ impl WrittenStatuses {
 }
 
 /// At most one status write per LWS within this time when only the group counters change
-/// during a rolling update ([`counters_wait`]). A group's replacement moves the counters
-/// several times over some seconds (the StatefulSet controller takes seconds under load); the
-/// pace is long enough to merge most of those writes into one, and short next to a group's
-/// replacement (the measurements behind it are in docs/performance.md).
-pub const STATUS_PACE: Duration = Duration::from_secs(3);
+/// ([`counters_wait`]). Creating, scaling or replacing a group moves the counters several
+/// times over some seconds (its leader goes, the StatefulSet controller recreates it, its
+/// workers are created, it comes back ready); what anyone acts on is written at once (the
+/// conditions, the generation), so the counters in between are for people reading `kubectl
+/// get`, and ten seconds merge most of them (the measurements behind it are in
+/// docs/performance.md, issue 25).
+pub const STATUS_PACE: Duration = Duration::from_secs(10);
 
-/// How long a status write waits, if it does: a rolling update is in progress
-/// (`UpdateInProgress` True, before and after), the write changes only the group counters
+/// How long a status write waits, if it does: the write changes only the group counters
 /// (ready, updated, replicas), and this LWS's status was written less than [`STATUS_PACE`]
-/// ago. Each group a rolling update replaces moves the counters four or five times (its
-/// leader goes, the StatefulSet controller recreates it, its workers are created, it comes
-/// back ready): written one by one that was about twice upstream's status writes per group,
-/// whose single-worker queue merges them by being slow (docs/performance.md). The
-/// write that waits is made by the reconcile the requeue brings (or an earlier one), from the
-/// world as it is then, so it is never lost, only merged. Everything a reader acts on is
-/// written at once: conditions (Argo CD health, `kubectl wait`, the condition events, and the
-/// end of a rolling update, which the Rollout controllers wait for, flips them), a new
-/// `observedGeneration`, the HPA selector, and any counter outside a rolling update (a canary
-/// LWS scaling up batch by batch). A restart forgets the pace and writes at once.
+/// ago. Written one by one, the counters cost about twice upstream's status writes per group,
+/// whose single-worker queue merges them by being slow (docs/performance.md). The write that
+/// waits is made by the reconcile the requeue brings (or an earlier one), from the world as it
+/// is then, so it is never lost, only merged. Everything a reader acts on is written at once:
+/// conditions (Argo CD health, `kubectl wait`, the condition events; the end of a creation, a
+/// scale or a rolling update flips them, and that is what the Rollout controllers wait for on
+/// an LWS's status — a canary's group readiness they read from its pods), a new
+/// `observedGeneration` (a scale, a template change), and the HPA selector. A restart forgets
+/// the pace and writes at once.
 fn counters_wait(
     current: &LeaderWorkerSetStatus,
     next: &LeaderWorkerSetStatus,
     since_last_write: Option<Duration>,
 ) -> Option<Duration> {
     let since = since_last_write.filter(|s| *s < STATUS_PACE)?;
-    let updating = |s: &LeaderWorkerSetStatus| {
-        s.conditions
-            .iter()
-            .flatten()
-            .any(|c| c.type_ == status::UPDATE_IN_PROGRESS && c.status == "True")
-    };
-    if !(updating(current) && updating(next)) {
-        return None;
-    }
     let counters_only = LeaderWorkerSetStatus {
         ready_replicas: current.ready_replicas,
         updated_replicas: current.updated_replicas,
@@ -649,11 +669,18 @@ mod tests {
         for (name, next, since, waits) in cases {
             assert_eq!(counters_wait(&current, &next, since), waits, "{name}");
         }
-        // Outside a rolling update (a canary LWS scaling up) counters are written at once.
+        // Outside a rolling update too (an LWS coming up or scaling): counters wait.
         let scaling = status(3, "Progressing", 0);
         let mut more_ready = scaling.clone();
         more_ready.ready_replicas = Some(4);
-        assert_eq!(counters_wait(&scaling, &more_ready, Some(ms(10))), None);
+        assert_eq!(
+            counters_wait(&scaling, &more_ready, Some(ms(10))),
+            Some(STATUS_PACE - ms(10))
+        );
+        // Coming up whole flips the conditions: written at once.
+        let mut available = status(4, "Available", 0);
+        available.ready_replicas = Some(4);
+        assert_eq!(counters_wait(&scaling, &available, Some(ms(10))), None);
     }
 
     #[test]

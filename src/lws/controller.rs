@@ -193,10 +193,21 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
         &lws.namespace().unwrap_or_default(),
         &lws.name_any(),
     );
-    let deref = deref::dereference(&ctx.applier, lws, &observed).await?;
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let plan = plan::plan(lws, &observed, &deref, &now);
-    let applied = apply_verified(ctx, lws, &plan).await?;
+    // Names the cache does not show are read only when a write finds them taken.
+    let mut deref = deref::dereference(&ctx.applier, lws, &observed, false).await?;
+    let (plan, applied) = loop {
+        let plan = plan::plan(lws, &observed, &deref, &now);
+        let applied = apply_verified(ctx, lws, &plan).await?;
+        if applied.recheck && !deref.verified {
+            tracing::debug!(
+                "a name the cache does not show is taken: reading it and planning again"
+            );
+            deref = deref::dereference(&ctx.applier, lws, &observed, true).await?;
+            continue;
+        }
+        break (plan, applied);
+    };
     let status_wait = apply::write_status(
         &ctx.applier,
         &ctx.events,

@@ -1,5 +1,6 @@
 //! Dereference: the few fresh reads a plan needs beyond the caches — facts a cache does not
-//! hold (someone else's StatefulSet or Service with our name, a node's labels) or may hold a
+//! hold (someone else's StatefulSet or Service with our name, read only once a write says the
+//! name is taken; a node's labels) or may hold a
 //! moment stale where acting on it would do harm (whether a leader pod is still the
 //! incarnation we build workers for: read beside the create, see `plan::groups`). Reads only;
 //! no decisions.
@@ -40,21 +41,31 @@ pub struct Dereferenced {
     pub shared_service: Option<Service>,
     /// Labels of the nodes those leaders run on (exclusive topology only).
     pub node_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// The leader StatefulSet and the shared Service were read fresh when the cache had none.
+    /// Not at first: the plan then writes them so that an existing object of that name is
+    /// reported by the API server (`plan::How::ApplyUnseen`), and only then are they read.
+    pub verified: bool,
 }
 
-/// Reads what the plan for `lws` needs beyond `observed`.
+/// Reads what the plan for `lws` needs beyond `observed`; with `verify`, also the leader
+/// StatefulSet and the shared Service the cache does not show.
 pub async fn dereference(
     applier: &Applier,
     lws: &LeaderWorkerSet,
     observed: &Observed,
+    verify: bool,
 ) -> Result<Dereferenced, ApiError> {
     let ns = lws.namespace().unwrap_or_default();
     let name = lws.name_any();
-    let mut deref = Dereferenced::default();
-    if observed.leader_sts.is_none() {
+    let mut deref = Dereferenced {
+        verified: verify,
+        ..Default::default()
+    };
+    if verify && observed.leader_sts.is_none() {
         deref.leader_sts = applier.get_opt(&ns, &name).await?;
     }
-    if objects::subdomain_policy(lws) == SubdomainPolicy::Shared
+    if verify
+        && objects::subdomain_policy(lws) == SubdomainPolicy::Shared
         && !observed.services.iter().any(|s| s.name_any() == name)
     {
         deref.shared_service = applier.get_opt(&ns, &name).await?;

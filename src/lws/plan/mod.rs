@@ -69,6 +69,14 @@ pub enum How {
     CreateIfAbsent,
     /// Server-side applied with our field manager.
     Apply,
+    /// Not in the cache, and not read fresh ([`Dereferenced::verified`] false): applied
+    /// without taking over anyone's fields. If the API server has an object of that name (ours
+    /// the cache has not shown yet, or someone else's), it answers 409 (or 422, two
+    /// controllers) and the reconcile reads the name fresh and plans again. A new LWS so costs
+    /// no read of a name that is almost always free.
+    ApplyUnseen,
+    /// The same for what is created once: `AlreadyExists` means read it and plan again.
+    CreateUnseen,
 }
 
 /// What a refusal (the API server calls the object invalid) of one write means.
@@ -213,7 +221,12 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     };
     let mut plan = Plan {
         revisions: revisions.writes.clone(),
-        leader_sts: leader.write.clone(),
+        leader_sts: leader.write.clone().map(|mut w| {
+            if leader_sts.is_none() && !deref.verified {
+                w.how = How::ApplyUnseen;
+            }
+            w
+        }),
         ..Default::default()
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);

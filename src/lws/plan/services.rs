@@ -62,7 +62,11 @@ fn shared(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, plan
         }
         None => plan.services.push(Write {
             object: objects::shared_headless_service(lws),
-            how: How::CreateIfAbsent,
+            how: if deref.verified {
+                How::CreateIfAbsent
+            } else {
+                How::CreateUnseen
+            },
             on_success: Vec::new(),
             on_failure: Vec::new(),
             on_refusal: Some(OnRefusal {

@@ -291,6 +291,24 @@ fn a_new_lws_records_its_revision_and_creates_its_leader_statefulset() {
     assert_eq!(sts.object.spec.as_ref().unwrap().replicas, Some(2));
     assert_eq!(sts.on_success[0].note, "Created leader statefulset vllm");
     assert_eq!(names(&plan.services), ["vllm"]);
+    // Nothing was read: both names are written so that a taken one is reported (409).
+    assert_eq!(sts.how, How::ApplyUnseen);
+    assert_eq!(plan.services[0].how, How::CreateUnseen);
+}
+
+#[test]
+fn names_read_fresh_and_found_free_are_written_as_usual() {
+    let world = World {
+        observed: Observed::default(),
+        deref: Dereferenced {
+            verified: true,
+            ..Default::default()
+        },
+        lws: lws_with("vllm", 2, 3, "img:1", json!({})),
+    };
+    let plan = world.plan();
+    assert_eq!(plan.leader_sts.as_ref().map(|w| w.how), Some(How::Apply));
+    assert_eq!(plan.services[0].how, How::CreateIfAbsent);
 }
 
 #[test]
