@@ -56,6 +56,8 @@ pub struct Applied {
     /// `How::CreateUnseen`): nothing after it was written, and the reconcile reads the name
     /// fresh and plans again.
     pub recheck: bool,
+    /// The Services this apply created, by name.
+    pub created_services: Vec<String>,
 }
 
 /// How one write ended.
@@ -157,7 +159,8 @@ pub async fn apply(
                 applied.recheck = true;
                 return Ok(applied);
             }
-            Ok(Written::Created(_) | Written::Done) => {}
+            Ok(Written::Created(_)) => applied.created_services.push(svc.object.name_any()),
+            Ok(Written::Done) => {}
             Err(err) => applied.deferred = Some(err),
         }
     }
@@ -342,8 +345,11 @@ impl WrittenStatuses {
 pub const STATUS_PACE: Duration = Duration::from_secs(10);
 
 /// How long a status write waits, if it does: the write changes only the group counters
-/// (ready, updated, replicas), and this LWS's status was written less than [`STATUS_PACE`]
-/// ago. Written one by one, the counters cost about twice upstream's status writes per group,
+/// (ready, updated, replicas), this LWS's status was written less than [`STATUS_PACE`] ago, and
+/// either a rolling update runs (before and after) or no other controller owns the LWS. An
+/// owned LWS coming up or scaling writes its counters at once: its owner may act on a count
+/// short of all (a DisaggregatedSet waits for one ready group per role; a release's canary
+/// LWS is read off its pods, but nothing is gained by guessing which owner reads what). Written one by one, the counters cost about twice upstream's status writes per group,
 /// whose single-worker queue merges them by being slow (docs/performance.md). The write that
 /// waits is made by the reconcile the requeue brings (or an earlier one), from the world as it
 /// is then, so it is never lost, only merged. Everything a reader acts on is written at once:
@@ -356,8 +362,18 @@ fn counters_wait(
     current: &LeaderWorkerSetStatus,
     next: &LeaderWorkerSetStatus,
     since_last_write: Option<Duration>,
+    owned: bool,
 ) -> Option<Duration> {
     let since = since_last_write.filter(|s| *s < STATUS_PACE)?;
+    let updating = |s: &LeaderWorkerSetStatus| {
+        s.conditions
+            .iter()
+            .flatten()
+            .any(|c| c.type_ == status::UPDATE_IN_PROGRESS && c.status == "True")
+    };
+    if owned && !(updating(current) && updating(next)) {
+        return None;
+    }
     let counters_only = LeaderWorkerSetStatus {
         ready_replicas: current.ready_replicas,
         updated_replicas: current.updated_replicas,
@@ -439,6 +455,7 @@ pub async fn write_status(
         &current,
         &next,
         written.since_last_write(lws, Instant::now()),
+        crate::k8s::apply::controller_uid(lws).is_some(),
     ) {
         return Ok(Some(wait));
     }
@@ -667,20 +684,37 @@ mod tests {
             ),
         ];
         for (name, next, since, waits) in cases {
-            assert_eq!(counters_wait(&current, &next, since), waits, "{name}");
+            assert_eq!(
+                counters_wait(&current, &next, since, false),
+                waits,
+                "{name}"
+            );
+            assert_eq!(
+                counters_wait(&current, &next, since, true),
+                waits,
+                "{name}, owned"
+            );
         }
-        // Outside a rolling update too (an LWS coming up or scaling): counters wait.
+        // Outside a rolling update too (an LWS coming up or scaling): counters wait, unless
+        // another controller owns the LWS and may act on them.
         let scaling = status(3, "Progressing", 0);
         let mut more_ready = scaling.clone();
         more_ready.ready_replicas = Some(4);
         assert_eq!(
-            counters_wait(&scaling, &more_ready, Some(ms(10))),
+            counters_wait(&scaling, &more_ready, Some(ms(10)), false),
             Some(STATUS_PACE - ms(10))
+        );
+        assert_eq!(
+            counters_wait(&scaling, &more_ready, Some(ms(10)), true),
+            None
         );
         // Coming up whole flips the conditions: written at once.
         let mut available = status(4, "Available", 0);
         available.ready_replicas = Some(4);
-        assert_eq!(counters_wait(&scaling, &available, Some(ms(10))), None);
+        assert_eq!(
+            counters_wait(&scaling, &available, Some(ms(10)), false),
+            None
+        );
     }
 
     #[test]

@@ -258,6 +258,10 @@ async fn apply_verified(
     for sts in applied.created_workers.keys() {
         ctx.expected.created(&ns, sts, created);
     }
+    if applied.created_services.contains(&name) {
+        ctx.expected
+            .created(&ns, &observe::shared_service_key(&name), created);
+    }
     let stale = plan::groups::stale_workers(plan, &applied.created_workers, &live?);
     for sts in &stale {
         ctx.expected.forget(&ns, &sts.name);

@@ -50,6 +50,15 @@ pub struct Observed {
     /// Leaders whose worker StatefulSet we created a moment ago and the cache does not show
     /// yet ([`Expected`]): not to be created again.
     pub pending_workers: BTreeSet<String>,
+    /// The shared Service (named like the LWS) was created a moment ago and the cache does not
+    /// show it yet ([`Expected`], under [`shared_service_key`]): not to be created again.
+    pub shared_service_pending: bool,
+}
+
+/// The [`Expected`] key of the shared Service `name` (worker StatefulSets use their bare
+/// names, and the leader StatefulSet shares the LWS's).
+pub fn shared_service_key(name: &str) -> String {
+    format!("Service/{name}")
 }
 
 /// Reads the caches for LWS `namespace/name`, and which of its worker StatefulSets we created
@@ -89,6 +98,9 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
             expected.pending(namespace, leader, cached, now)
         })
         .collect();
+    let service_cached = observed.services.iter().any(|s| s.name_any() == name);
+    observed.shared_service_pending =
+        expected.pending(namespace, &shared_service_key(name), service_cached, now);
     observed
 }
 

@@ -285,6 +285,7 @@ pub fn observed_status(
     now: &Time,
 ) -> StatusOutcome {
     let size = objects::size(lws);
+    let ready_workers = leader_sts::ready_workers(observed);
     let groups: Vec<ObservedGroup> = observed
         .leaders
         .iter()
@@ -292,7 +293,7 @@ pub fn observed_status(
             let index = objects::group_index(leader)?;
             let workers = observed.worker_sts.get(&leader.name_any()).map(|ws| {
                 (
-                    leader_sts::workers_ready(ws, size),
+                    leader_sts::workers_ready(ws, &ready_workers, size),
                     ws.labels().get(labels::REVISION).cloned(),
                 )
             });

@@ -9,7 +9,11 @@ use serde_json::Value;
 use super::{How, OnRefusal, Write, reasons, revisions::Revisions};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
-    k8s::{apply::already_applied, events::EventSpec, pod},
+    k8s::{
+        apply::{already_applied, controller_uid},
+        events::EventSpec,
+        pod,
+    },
     lws::{error::Failure, labels, objects, observe::Observed, rolling},
 };
 
@@ -48,6 +52,7 @@ pub fn group_states(
     key: &str,
     sts_replicas: i32,
 ) -> Vec<rolling::GroupState> {
+    let ready_workers = ready_workers(observed);
     (0..sts_replicas)
         .map(|i| {
             let pod_name = format!("{name}-{i}");
@@ -65,7 +70,7 @@ pub fn group_states(
             match observed.worker_sts.get(&pod_name) {
                 None => rolling::GroupState::default(),
                 Some(ws) => rolling::GroupState {
-                    ready: pod::ready(leader) && workers_ready(ws, size),
+                    ready: pod::ready(leader) && workers_ready(ws, &ready_workers, size),
                     updated: leader_updated
                         && ws.labels().get(labels::REVISION).map(String::as_str) == Some(key),
                 },
@@ -74,16 +79,40 @@ pub fn group_states(
         .collect()
 }
 
-/// Every worker of a group's StatefulSet is ready and available.
-pub fn workers_ready(sts: &StatefulSet, size: i32) -> bool {
+/// Ready worker pods (Running, Ready, not terminating) per worker StatefulSet uid.
+pub type ReadyWorkers<'a> = std::collections::HashMap<&'a str, i32>;
+
+/// Counts the ready worker pods of every worker StatefulSet in `observed`, from the pods
+/// themselves: the StatefulSet's own `readyReplicas` is the StatefulSet controller's count of
+/// the same pods, written seconds later under load (issue 25: the LWS was Available ~1–6 s
+/// after its last pod was Ready, waiting for that write).
+pub fn ready_workers(observed: &Observed) -> ReadyWorkers<'_> {
+    let mut ready = ReadyWorkers::new();
+    for p in &observed.pods {
+        if pod::ready(p)
+            && !pod::terminating(p)
+            && p.labels().get(labels::WORKER_INDEX).map(String::as_str) != Some("0")
+            && let Some(owner) = controller_uid(p.as_ref())
+        {
+            *ready.entry(owner).or_default() += 1;
+        }
+    }
+    ready
+}
+
+/// Every worker of a group's StatefulSet is ready: as many ready pods of that StatefulSet
+/// as the group has workers.
+pub fn workers_ready(sts: &StatefulSet, ready: &ReadyWorkers<'_>, size: i32) -> bool {
     let want = size - 1;
-    let Some(status) = &sts.status else {
-        return false;
-    };
     sts.spec.as_ref().and_then(|s| s.replicas) == Some(want)
-        && status.replicas == want
-        && status.ready_replicas.unwrap_or(0) == want
-        && status.available_replicas.unwrap_or(0) == want
+        && sts
+            .metadata
+            .uid
+            .as_deref()
+            .and_then(|uid| ready.get(uid))
+            .copied()
+            .unwrap_or(0)
+            == want
 }
 
 /// Plans the leader StatefulSet.

@@ -42,6 +42,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, now: &Time, plan: &mut P
     let size = objects::size(lws);
     let mut late: Vec<(i32, String, Duration)> = Vec::new();
     let mut next_check: Option<Duration> = None;
+    let ready_workers = leader_sts::ready_workers(observed);
     for leader in &observed.leaders {
         if pod::terminating(leader) {
             continue;
@@ -51,7 +52,8 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, now: &Time, plan: &mut P
             .get(&leader.name_any())
             .filter(|sts| controller_uid(sts.as_ref()) == leader.metadata.uid.as_deref());
         let ready = pod::ready(leader)
-            && (size == 1 || workers.is_some_and(|sts| leader_sts::workers_ready(sts, size)));
+            && (size == 1
+                || workers.is_some_and(|sts| leader_sts::workers_ready(sts, &ready_workers, size)));
         if ready {
             continue;
         }

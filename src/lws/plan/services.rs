@@ -44,6 +44,11 @@ fn shared(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, plan
         .map(|s| s.as_ref())
         .or(deref.shared_service.as_ref());
     match existing {
+        // Created a moment ago, not in the cache yet: nothing to create again (looked at again
+        // within the patience if its watch event does not come).
+        None if observed.shared_service_pending => {
+            plan.requeue_within(Some(crate::k8s::expected::PATIENCE));
+        }
         Some(svc) if controller_uid(svc) == lws.metadata.uid.as_deref() => {}
         Some(_) => {
             // A user's Service with our name: never taken over; the groups still come up,

@@ -1355,3 +1355,40 @@ fn the_plan_is_a_function_of_its_inputs() {
 
 #[allow(dead_code)]
 fn unused(_: ControllerRevision, _: StatefulSet) {}
+
+#[test]
+fn a_group_is_ready_when_its_pods_are_whatever_its_statefulset_status_says_yet() {
+    // The StatefulSet controller writes a worker StatefulSet's readyReplicas seconds after
+    // the pods under load: the pods decide.
+    let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    for sts in world.observed.worker_sts.values_mut() {
+        Arc::make_mut(sts).status = Some(StatefulSetStatus::default());
+    }
+    let status = world.plan().status.unwrap().status;
+    assert_eq!(status.ready_replicas, Some(2));
+
+    // A worker not ready (or on its way out) makes its group not ready, even while the
+    // StatefulSet's status still counts it.
+    let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    let i = world
+        .observed
+        .pods
+        .iter()
+        .position(|p| p.name_any() == "vllm-1-2")
+        .unwrap();
+    Arc::make_mut(&mut world.observed.pods[i]).ready_condition = false;
+    let status = world.plan().status.unwrap().status;
+    assert_eq!(status.ready_replicas, Some(1));
+}
+
+#[test]
+fn a_shared_service_created_a_moment_ago_is_not_created_again() {
+    let mut world = World::settled(lws_with("vllm", 2, 3, "img:1", json!({})));
+    world.observed.services.clear();
+    world.deref.verified = true;
+    assert_eq!(names(&world.plan().services), ["vllm"]);
+    world.observed.shared_service_pending = true;
+    let plan = world.plan();
+    assert!(plan.services.is_empty(), "{:?}", names(&plan.services));
+    assert_eq!(plan.requeue, Some(crate::k8s::expected::PATIENCE));
+}
