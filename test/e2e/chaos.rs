@@ -235,14 +235,10 @@ async fn blue_green_through_outages(cluster: &IsolatedCluster) -> anyhow::Result
     let mut manager = ManagerProcess::start(cluster, "1", &[])?;
     let ns = cluster.namespace("chaos-bg").await?;
     let v1 = stable_lws(4, "vllm:1");
-    let steps = serde_json::json!([
-        {"replicas": 1, "traffic": "0%", "pause": {}},
-        {"replicas": "100%", "traffic": "100%", "pause": {}}
-    ]);
     release_setup(
         &ns,
         &v1,
-        &blue_green_rollout(steps, Some(gateway_routing())),
+        &blue_green_rollout(blue_green_two_steps(), Some(gateway_routing())),
     )
     .await?;
     let requests = requests_through_the_proxy(cluster, &ns).await?;

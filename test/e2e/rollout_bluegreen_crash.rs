@@ -21,14 +21,10 @@ fn rollout_bluegreen_crash_safe_release_and_rollback() -> anyhow::Result<()> {
 async fn crash_blue_green() -> anyhow::Result<()> {
     let (mut cc, ns) = CrashCluster::start("rollout-bg-crash").await?;
     let v1 = stable_lws(2, "vllm:1");
-    let steps = json!([
-        {"replicas": 1, "traffic": "0%", "pause": {}},
-        {"replicas": "100%", "traffic": "100%", "pause": {}}
-    ]);
     release_setup(
         &ns,
         &v1,
-        &blue_green_rollout(steps, Some(gateway_routing())),
+        &blue_green_rollout(blue_green_two_steps(), Some(gateway_routing())),
     )
     .await?;
     let baseline = uids(&ns, STABLE).await?;

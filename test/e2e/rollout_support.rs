@@ -80,6 +80,15 @@ pub fn rollout(steps: Value, routing: Option<Value>) -> Value {
     })
 }
 
+/// Blue-green steps: the new side grows by one group with no traffic, then to every group
+/// with all of it; both pause for approval.
+pub fn blue_green_two_steps() -> Value {
+    json!([
+        {"replicas": 1, "traffic": "0%", "pause": {}},
+        {"replicas": "100%", "traffic": "100%", "pause": {}}
+    ])
+}
+
 /// A blue-green Rollout of [`STABLE`] with these steps and traffic routing.
 pub fn blue_green_rollout(steps: Value, routing: Option<Value>) -> Value {
     let mut r = rollout(steps.clone(), routing.clone());
