@@ -6,7 +6,6 @@
 
 use anyhow::ensure;
 use lws_rollout::api::LeaderWorkerSet;
-use serde_json::json;
 
 use crate::harness::wait_for;
 use crate::lws_support::{available_with, image, settled_pods, uids};
