@@ -27,7 +27,7 @@ use super::{
     error::Error,
     labels,
     observe::{self, Stores},
-    plan, triggers,
+    plan, revision, triggers,
 };
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
@@ -54,6 +54,8 @@ pub struct Context {
     written: apply::WrittenStatuses,
     /// Worker StatefulSets created and not cached yet, so they are not created twice.
     expected: Expected,
+    /// Each LWS's template revision, computed once per generation.
+    revisions: revision::Memo,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -108,6 +110,7 @@ pub fn run(
         runner: Runner::new("lws", metrics.clone()),
         written: apply::WrittenStatuses::default(),
         expected: Expected::default(),
+        revisions: revision::Memo::default(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
     let lws_store = caches.lws.store();
@@ -187,12 +190,14 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
     if let Some(wait) = preflight(lws, ctx) {
         return Ok(wait);
     }
-    let observed = observe::observe(
+    let mut observed = observe::observe(
         &ctx.stores,
         &ctx.expected,
         &lws.namespace().unwrap_or_default(),
         &lws.name_any(),
     );
+    // A spec that cannot be hashed is left to the plan, which says why.
+    observed.spec_revision = ctx.revisions.of(lws).ok();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     // Names the cache does not show are read only when a write finds them taken.
     let mut deref = deref::dereference(&ctx.applier, lws, &observed, false).await?;

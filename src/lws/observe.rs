@@ -13,7 +13,7 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt;
 
-use super::labels;
+use super::{labels, revision};
 use crate::k8s::{
     apply::controller_kind, expected::Expected, label_index::LabelIndex, pod::CachedPod,
 };
@@ -53,6 +53,9 @@ pub struct Observed {
     /// The shared Service (named like the LWS) was created a moment ago and the cache does not
     /// show it yet ([`Expected`], under [`shared_service_key`]): not to be created again.
     pub shared_service_pending: bool,
+    /// The spec's revision, when the controller remembers it ([`revision::Memo`]); the plan
+    /// computes it otherwise.
+    pub spec_revision: Option<Arc<revision::SpecRevision>>,
 }
 
 /// The [`Expected`] key of the shared Service `name` (worker StatefulSets use their bare

@@ -111,6 +111,84 @@ pub fn template_key<'a>(
     )
 }
 
+/// The revision data and key of one LWS spec, with the spec as JSON ([`matches`] reads it).
+#[derive(Debug, PartialEq)]
+pub struct SpecRevision {
+    /// The spec as JSON.
+    pub spec: Value,
+    /// [`revision_data`] of the spec.
+    pub data: String,
+    /// [`revision_key`] of the data.
+    pub key: String,
+}
+
+/// Why a spec has no [`SpecRevision`].
+#[derive(Debug, thiserror::Error)]
+pub enum SpecRevisionError {
+    /// The spec does not encode as JSON.
+    #[error("cannot encode the spec: {0}")]
+    Encode(#[from] serde_json::Error),
+    /// The spec cannot be hashed as upstream hashes it.
+    #[error("cannot compute the template revision: {0}")]
+    Hash(#[from] GoJsonError),
+}
+
+impl SpecRevision {
+    /// The revision of `spec` as it is now.
+    pub fn of(
+        spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec,
+    ) -> Result<Self, SpecRevisionError> {
+        let spec = serde_json::to_value(spec)?;
+        let data = revision_data(&spec)?;
+        let key = revision_key(&data);
+        Ok(Self { spec, data, key })
+    }
+}
+
+/// [`SpecRevision`]s of the LWSs a controller reconciles, one per LWS uid, reused while the
+/// LWS's `metadata.generation` stays the same. The API server moves the generation on every
+/// change of the spec (and of nothing else), and the hash is a function of the spec alone, so a
+/// remembered revision is exactly what computing it again would give. Without this, every
+/// reconcile re-encodes the whole template the Go way to hash it, although the template changes
+/// once per release while reconciles follow every pod and StatefulSet event.
+///
+/// Memory only as a shortcut: a restarted controller computes each revision once again.
+#[derive(Default)]
+pub struct Memo {
+    entries:
+        std::sync::Mutex<std::collections::HashMap<String, (i64, std::sync::Arc<SpecRevision>)>>,
+}
+
+/// More remembered LWSs than this (deleted ones are never forgotten one by one) and the memo
+/// starts again empty.
+const MEMO_LIMIT: usize = 4096;
+
+impl Memo {
+    /// The revision of `lws`'s spec: remembered for its uid and generation, or computed (and
+    /// remembered when the LWS has both). `Err` when the spec cannot be hashed.
+    pub fn of(
+        &self,
+        lws: &crate::api::leaderworkerset::LeaderWorkerSet,
+    ) -> Result<std::sync::Arc<SpecRevision>, SpecRevisionError> {
+        let id = lws.metadata.uid.as_ref().zip(lws.metadata.generation);
+        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((uid, generation)) = id
+            && let Some((seen, revision)) = entries.get(uid)
+            && *seen == generation
+        {
+            return Ok(revision.clone());
+        }
+        let revision = std::sync::Arc::new(SpecRevision::of(&lws.spec)?);
+        if let Some((uid, generation)) = id {
+            if entries.len() >= MEMO_LIMIT {
+                entries.clear();
+            }
+            entries.insert(uid.clone(), (generation, revision.clone()));
+        }
+        Ok(revision)
+    }
+}
+
 /// ControllerRevision name: `<lws name, at most 220 bytes>-<key>-<revision number>`.
 pub fn revision_name(lws_name: &str, key: &str, number: i64) -> String {
     let mut end = lws_name.len().min(220);
@@ -123,6 +201,47 @@ pub fn revision_name(lws_name: &str, key: &str, number: i64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn lws_with(
+        image: &str,
+        uid: Option<&str>,
+        generation: i64,
+    ) -> crate::api::leaderworkerset::LeaderWorkerSet {
+        let mut lws: crate::api::leaderworkerset::LeaderWorkerSet = serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": "a", "namespace": "n", "generation": generation},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": image}]}}}}}))
+        .unwrap();
+        lws.metadata.uid = uid.map(str::to_string);
+        lws
+    }
+
+    #[test]
+    fn a_remembered_revision_is_the_one_of_the_same_generation() {
+        let memo = Memo::default();
+        let first = memo.of(&lws_with("a", Some("u"), 1)).unwrap();
+        assert_eq!(
+            *first,
+            SpecRevision::of(&lws_with("a", None, 1).spec).unwrap()
+        );
+        // The same generation is the same spec: remembered, not computed again.
+        let again = memo.of(&lws_with("a", Some("u"), 1)).unwrap();
+        assert!(std::sync::Arc::ptr_eq(&first, &again));
+        // A new generation is computed again.
+        let changed = memo.of(&lws_with("b", Some("u"), 2)).unwrap();
+        assert_ne!(changed.key, first.key);
+        assert_eq!(
+            *changed,
+            SpecRevision::of(&lws_with("b", None, 2).spec).unwrap()
+        );
+        // Without a uid nothing is remembered.
+        let loose = memo.of(&lws_with("a", None, 1)).unwrap();
+        assert!(!std::sync::Arc::ptr_eq(
+            &loose,
+            &memo.of(&lws_with("a", None, 1)).unwrap()
+        ));
+    }
 
     #[test]
     fn fnv1_and_safe_encoding() {

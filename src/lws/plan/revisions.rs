@@ -89,15 +89,17 @@ pub fn plan(
     observed: &Observed,
     leader_sts: Option<&StatefulSet>,
 ) -> Result<Revisions, Failure> {
-    let spec = serde_json::to_value(&lws.spec)
-        .map_err(|e| Failure::spec("InvalidSpec", format!("cannot encode the spec: {e}")))?;
-    let data = revision::revision_data(&spec).map_err(|e| {
-        Failure::spec(
-            "InvalidSpec",
-            format!("cannot compute the template revision: {e}"),
-        )
-    })?;
-    let spec_key = revision::revision_key(&data);
+    let computed;
+    let revision = match &observed.spec_revision {
+        Some(remembered) => remembered.as_ref(),
+        None => {
+            computed = revision::SpecRevision::of(&lws.spec)
+                .map_err(|e| Failure::spec("InvalidSpec", e.to_string()))?;
+            &computed
+        }
+    };
+    let (spec, data) = (&revision.spec, &revision.data);
+    let spec_key = revision.key.clone();
     let sts_key = leader_sts.and_then(|s| s.labels().get(labels::REVISION).cloned());
     let mut next_number = observed
         .revisions
@@ -117,8 +119,8 @@ pub fn plan(
     let same_template = match with_key(observed, &current_key) {
         Some(rev) => revision::matches(
             &rev.data.as_ref().map(|d| d.0.clone()).unwrap_or_default(),
-            &spec,
-            &data,
+            spec,
+            data,
         ),
         None => {
             let note = if sts_key.is_some() {
@@ -130,7 +132,7 @@ pub fn plan(
                     "Creating revision with key {current_key} for a newly created LeaderWorkerSet"
                 )
             };
-            writes.push(record(lws, &current_key, next_number, &data, note)?);
+            writes.push(record(lws, &current_key, next_number, data, note)?);
             next_number += 1;
             true
         }
@@ -165,7 +167,7 @@ pub fn plan(
                 lws,
                 &spec_key,
                 next_number,
-                &data,
+                data,
                 format!("Creating revision with key {spec_key} for updated LWS"),
             )?);
         }
