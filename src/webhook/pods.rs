@@ -33,6 +33,12 @@ pub fn respond(request: &AdmissionRequest<Pod>) -> AdmissionResponse {
     let Some(pod) = &request.object else {
         return response;
     };
+    // managedFields, set by the API server before admission and often the larger half of a
+    // new pod's metadata, are never defaulted: left out of both sides of the diff instead of
+    // encoded and compared twice per pod.
+    let mut pod = pod.clone();
+    pod.metadata.managed_fields = None;
+    let pod = &pod;
     let mut defaulted = pod.clone();
     // The API server has not named the pod in the object when it comes from generateName.
     if defaulted.metadata.name.is_none() {
@@ -57,5 +63,47 @@ pub fn respond(request: &AdmissionRequest<Pod>) -> AdmissionResponse {
     match response.clone().with_patch(patch) {
         Ok(patched) => patched,
         Err(err) => response.deny(format!("cannot encode the patch: {err}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lws::labels;
+    use kube::core::admission::AdmissionReview;
+    use serde_json::json;
+
+    #[test]
+    fn the_patch_defaults_an_lws_pod_and_leaves_managed_fields_alone() {
+        let review: AdmissionReview<Pod> = serde_json::from_value(json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE", "name": "vllm-1", "namespace": "default",
+                "userInfo": {}, "object": {
+                    "metadata": {"name": "vllm-1", "namespace": "default",
+                        "labels": {labels::NAME: "vllm", labels::WORKER_INDEX: "0"},
+                        "annotations": {labels::SIZE: "2"},
+                        "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                            "apiVersion": "v1", "fieldsType": "FieldsV1",
+                            "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}}}]},
+                    "spec": {"containers": [{"name": "c", "image": "i"}]}}}
+        }))
+        .unwrap();
+        let request: AdmissionRequest<Pod> = review.try_into().unwrap();
+        let response = respond(&request);
+        assert!(response.allowed);
+        let patch: Vec<serde_json::Value> =
+            serde_json::from_slice(response.patch.as_deref().expect("a patch")).unwrap();
+        let paths: Vec<&str> = patch.iter().filter_map(|op| op["path"].as_str()).collect();
+        assert!(
+            paths.iter().any(|p| p.contains("group-index")),
+            "the group index label is added: {paths:?}"
+        );
+        assert!(
+            !paths.iter().any(|p| p.contains("managedFields")),
+            "managedFields are not touched: {paths:?}"
+        );
     }
 }
