@@ -97,7 +97,11 @@ impl From<&Pod> for CachedPod {
             })
         };
         Self {
-            metadata: pod.metadata.clone(),
+            // As decoded from a watch: without managedFields.
+            metadata: ObjectMeta {
+                managed_fields: None,
+                ..pod.metadata.clone()
+            },
             node_name: spec.and_then(|s| s.node_name.clone()),
             requests_tpus: spec.is_some_and(|s| {
                 s.containers
@@ -132,17 +136,61 @@ impl From<&Pod> for CachedPod {
 mod wire {
     use std::collections::BTreeMap;
 
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use serde::{Deserialize, de::IgnoredAny};
 
     #[derive(Deserialize)]
     pub struct Pod {
         #[serde(default)]
-        metadata: ObjectMeta,
+        metadata: Meta,
         #[serde(default)]
         spec: Spec,
         #[serde(default)]
         status: Status,
+    }
+
+    /// `ObjectMeta` without `managedFields`: the API server's record of who set which field,
+    /// which no controller reads, is usually the largest part of a pod's metadata, and as
+    /// generic JSON it costs an allocation per field path; skipped here, never decoded.
+    #[derive(Default, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Meta {
+        annotations: Option<BTreeMap<String, String>>,
+        creation_timestamp: Option<Time>,
+        deletion_grace_period_seconds: Option<i64>,
+        deletion_timestamp: Option<Time>,
+        finalizers: Option<Vec<String>>,
+        generate_name: Option<String>,
+        generation: Option<i64>,
+        labels: Option<BTreeMap<String, String>>,
+        name: Option<String>,
+        namespace: Option<String>,
+        owner_references: Option<Vec<OwnerReference>>,
+        resource_version: Option<String>,
+        self_link: Option<String>,
+        uid: Option<String>,
+    }
+
+    impl From<Meta> for ObjectMeta {
+        fn from(m: Meta) -> Self {
+            ObjectMeta {
+                annotations: m.annotations,
+                creation_timestamp: m.creation_timestamp,
+                deletion_grace_period_seconds: m.deletion_grace_period_seconds,
+                deletion_timestamp: m.deletion_timestamp,
+                finalizers: m.finalizers,
+                generate_name: m.generate_name,
+                generation: m.generation,
+                labels: m.labels,
+                managed_fields: None,
+                name: m.name,
+                namespace: m.namespace,
+                owner_references: m.owner_references,
+                resource_version: m.resource_version,
+                self_link: m.self_link,
+                uid: m.uid,
+            }
+        }
     }
 
     #[derive(Default, Deserialize)]
@@ -205,7 +253,7 @@ mod wire {
             };
             let status = pod.status;
             Self {
-                metadata: pod.metadata,
+                metadata: pod.metadata.into(),
                 node_name: pod.spec.node_name,
                 requests_tpus: pod
                     .spec
@@ -296,10 +344,18 @@ mod tests {
         Pod {
             metadata: serde_json::from_value(json!({
                 "name": "vllm-0", "namespace": "ns", "uid": "u1",
+                "generateName": "vllm-", "generation": 2, "resourceVersion": "17",
+                "selfLink": "/api/v1/namespaces/ns/pods/vllm-0",
+                "creationTimestamp": "2026-11-24T10:00:00Z",
+                "deletionTimestamp": "2026-11-24T10:05:00Z", "deletionGracePeriodSeconds": 30,
+                "finalizers": ["example.com/keep"],
                 "labels": {"leaderworkerset.sigs.k8s.io/name": "vllm"},
                 "annotations": {"leaderworkerset.sigs.k8s.io/size": "4"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
                     "name": "vllm", "uid": "s1", "controller": true}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                    "apiVersion": "v1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}}}],
             }))
             .unwrap(),
             spec: Some(PodSpec {
@@ -349,7 +405,12 @@ mod tests {
             let decoded: CachedPod =
                 serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
             assert_eq!(decoded, CachedPod::from(&full), "{full:?}");
+            // Every field of the metadata but managedFields, which is never kept.
+            let mut metadata = full.metadata.clone();
+            metadata.managed_fields = None;
+            assert_eq!(decoded.metadata, metadata);
         }
+        assert!(full_pod(None, [0, 0]).metadata.managed_fields.is_some());
         let tpu = CachedPod::from(&full_pod(Some("init"), [0, 2]));
         assert!(tpu.requests_tpus);
         assert_eq!(tpu.restarts, 2);
