@@ -57,9 +57,12 @@ impl Caches {
                 .with_index(labels::NAME),
             services: SharedCache::new(Api::all(client.clone()), owned.clone())
                 .with_index(labels::NAME),
-            revisions: SharedCache::new(Api::all(client.clone()), owned)
-                .with_trim(trim_revision)
-                .with_index(labels::NAME),
+            revisions: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(&lws_revisions_selector()),
+            )
+            .with_trim(trim_revision)
+            .with_index(labels::NAME),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
             batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
             workloads: SharedCache::new(
@@ -91,6 +94,19 @@ impl Caches {
             self.set_services.driver(),
         ]
     }
+}
+
+/// The label that `k8s.io/kubernetes/pkg/controller/history` puts on every ControllerRevision
+/// it makes: the StatefulSet controller's revisions carry it, an LWS's never do (neither ours
+/// nor upstream's v0.8/v0.9, which label theirs by hand).
+const HISTORY_HASH_LABEL: &str = "controller.kubernetes.io/hash";
+
+/// The ControllerRevisions an LWS controller reads: those labelled with an LWS name, less the
+/// StatefulSets' own, which copy our template labels with the whole pod template as `data` —
+/// one per StatefulSet, i.e. per group, never read. The API server leaves them out, so they
+/// are neither sent, decoded nor cached.
+fn lws_revisions_selector() -> String {
+    format!("{},!{HISTORY_HASH_LABEL}", labels::NAME)
 }
 
 /// How often a cluster without Kueue is asked again whether it serves Workloads now.
@@ -153,10 +169,10 @@ pub fn trim_statefulset(sts: &mut StatefulSet) {
     }
 }
 
-/// StatefulSets keep ControllerRevisions of their own that copy our template labels, so the
-/// revision cache holds one per StatefulSet with the whole pod template in `data`. Only the
-/// LWS's own revisions are read (their `data` is a held revision's template); of the others
-/// only the metadata is kept.
+/// Of a ControllerRevision no LWS controls — one that passes [`lws_revisions_selector`]
+/// without being an LWS's, such as a StatefulSet revision made without the history label —
+/// only the metadata is kept: only an LWS's own revisions are read (their `data` is a held
+/// revision's template).
 pub fn trim_revision(rev: &mut ControllerRevision) {
     if controller_kind(rev) != Some("LeaderWorkerSet") {
         rev.data = None;
