@@ -291,20 +291,8 @@ async fn run_controllers(
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),
     );
-    // Each controller and each cache's driver is a task of its own. Joined into one future
-    // they were all polled again whenever any of them was woken — every watch event polled
-    // fifteen idle controllers and watches (the runtime wakes a task, not the part of it that
-    // has work).
-    let mut drivers = tokio::task::JoinSet::new();
-    for driver in caches.drivers(&client) {
-        drivers.spawn(driver);
-    }
-    let mut controllers = tokio::task::JoinSet::new();
-    controllers.spawn(lws);
-    controllers.spawn(rollouts);
-    controllers.spawn(releases);
-    controllers.spawn(kueue_waits);
-    controllers.spawn(sets);
+    let drivers = futures::future::join_all(caches.drivers(&client));
+    let controllers = futures::future::join5(lws, rollouts, releases, kueue_waits, sets);
     let stop = async move {
         let lost = lost_or_stopped.await;
         let _ = stop_all.send(());
@@ -323,25 +311,9 @@ async fn run_controllers(
     };
     // The watches keep running until the controllers have stopped.
     tokio::select! {
-        _ = all_done(&mut controllers) => {},
-        _ = all_done(&mut drivers) => {},
+        _ = controllers => {},
+        _ = drivers => {},
         _ = stop => {},
-    }
-    // Whatever still runs is cancelled and gone before this returns (as dropping the joined
-    // futures did): no write of this term may follow.
-    controllers.shutdown().await;
-    drivers.shutdown().await;
-}
-
-/// Waits until every task of `set` has ended; a task's panic goes on in the caller, as it did
-/// when the tasks were one future.
-async fn all_done(set: &mut tokio::task::JoinSet<()>) {
-    while let Some(ended) = set.join_next().await {
-        if let Err(err) = ended
-            && err.is_panic()
-        {
-            std::panic::resume_unwind(err.into_panic());
-        }
     }
 }
 
