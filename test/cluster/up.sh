@@ -182,11 +182,18 @@ wait_for "kube-apiserver /readyz" 90 kube-apiserver \
   sh -c "curl -sf --cacert '$PKI/ca.crt' https://127.0.0.1:$API_PORT/readyz | grep -q ok"
 
 log "starting kube-controller-manager and kube-scheduler"
+# --node-monitor-grace-period 3m (default 50s): the node lifecycle controller judges a node by
+# when *it* last saw the node's lease renewed. After the chaos test's 16 s API-server outage
+# its lease watch came back late and KWOK's first renewals met update conflicts, so it saw no
+# renewal for 50 s, marked all four fake nodes and every pod NotReady for ~2 s, and the
+# EndpointSlices emptied (HTTP 503 through the proxy; CI of 2026-11-25). A real kubelet's pods
+# keep running through a control-plane outage; no test here means a node failure by one.
 start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
   --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
-  --kube-api-qps=200 --kube-api-burst=400 --node-monitor-period=2s --v=1
+  --kube-api-qps=200 --kube-api-burst=400 --node-monitor-period=2s \
+  --node-monitor-grace-period=3m --v=1
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false \
