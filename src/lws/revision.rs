@@ -82,8 +82,7 @@ pub fn revision_key(data: &str) -> String {
 /// The revision key of an LWS spec as it is now, or `None` when the spec cannot be hashed as
 /// upstream hashes it (the LWS controller reports that; readers just see no key).
 pub fn spec_key(spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec) -> Option<String> {
-    let spec = serde_json::to_value(spec).ok()?;
-    revision_data(&spec).ok().map(|data| revision_key(&data))
+    SpecRevision::of(spec).ok().map(|r| r.key)
 }
 
 /// The revision key the groups of an LWS with `spec` are on once they run its template: the key
@@ -96,9 +95,11 @@ pub fn template_key<'a>(
     spec: &crate::api::leaderworkerset::LeaderWorkerSetSpec,
     recorded: impl IntoIterator<Item = (&'a str, &'a Value)>,
 ) -> Option<String> {
-    let spec = serde_json::to_value(spec).ok()?;
-    let data = revision_data(&spec).ok()?;
-    let own = revision_key(&data);
+    let SpecRevision {
+        spec,
+        data,
+        key: own,
+    } = SpecRevision::of(spec).ok()?;
     let recorded: Vec<_> = recorded.into_iter().collect();
     if recorded.iter().any(|(key, _)| *key == own) {
         return Some(own);
