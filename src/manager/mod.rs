@@ -392,7 +392,10 @@ async fn start_webhook(
     tokio::spawn(rollout_watch);
     let router = webhook::router(cluster, metrics.clone());
     metrics.set_certificate_expiry(bundle.not_after.as_second());
-    tokio::spawn(async move {
+    // The webhook serves on a thread and runtime of its own: a burst of pod admissions (TLS
+    // handshakes, decoding, the defaults' diff) then takes a second core instead of holding up
+    // the controllers' runtime, which must keep reading its watches while the API server waits.
+    let serve = async move {
         if let Err(err) = server
             .handle(serve_handle)
             .serve(router.into_make_service())
@@ -400,7 +403,21 @@ async fn start_webhook(
         {
             tracing::error!(error = %err, "webhook server stopped");
         }
-    });
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|source| WebhookError::Io {
+            addr: cfg.addr,
+            source,
+        })?;
+    std::thread::Builder::new()
+        .name("webhook".into())
+        .spawn(move || runtime.block_on(serve))
+        .map_err(|source| WebhookError::Io {
+            addr: cfg.addr,
+            source,
+        })?;
     webhook::registration::register(
         client,
         &cfg.configuration_name,
