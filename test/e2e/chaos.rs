@@ -31,6 +31,7 @@ use kube::Api;
 use lws_rollout::manager::leader::RIDES_THROUGH;
 
 use crate::{
+    failover::held_by,
     harness::wait_for,
     isolated::{IsolatedCluster, ManagerProcess},
     lws_support::uids,
@@ -367,26 +368,24 @@ async fn renewed_or_exited(
     back: Timestamp,
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
-    let suffix = manager.identity_suffix();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if !manager.running() {
-            return Ok(Some(manager.exited(Duration::from_secs(5)).await?));
+    let held = held_by(manager.identity_suffix());
+    let renewed = wait_for(
+        &leases,
+        "lws-rollout",
+        Duration::from_secs(30),
+        move |l: Option<&Lease>| {
+            held(l)
+                && l.and_then(|l| l.spec.as_ref())
+                    .and_then(|s| s.renew_time.as_ref())
+                    .is_some_and(|t| t.0 > back)
+        },
+    );
+    tokio::select! {
+        renewed = renewed => {
+            renewed.context("the manager neither renewed the Lease nor exited after the outage")?;
+            Ok(None)
         }
-        if let Ok(Some(lease)) = leases.get_opt("lws-rollout").await {
-            let spec = lease.spec.unwrap_or_default();
-            let ours = spec.holder_identity.is_some_and(|h| h.ends_with(&suffix));
-            if ours && spec.renew_time.is_some_and(|t| t.0 > back) {
-                return Ok(None);
-            }
-        }
-        ensure!(
-            Instant::now() < deadline,
-            "30 s after the API server was back, the manager neither renewed the Lease nor \
-             exited:\n{}",
-            manager.log_tail()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        status = manager.exited(Duration::from_secs(31)) => Ok(Some(status?)),
     }
 }
 

@@ -20,7 +20,8 @@ use crate::{
     metrics,
 };
 
-fn held_by(suffix: String) -> impl Fn(Option<&Lease>) -> bool {
+/// Whether the Lease is held by the manager whose identity ends with `suffix`.
+pub fn held_by(suffix: String) -> impl Fn(Option<&Lease>) -> bool {
     move |l: Option<&Lease>| {
         l.and_then(|l| l.spec.as_ref())
             .and_then(|s| s.holder_identity.as_deref())
