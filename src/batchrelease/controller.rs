@@ -171,12 +171,21 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
 
 /// The steps of one reconcile: observe → plan → apply.
 async fn steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
-    let observed = observe::observe(&ctx.stores, br);
-    let plan = plan::plan(&observed, k8s_openapi::jiff::Timestamp::now());
+    let mut observed = observe::observe(&ctx.stores, br);
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let mut plan = plan::plan(&observed, now);
     if let Some(wait) = cache_behind(ctx, &observed, &plan) {
         // The watch event of our own last write is on its way and starts the next
         // reconcile; acting on the version it replaced would only repeat that write.
         return Ok(Action::requeue(wait));
+    }
+    if plan.confirm_leaders
+        && let Some(stable) = observed.stable.as_mut()
+    {
+        let ns = br.namespace().unwrap_or_default();
+        let fresh = apply::leader_pods(&ctx.applier, &ns, &stable.lws.name_any()).await?;
+        observe::confirm_leaders(stable, &fresh);
+        plan = plan::plan(&observed, now);
     }
     apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;
     Ok(Action::await_change())

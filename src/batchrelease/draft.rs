@@ -30,6 +30,11 @@ pub struct BatchReleasePlan {
     /// Partition style: merge patches of the moved groups' leader pods (`patchPodTemplateMetadata`
     /// put on, or taken off when the release ends), by pod name.
     pub leader_patches: Vec<(String, serde_json::Value)>,
+    /// Partition style: the release would end now, with `patchPodTemplateMetadata` off every
+    /// leader as the pod cache shows them; a patch we put on a leader a moment ago may not be
+    /// in the cache yet, and once the release is Completed nothing takes it off. Read the
+    /// leaders fresh ([`super::observe::confirm_leaders`]) and plan again before ending it.
+    pub confirm_leaders: bool,
     /// Remove Kruise's BatchRelease finalizer (only ever present on objects Kruise wrote).
     pub remove_finalizer: bool,
     /// Events to publish on the BatchRelease.

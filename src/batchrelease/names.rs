@@ -9,16 +9,7 @@ pub const CONTROL_INFO: &str = "batchrelease.rollouts.kruise.io/control-info";
 pub const FINALIZER: &str = "rollouts.kruise.io/batch-release-finalizer";
 
 /// `status.phase` values.
-pub mod phase {
-    /// Not started.
-    pub const PREPARING: &str = "Preparing";
-    /// Running batches.
-    pub const PROGRESSING: &str = "Progressing";
-    /// `batchPartition` is null (or the workload is gone): finishing.
-    pub const FINALIZING: &str = "Finalizing";
-    /// Done.
-    pub const COMPLETED: &str = "Completed";
-}
+pub use crate::release::names::batch_release_phase as phase;
 
 pub use crate::release::progress::batch_state;
 

@@ -30,6 +30,10 @@ pub struct StableLws {
     pub release_partition: Option<i32>,
     /// Its groups on `update_revision`, by index (partition style moves them in place).
     pub on_update: Vec<GroupOnRevision>,
+    /// The groups' `leader_pod`s come from a fresh read of the API server
+    /// ([`confirm_leaders`]), not from the pod cache, which may not show our latest patch of a
+    /// leader yet.
+    pub leaders_confirmed: bool,
 }
 
 /// One group of the stable LWS as far as the revision being released goes.
@@ -142,6 +146,7 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
                 .cloned(),
             release_partition: crate::lws::plan::revisions::release_partition(&lws),
             on_update: Vec::new(),
+            leaders_confirmed: false,
             lws: lws.as_ref().clone(),
         })
         .map(|mut stable| {
@@ -200,11 +205,7 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
         };
         let leader = labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
         if leader {
-            group.leader_pod = Some(LeaderPod {
-                name: pod.name_any(),
-                labels: labels.clone(),
-                annotations: pod.annotations().clone(),
-            });
+            group.leader_pod = Some(leader_pod(&pod));
         }
         if labels.get(labels::REVISION).map(String::as_str) != Some(revision) {
             continue;
@@ -213,6 +214,41 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
         group.ready_pods += i32::from(crate::k8s::pod::ready(&pod));
     }
     groups
+}
+
+fn leader_pod(pod: &crate::k8s::pod::CachedPod) -> LeaderPod {
+    use kube::ResourceExt;
+    LeaderPod {
+        name: pod.name_any(),
+        labels: pod.labels().clone(),
+        annotations: pod.annotations().clone(),
+    }
+}
+
+/// Replaces each group's `leader_pod` by the one in `fresh`, the stable LWS's leader pods as
+/// the API server holds them now (`apply::leader_pods`): a group whose leader is not there (or
+/// is terminating) has none.
+pub fn confirm_leaders(stable: &mut StableLws, fresh: &[crate::k8s::pod::CachedPod]) {
+    use crate::lws::labels;
+    use kube::ResourceExt;
+    for group in &mut stable.on_update {
+        group.leader_pod = None;
+    }
+    for pod in fresh {
+        if crate::k8s::pod::terminating(pod)
+            || pod.labels().get(labels::WORKER_INDEX).map(String::as_str) != Some("0")
+        {
+            continue;
+        }
+        let index = pod
+            .labels()
+            .get(labels::GROUP_INDEX)
+            .and_then(|v| v.parse::<i32>().ok());
+        if let Some(group) = stable.on_update.iter_mut().find(|g| Some(g.index) == index) {
+            group.leader_pod = Some(leader_pod(pod));
+        }
+    }
+    stable.leaders_confirmed = true;
 }
 
 /// Groups of `lws` (up to its replicas) whose pods are not all there and ready.

@@ -214,13 +214,13 @@ fn finalizing(
         .release_plan
         .finalizing_policy
         .unwrap_or_default();
-    if let Some(patch) = obs
+    let patch = obs
         .br
         .spec
         .release_plan
         .patch_pod_template_metadata
-        .as_ref()
-    {
+        .as_ref();
+    if let Some(patch) = patch {
         let own = own_leader_metadata(&stable.lws);
         out.leader_patches = stable
             .on_update
@@ -229,11 +229,18 @@ fn finalizing(
             .filter_map(|pod| take_off(pod, patch, &own))
             .collect();
     }
-    let done = out.leader_patches.is_empty()
+    let ends = out.leader_patches.is_empty()
         && match policy {
             FinalizingPolicy::Immediate => true,
             FinalizingPolicy::WaitResume => stable.rolled_to(released),
         };
+    // The end is for good (the Rollout deletes a Completed BatchRelease), so the leaders it
+    // believes clean are read fresh once: one LIST per release.
+    out.confirm_leaders = ends
+        && patch.is_some()
+        && !stable.leaders_confirmed
+        && stored.phase.as_deref() != Some(phase::COMPLETED);
+    let done = ends && !out.confirm_leaders;
     out.status.phase = Some(
         if done {
             phase::COMPLETED

@@ -107,6 +107,7 @@ fn stable(replicas: i32) -> StableLws {
         hold: Some("rev1".into()),
         release_partition: None,
         on_update: Vec::new(),
+        leaders_confirmed: false,
     }
 }
 
@@ -767,6 +768,8 @@ fn partition_style_moves_the_users_groups_in_place_batch_by_batch() {
 
     // Finalising: WaitResume until every group has rolled; Immediate at once.
     let mut o = with(Some(2), &[]);
+    // The leaders, read fresh at the end, carry no patch (the next test reads them).
+    o.stable.as_mut().unwrap().leaders_confirmed = true;
     o.br = partition_br(None, Some(FinalizingPolicy::WaitResume));
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
@@ -961,5 +964,102 @@ fn partition_style_patches_the_moved_leaders_and_takes_the_patch_off_at_the_end(
         .insert("release".into(), "canary".into());
     let p = plan(&o, now());
     assert!(p.leader_patches.is_empty());
+    assert!(p.confirm_leaders, "the cache's word alone does not end it");
+    assert_ne!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+    o.stable.as_mut().unwrap().leaders_confirmed = true;
+    let p = plan(&o, now());
+    assert!(p.leader_patches.is_empty() && !p.confirm_leaders);
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+}
+
+/// Partition style, the end of a release with `patchPodTemplateMetadata`: the pod cache may not
+/// show the patch we put on a leader a moment ago (CI saw the Rollout finish with a leader
+/// still patched). The end is decided on a fresh read of the leaders, which finds the patch and
+/// takes it off first; without a patch to take off there is nothing to confirm.
+#[test]
+fn partition_style_ends_a_patched_release_only_on_a_fresh_read_of_the_leaders() {
+    use crate::batchrelease::observe::confirm_leaders;
+    use crate::k8s::pod::CachedPod;
+    let mut b = br(None, None);
+    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    b.spec.release_plan.enable_extra_workload_for_canary = false;
+    b.spec.release_plan.finalizing_policy = Some(FinalizingPolicy::Immediate);
+    let mut o = observed(b, vec![]);
+    o.stable.as_mut().unwrap().on_update = (0..4)
+        .map(|index| GroupOnRevision {
+            index,
+            leader: index >= 2,
+            ready_pods: 4,
+            leader_pod: Some(crate::batchrelease::observe::LeaderPod {
+                name: format!("vllm-{index}"),
+                ..Default::default()
+            }),
+        })
+        .collect();
+    // The cache: no leader carries the patch.
+    let p = plan(&o, now());
+    assert!(p.confirm_leaders && p.leader_patches.is_empty());
+    assert_ne!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+
+    // The API server: group 2's leader does, group 3's is being replaced.
+    let pod = |index: i32, extra: &[(&str, &str)], deleting: bool| {
+        let mut labels: BTreeMap<String, String> = [
+            ("leaderworkerset.sigs.k8s.io/name", "vllm".to_string()),
+            ("leaderworkerset.sigs.k8s.io/worker-index", "0".into()),
+            ("leaderworkerset.sigs.k8s.io/group-index", index.to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        let mut pod = CachedPod::default();
+        pod.metadata.name = Some(format!("vllm-{index}"));
+        pod.metadata.labels = Some(labels);
+        if deleting {
+            pod.metadata.deletion_timestamp =
+                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        }
+        pod
+    };
+    let fresh = [
+        pod(0, &[], false),
+        pod(1, &[], false),
+        pod(2, &[("release", "canary")], false),
+        pod(3, &[("release", "canary")], true),
+    ];
+    confirm_leaders(o.stable.as_mut().unwrap(), &fresh);
+    let p = plan(&o, now());
+    assert_eq!(
+        p.leader_patches,
+        vec![(
+            "vllm-2".to_string(),
+            serde_json::json!({"metadata": {"labels": {"release": null}, "annotations": {}}})
+        )],
+        "the patch the cache missed comes off; a terminating leader is left to go"
+    );
+    assert!(!p.confirm_leaders);
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+
+    // The next reconcile reads the cache again, which now shows the leader clean: confirmed
+    // again, then done.
+    o.stable.as_mut().unwrap().leaders_confirmed = false;
+    o.stable.as_mut().unwrap().on_update[2].leader_pod =
+        Some(crate::batchrelease::observe::LeaderPod {
+            name: "vllm-2".into(),
+            ..Default::default()
+        });
+    assert!(plan(&o, now()).confirm_leaders);
+    confirm_leaders(
+        o.stable.as_mut().unwrap(),
+        &[pod(0, &[], false), pod(2, &[], false)],
+    );
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
+
+    // Without patchPodTemplateMetadata nothing is read.
+    o.br.spec.release_plan.patch_pod_template_metadata = None;
+    o.stable.as_mut().unwrap().leaders_confirmed = false;
+    let p = plan(&o, now());
+    assert!(!p.confirm_leaders);
     assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
 }

@@ -20,6 +20,19 @@ pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
 /// to its BatchRelease while rolling back.
 pub const ROLLBACK_IN_BATCH: &str = "rollouts.kruise.io/rollback-in-batch";
 
+/// A BatchRelease's `status.phase` values (the BatchRelease controller writes them, the Rollout
+/// waits for `COMPLETED` before it deletes the BatchRelease).
+pub mod batch_release_phase {
+    /// Not started.
+    pub const PREPARING: &str = "Preparing";
+    /// Running batches.
+    pub const PROGRESSING: &str = "Progressing";
+    /// `batchPartition` is null (or the workload is gone): finishing.
+    pub const FINALIZING: &str = "Finalizing";
+    /// Done.
+    pub const COMPLETED: &str = "Completed";
+}
+
 /// Longest canary LWS name: 63 − len("-<group ≤ 9999>") − len("-<hash ≤ 10>").
 pub const MAX_NAME: usize = 47;
 /// Longest revision key (32-bit FNV in decimal, safe-encoded).

@@ -89,6 +89,12 @@ pub struct BatchReleaseSummary {
 }
 
 impl BatchReleaseSummary {
+    /// Its status says Completed, for the spec it has now.
+    pub fn completed(&self) -> bool {
+        self.status.phase.as_deref() == Some(crate::release::names::batch_release_phase::COMPLETED)
+            && self.status.observed_generation == Some(self.generation)
+    }
+
     /// It already is what `desired` asks: the same spec and the same rollback-in-batch mark.
     pub fn is(&self, desired: &crate::api::batchrelease::BatchRelease) -> bool {
         self.spec == desired.spec

@@ -156,6 +156,11 @@ fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
         if !observed.is(&desired) {
             d.plan.batch_release = BatchReleaseAction::Apply(Box::new(desired));
             br_done = false;
+        } else {
+            // Kruise's finalizingBatchRelease: done when the BatchRelease says Completed for
+            // this spec, not when its spec says finalise. The next step deletes it, and what it
+            // still had to undo (the patch on the moved leaders, partition style) would stay.
+            br_done = observed.completed();
         }
     }
     let rolled = why != Reason::Success || workload.fully_rolled();

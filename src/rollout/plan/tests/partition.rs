@@ -35,6 +35,44 @@ fn partition_world(in_batches: bool, routed: bool) -> World {
     w
 }
 
+/// Kruise's finalizingBatchRelease: the BatchRelease is deleted only once it says Completed for
+/// its finalising spec; until then it still has work (the patch on the moved leaders). CI saw
+/// the Rollout delete it a moment after writing the spec, leaving a leader patched for good.
+#[test]
+fn the_batch_release_is_deleted_only_once_it_says_completed() {
+    let mut w = partition_world(false, false);
+    w.br_finalises = false;
+    w.approve();
+    for _ in 0..10 {
+        w.reconcile();
+        w.advance(1);
+    }
+    let br = w
+        .obs
+        .batch_release
+        .as_ref()
+        .expect("kept while it finalises");
+    assert_eq!(
+        br.spec.release_plan.batch_partition, None,
+        "told to finalise"
+    );
+    assert!(
+        w.plans
+            .iter()
+            .all(|p| p.batch_release != BatchReleaseAction::Delete)
+    );
+    assert_ne!(w.status().phase.as_str(), "Healthy");
+    // A Completed written for the spec before (a stale status) is not the answer either.
+    let br = w.obs.batch_release.as_mut().unwrap();
+    br.status.phase = Some("Completed".into());
+    br.status.observed_generation = Some(br.generation - 1);
+    let p = w.reconcile();
+    assert_ne!(p.batch_release, BatchReleaseAction::Delete);
+    w.br_finalises = true;
+    w.until("healthy", |w| w.status().phase == "Healthy");
+    assert!(w.obs.batch_release.is_none(), "deleted at the end");
+}
+
 #[test]
 fn a_revert_with_rollback_in_batch_restarts_the_release_for_the_old_template() {
     let mut w = partition_world(true, false);
