@@ -66,6 +66,14 @@ impl StableLws {
         self.lws.spec.replicas.unwrap_or(1)
     }
 
+    /// Every group runs the current template and is ready: what WaitResume waits for (Kruise
+    /// waits for the workload to be updated and ready, whatever template it has by then). Not
+    /// the released revision: a template changed again while the release finalises would keep
+    /// the BatchRelease from Completed, and the Rollout, which waits for that, with it.
+    pub fn fully_rolled(&self) -> bool {
+        self.rolled_to(&self.update_revision)
+    }
+
     /// Every group runs `revision` and is ready, by a status that describes the current spec.
     pub fn rolled_to(&self, revision: &str) -> bool {
         let status = self.lws.status.clone().unwrap_or_default();

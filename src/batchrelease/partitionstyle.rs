@@ -42,7 +42,7 @@ pub fn control(
     // No second LWS in this style: one left from an earlier style of the same release goes.
     out.delete_canaries = canary_names(&obs.canaries);
     if rp.batch_partition.is_none() {
-        finalizing(obs, stable, out, stored, released);
+        finalizing(obs, stable, out, stored);
         return;
     }
     out.status.phase = Some(phase::PROGRESSING.into());
@@ -200,13 +200,13 @@ fn not_ready_groups(stable: &StableLws, partition: i32, size: i32) -> Vec<GroupR
 }
 
 /// `batchPartition` is null: WaitResume is done once the user's LWS has rolled every group to
-/// the released revision; Immediate at once (the Rollout lifts the release partition).
+/// its template ([`StableLws::fully_rolled`]); Immediate at once (the Rollout lifts the
+/// release partition).
 fn finalizing(
     obs: &BatchReleaseObserved,
     stable: &StableLws,
     out: &mut BatchReleasePlan,
     stored: &BatchReleaseStatus,
-    released: &str,
 ) {
     let policy = obs
         .br
@@ -232,7 +232,7 @@ fn finalizing(
     let ends = out.leader_patches.is_empty()
         && match policy {
             FinalizingPolicy::Immediate => true,
-            FinalizingPolicy::WaitResume => stable.rolled_to(released),
+            FinalizingPolicy::WaitResume => stable.fully_rolled(),
         };
     // The end is for good (the Rollout deletes a Completed BatchRelease), so the leaders it
     // believes clean are read fresh once: one LIST per release.
@@ -254,7 +254,7 @@ fn finalizing(
             .push(EventSpec::normal(event::COMPLETED, "release finalized"));
     }
     out.status.message = (!done).then(|| {
-        "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
+        "waiting for the stable LeaderWorkerSet to roll every group to its template".to_string()
     });
 }
 

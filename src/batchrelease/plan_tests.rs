@@ -431,6 +431,25 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
     assert!(p.delete_canaries.is_empty());
+
+    // A third template while finalising: the stable rolls to it (the hold is gone), and
+    // WaitResume ends once it has, as Kruise's, instead of waiting for a revision the
+    // template has left (the Rollout waits for this Completed).
+    let stable = o.stable.as_mut().unwrap();
+    stable.update_revision = "rev3".into();
+    stable.lws.status.as_mut().unwrap().updated_replicas = Some(1);
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
+    o.stable
+        .as_mut()
+        .unwrap()
+        .lws
+        .status
+        .as_mut()
+        .unwrap()
+        .updated_replicas = Some(4);
+    let p = plan(&o, now());
+    assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
 }
 
 #[test]

@@ -190,7 +190,7 @@ pub fn grow(
 /// `batchPartition` is null: Immediate removes the canary at once; WaitResume keeps it (it
 /// still serves the canary share of traffic), giving its groups back as the stable LWS's
 /// groups become ready on the new template ([`shrink_as_stable_rolls`]), until the stable LWS
-/// has rolled to the released revision, then the release is Completed (the Rollout deletes this BatchRelease, and the
+/// has rolled every group to its template, then the release is Completed (the Rollout deletes this BatchRelease, and the
 /// canary with it, once traffic is back on the stable Service).
 fn finalizing(
     obs: &BatchReleaseObserved,
@@ -216,7 +216,7 @@ fn finalizing(
             if let (Some(stable), Some(c)) = (obs.stable.as_ref(), canary) {
                 shrink_as_stable_rolls(obs, stable, out, c, released);
             }
-            obs.stable.as_ref().is_some_and(|s| s.rolled_to(released))
+            obs.stable.as_ref().is_some_and(StableLws::fully_rolled)
         }
     };
     out.status.phase = Some(
@@ -234,7 +234,7 @@ fn finalizing(
     out.status.message = (!done).then(|| match policy {
         FinalizingPolicy::Immediate => "removing the canary LeaderWorkerSet".to_string(),
         FinalizingPolicy::WaitResume => {
-            "waiting for the stable LeaderWorkerSet to roll to the released revision".to_string()
+            "waiting for the stable LeaderWorkerSet to roll every group to its template".to_string()
         }
     });
 }
