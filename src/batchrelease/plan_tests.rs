@@ -111,6 +111,17 @@ fn stable(replicas: i32) -> StableLws {
     }
 }
 
+/// The stable LWS's status says `n` groups are on its template.
+fn set_updated(o: &mut BatchReleaseObserved, n: i32) {
+    let stable = o.stable.as_mut().expect("a stable LWS");
+    stable
+        .lws
+        .status
+        .as_mut()
+        .expect("a status")
+        .updated_replicas = Some(n);
+}
+
 fn canary(spec_replicas: i32, existing: i32, ready: i32, not_ready: &[(i32, i32)]) -> CanaryLws {
     let mut lws = stable(4).lws;
     lws.metadata.name = Some("vllm-canary-rev2".into());
@@ -426,8 +437,7 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
         p.delete_canaries.is_empty(),
         "the canary keeps serving until the Rollout is done"
     );
-    let stable = o.stable.as_mut().unwrap();
-    stable.lws.status.as_mut().unwrap().updated_replicas = Some(4);
+    set_updated(&mut o, 4);
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
     assert!(p.delete_canaries.is_empty());
@@ -435,19 +445,11 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
     // A third template while finalising: the stable rolls to it (the hold is gone), and
     // WaitResume ends once it has, as Kruise's, instead of waiting for a revision the
     // template has left (the Rollout waits for this Completed).
-    let stable = o.stable.as_mut().unwrap();
-    stable.update_revision = "rev3".into();
-    stable.lws.status.as_mut().unwrap().updated_replicas = Some(1);
+    o.stable.as_mut().unwrap().update_revision = "rev3".into();
+    set_updated(&mut o, 1);
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::FINALIZING));
-    o.stable
-        .as_mut()
-        .unwrap()
-        .lws
-        .status
-        .as_mut()
-        .unwrap()
-        .updated_replicas = Some(4);
+    set_updated(&mut o, 4);
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
 }
@@ -525,14 +527,7 @@ fn wait_resume_gives_a_canary_group_back_for_each_stable_group_ready_on_the_new_
     // Every stable group on the new template: one canary group stays (maxUnavailable 1) until
     // the Rollout has moved its traffic back; the release is Completed.
     o.stable.as_mut().unwrap().on_update = on_new(&[0, 1, 2, 3]);
-    o.stable
-        .as_mut()
-        .unwrap()
-        .lws
-        .status
-        .as_mut()
-        .unwrap()
-        .updated_replicas = Some(4);
+    set_updated(&mut o, 4);
     let p = plan(&o, now());
     assert_eq!(
         p.apply_canary.as_ref().and_then(|c| c.spec.replicas),
@@ -667,14 +662,7 @@ fn blue_green_runs_batches_as_a_canary_and_at_promotion_grows_to_every_stable_gr
             .contains("(1/4 groups ready on the new side)")
     );
     // The user's LWS rolled: done, the second LWS left for the Rollout to delete.
-    o.stable
-        .as_mut()
-        .unwrap()
-        .lws
-        .status
-        .as_mut()
-        .unwrap()
-        .updated_replicas = Some(4);
+    set_updated(&mut o, 4);
     let p = plan(&o, now());
     assert_eq!(p.status.phase.as_deref(), Some(phase::COMPLETED));
     assert!(p.delete_canaries.is_empty());
@@ -796,27 +784,13 @@ fn partition_style_moves_the_users_groups_in_place_batch_by_batch() {
         p.release_partition, None,
         "the Rollout lifts it with the hold"
     );
-    o.stable
-        .as_mut()
-        .unwrap()
-        .lws
-        .status
-        .as_mut()
-        .unwrap()
-        .updated_replicas = Some(4);
+    set_updated(&mut o, 4);
     assert_eq!(
         plan(&o, now()).status.phase.as_deref(),
         Some(phase::COMPLETED)
     );
     o.br = partition_br(None, Some(FinalizingPolicy::Immediate));
-    o.stable
-        .as_mut()
-        .unwrap()
-        .lws
-        .status
-        .as_mut()
-        .unwrap()
-        .updated_replicas = Some(0);
+    set_updated(&mut o, 0);
     assert_eq!(
         plan(&o, now()).status.phase.as_deref(),
         Some(phase::COMPLETED)
