@@ -32,26 +32,6 @@ pub fn canary_write_failed(name: &str, err: &ApiError) -> String {
     format!("cannot write the canary LeaderWorkerSet {name}: {why}")
 }
 
-/// The leader pods of the LWS `lws` as the API server holds them now: a consistent LIST, for
-/// the one decision the pod cache may not be trusted with (`BatchReleasePlan::confirm_leaders`).
-pub async fn leader_pods(
-    applier: &Applier,
-    ns: &str,
-    lws: &str,
-) -> Result<Vec<crate::k8s::pod::CachedPod>, ApiError> {
-    use crate::lws::labels::{NAME, WORKER_INDEX};
-    use k8s_openapi::api::core::v1::Pod;
-    let selector = format!("{NAME}={lws},{WORKER_INDEX}=0");
-    kube::Api::<Pod>::namespaced(applier.client().clone(), ns)
-        .list(&kube::api::ListParams::default().labels(&selector))
-        .await
-        .map(|pods| pods.items.iter().map(Into::into).collect())
-        .map_err(|source| ApiError {
-            action: format!("listing the leader pods of LeaderWorkerSet {ns}/{lws}"),
-            source,
-        })
-}
-
 /// Field manager of the BatchRelease controller's writes.
 pub const FIELD_MANAGER: &str = "lws-rollout-batchrelease";
 

@@ -183,8 +183,11 @@ async fn steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
         && let Some(stable) = observed.stable.as_mut()
     {
         let ns = br.namespace().unwrap_or_default();
-        let fresh = apply::leader_pods(&ctx.applier, &ns, &stable.lws.name_any()).await?;
-        observe::confirm_leaders(stable, &fresh);
+        // One consistent LIST of the leaders' metadata, for the one decision the pod cache
+        // may not be trusted with (`BatchReleasePlan::confirm_leaders`).
+        let fresh =
+            crate::lws::deref::leader_pods(&ctx.applier, &ns, &stable.lws.name_any()).await?;
+        observe::confirm_leaders(stable, fresh.iter().map(|p| &p.metadata));
         plan = plan::plan(&observed, now);
     }
     apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;

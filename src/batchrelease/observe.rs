@@ -213,7 +213,7 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
         };
         let leader = labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
         if leader {
-            group.leader_pod = Some(leader_pod(&pod));
+            group.leader_pod = Some(leader_pod(&pod.metadata));
         }
         if labels.get(labels::REVISION).map(String::as_str) != Some(revision) {
             continue;
@@ -224,36 +224,35 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
     groups
 }
 
-fn leader_pod(pod: &crate::k8s::pod::CachedPod) -> LeaderPod {
-    use kube::ResourceExt;
+fn leader_pod(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> LeaderPod {
     LeaderPod {
-        name: pod.name_any(),
-        labels: pod.labels().clone(),
-        annotations: pod.annotations().clone(),
+        name: meta.name.clone().unwrap_or_default(),
+        labels: meta.labels.clone().unwrap_or_default(),
+        annotations: meta.annotations.clone().unwrap_or_default(),
     }
 }
 
-/// Replaces each group's `leader_pod` by the one in `fresh`, the stable LWS's leader pods as
-/// the API server holds them now (`apply::leader_pods`): a group whose leader is not there (or
-/// is terminating) has none.
-pub fn confirm_leaders(stable: &mut StableLws, fresh: &[crate::k8s::pod::CachedPod]) {
+/// Replaces each group's `leader_pod` by the one in `fresh`, the metadata of the stable LWS's
+/// leader pods as the API server holds them now (`lws::deref::leader_pods`): a group whose
+/// leader is not there (or is terminating) has none.
+pub fn confirm_leaders<'a>(
+    stable: &mut StableLws,
+    fresh: impl IntoIterator<Item = &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>,
+) {
     use crate::lws::labels;
-    use kube::ResourceExt;
     for group in &mut stable.on_update {
         group.leader_pod = None;
     }
-    for pod in fresh {
-        if crate::k8s::pod::terminating(pod)
-            || pod.labels().get(labels::WORKER_INDEX).map(String::as_str) != Some("0")
+    for meta in fresh {
+        let label = |key: &str| meta.labels.as_ref().and_then(|l| l.get(key));
+        if meta.deletion_timestamp.is_some()
+            || label(labels::WORKER_INDEX).map(String::as_str) != Some("0")
         {
             continue;
         }
-        let index = pod
-            .labels()
-            .get(labels::GROUP_INDEX)
-            .and_then(|v| v.parse::<i32>().ok());
+        let index = label(labels::GROUP_INDEX).and_then(|v| v.parse::<i32>().ok());
         if let Some(group) = stable.on_update.iter_mut().find(|g| Some(g.index) == index) {
-            group.leader_pod = Some(leader_pod(pod));
+            group.leader_pod = Some(leader_pod(meta));
         }
     }
     stable.leaders_confirmed = true;

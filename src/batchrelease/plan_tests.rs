@@ -972,7 +972,6 @@ fn partition_style_patches_the_moved_leaders_and_takes_the_patch_off_at_the_end(
 #[test]
 fn partition_style_ends_a_patched_release_only_on_a_fresh_read_of_the_leaders() {
     use crate::batchrelease::observe::confirm_leaders;
-    use crate::k8s::pod::CachedPod;
     let mut b = br(None, None);
     b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
     b.spec.release_plan.enable_extra_workload_for_canary = false;
@@ -994,7 +993,8 @@ fn partition_style_ends_a_patched_release_only_on_a_fresh_read_of_the_leaders() 
     assert!(p.confirm_leaders && p.leader_patches.is_empty());
     assert_ne!(p.status.phase.as_deref(), Some(phase::COMPLETED));
 
-    // The API server: group 2's leader does, group 3's is being replaced.
+    // The API server (the leaders' metadata): group 2's leader does, group 3's is being
+    // replaced.
     let pod = |index: i32, extra: &[(&str, &str)], deleting: bool| {
         let mut labels: BTreeMap<String, String> = [
             ("leaderworkerset.sigs.k8s.io/name", "vllm".to_string()),
@@ -1005,14 +1005,13 @@ fn partition_style_ends_a_patched_release_only_on_a_fresh_read_of_the_leaders() 
         .map(|(k, v)| (k.to_string(), v))
         .collect();
         labels.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        let mut pod = CachedPod::default();
-        pod.metadata.name = Some(format!("vllm-{index}"));
-        pod.metadata.labels = Some(labels);
-        if deleting {
-            pod.metadata.deletion_timestamp =
-                Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        ObjectMeta {
+            name: Some(format!("vllm-{index}")),
+            labels: Some(labels),
+            deletion_timestamp: deleting
+                .then(|| k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now())),
+            ..ObjectMeta::default()
         }
-        pod
     };
     let fresh = [
         pod(0, &[], false),

@@ -96,6 +96,24 @@ pub async fn dereference(
     Ok(deref)
 }
 
+/// The metadata of every leader pod of LWS `ns/name` (`name=<lws>,worker-index=0`), from one
+/// consistent LIST: newer than any cache.
+pub async fn leader_pods(
+    applier: &Applier,
+    ns: &str,
+    name: &str,
+) -> Result<Vec<PartialObjectMeta<Pod>>, ApiError> {
+    let selector = format!("{}={name},{}=0", labels::NAME, labels::WORKER_INDEX);
+    Api::<Pod>::namespaced(applier.client().clone(), ns)
+        .list_metadata(&ListParams::default().labels(&selector))
+        .await
+        .map(|list| list.items)
+        .map_err(|source| ApiError {
+            action: format!("listing leader pods of LeaderWorkerSet {ns}/{name}"),
+            source,
+        })
+}
+
 /// Reads the leaders `names` of LWS `ns/name` fresh (a missing name is gone): a GET for one,
 /// one LIST of the LWS's leader pods for more (a reconcile of a group coming up often has
 /// several). Both are consistent reads from the API server, newer than any cache, and metadata
@@ -125,17 +143,8 @@ pub async fn live_leaders(
             })?
             .into_iter()
             .collect(),
-        _ => {
-            // A pod without our labels is not the leader we cached: missing counts as gone.
-            let selector = format!("{}={name},{}=0", labels::NAME, labels::WORKER_INDEX);
-            api.list_metadata(&ListParams::default().labels(&selector))
-                .await
-                .map_err(|source| ApiError {
-                    action: format!("listing leader pods of LeaderWorkerSet {ns}/{name}"),
-                    source,
-                })?
-                .items
-        }
+        // A pod without our labels is not the leader we cached: missing counts as gone.
+        _ => leader_pods(applier, ns, name).await?,
     };
     Ok(found
         .into_iter()
