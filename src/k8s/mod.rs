@@ -8,6 +8,7 @@
 //!   [`apply_body`] escapes what the API server's YAML reader of apply bodies refuses.
 //! - [`events`]: Events for any object, with reasons as named constants.
 //! - [`expected`]: our creates the caches have not shown yet, so they are not planned twice.
+//! - [`memo`]: answers remembered per object uid with the versions they were computed from.
 //! - [`watch`]: label-filtered watches whose caches are shared between controllers;
 //!   [`label_index`] groups a cache by (namespace, label value) so a reader skips the scan.
 //! - [`conditions`]: setting a status condition without losing when it last changed.
@@ -29,6 +30,7 @@ pub mod events;
 pub mod expected;
 pub mod label_index;
 pub mod log_gate;
+pub mod memo;
 pub mod metrics;
 pub mod pod;
 pub mod runner;

@@ -27,7 +27,9 @@ use super::{
     error::Error,
     labels,
     observe::{self, Stores},
-    plan, revision, triggers,
+    plan,
+    remembered::Remembered,
+    revision, triggers,
 };
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
@@ -36,6 +38,7 @@ use crate::{
         events::Events,
         expected::Expected,
         label_index::LabelIndex,
+        memo::PerUid,
         metrics::ControllerMetrics,
         runner::Runner,
         throttle::{Trigger, throttle},
@@ -56,6 +59,8 @@ pub struct Context {
     expected: Expected,
     /// Each LWS's template revision, computed once per generation.
     revisions: revision::Memo,
+    /// Each LWS's comparisons that the next reconcile may reuse (`lws::remembered`).
+    remembered: PerUid<Remembered>,
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -111,6 +116,7 @@ pub fn run(
         written: apply::WrittenStatuses::default(),
         expected: Expected::default(),
         revisions: revision::Memo::default(),
+        remembered: PerUid::default(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
     let lws_store = caches.lws.store();
@@ -198,6 +204,8 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
     );
     // A spec that cannot be hashed is left to the plan, which says why.
     observed.spec_revision = ctx.revisions.of(lws).ok();
+    let uid = lws.metadata.uid.clone().unwrap_or_default();
+    observed.remembered = ctx.remembered.get(&uid).unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     // Names the cache does not show are read only when a write finds them taken.
     let mut deref = deref::dereference(&ctx.applier, lws, &observed, false).await?;
@@ -213,6 +221,9 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
         }
         break (plan, applied);
     };
+    if plan.blocked.is_none() {
+        ctx.remembered.put(&uid, plan.remember.clone());
+    }
     let status_wait = apply::write_status(
         &ctx.applier,
         &ctx.events,

@@ -21,6 +21,7 @@ pub mod observe;
 pub mod plan;
 pub mod pod_defaults;
 pub mod quantity;
+pub mod remembered;
 pub mod revision;
 pub mod rolling;
 pub mod status;

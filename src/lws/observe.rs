@@ -56,6 +56,8 @@ pub struct Observed {
     /// The spec's revision, when the controller remembers it ([`revision::Memo`]); the plan
     /// computes it otherwise.
     pub spec_revision: Option<Arc<revision::SpecRevision>>,
+    /// What earlier reconciles found that the plan may reuse while its versions hold.
+    pub remembered: super::remembered::Remembered,
 }
 
 /// The [`Expected`] key of the shared Service `name` (worker StatefulSets use their bare

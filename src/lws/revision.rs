@@ -156,13 +156,8 @@ impl SpecRevision {
 /// Memory only as a shortcut: a restarted controller computes each revision once again.
 #[derive(Default)]
 pub struct Memo {
-    entries:
-        std::sync::Mutex<std::collections::HashMap<String, (i64, std::sync::Arc<SpecRevision>)>>,
+    entries: crate::k8s::memo::PerUid<(i64, std::sync::Arc<SpecRevision>)>,
 }
-
-/// More remembered LWSs than this (deleted ones are never forgotten one by one) and the memo
-/// starts again empty.
-const MEMO_LIMIT: usize = 4096;
 
 impl Memo {
     /// The revision of `lws`'s spec: remembered for its uid and generation, or computed (and
@@ -172,19 +167,15 @@ impl Memo {
         lws: &crate::api::leaderworkerset::LeaderWorkerSet,
     ) -> Result<std::sync::Arc<SpecRevision>, SpecRevisionError> {
         let id = lws.metadata.uid.as_ref().zip(lws.metadata.generation);
-        let mut entries = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         if let Some((uid, generation)) = id
-            && let Some((seen, revision)) = entries.get(uid)
-            && *seen == generation
+            && let Some((seen, revision)) = self.entries.get(uid)
+            && seen == generation
         {
-            return Ok(revision.clone());
+            return Ok(revision);
         }
         let revision = std::sync::Arc::new(SpecRevision::of(&lws.spec)?);
         if let Some((uid, generation)) = id {
-            if entries.len() >= MEMO_LIMIT {
-                entries.clear();
-            }
-            entries.insert(uid.clone(), (generation, revision.clone()));
+            self.entries.put(uid, (generation, revision.clone()));
         }
         Ok(revision)
     }

@@ -22,8 +22,15 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 . test/upstream/versions.env
 export LWS_UPSTREAM_VERSION
 log "building lws-rollout and lws-bench (release)"
-cargo build --release --locked --bin lws-rollout
-cargo build --release --locked -p lws-bench
+# LWS_BENCH_MANAGER_BIN: another build of our manager to measure (an experiment's binary kept
+# aside), instead of the one built here; the driver already built is used as it is then, so a
+# series of experiments is not slowed (nor disturbed) by rebuilding it after each source edit.
+if [ -z "${LWS_BENCH_MANAGER_BIN:-}" ]; then
+  cargo build --release --locked --bin lws-rollout
+  cargo build --release --locked -p lws-bench
+elif [ ! -x target/release/lws-bench ]; then
+  cargo build --release --locked -p lws-bench
+fi
 
 OUT="$REPO/target/bench"
 STATE="$OUT/state"
@@ -42,5 +49,5 @@ trap 'exit 130' INT TERM
 # The benchmark measures the controllers alone: no proxy or pod agent in its clusters.
 export LWS_CLUSTER_TRAFFIC=0
 log "running the benchmark (logs and JSON under $OUT)"
-target/release/lws-bench --manager-bin target/release/lws-rollout --upstream-bin "$UPSTREAM_BIN" \
+target/release/lws-bench --manager-bin "${LWS_BENCH_MANAGER_BIN:-target/release/lws-rollout}" --upstream-bin "$UPSTREAM_BIN" \
   --bin-dir "$BIN" --state-root "$STATE" --json "$OUT/results.json" --keep-logs "$@" | tee "$OUT/table.md"

@@ -14,7 +14,13 @@ use crate::{
         events::EventSpec,
         pod,
     },
-    lws::{error::Failure, labels, objects, observe::Observed, rolling},
+    lws::{
+        error::Failure,
+        labels, objects,
+        observe::Observed,
+        remembered::{LeaderInSync, Version, version_of},
+        rolling,
+    },
 };
 
 /// The leader StatefulSet decision.
@@ -24,6 +30,8 @@ pub struct LeaderPlan {
     pub step: rolling::Step,
     /// The write, when the StatefulSet would change.
     pub write: Option<Write<StatefulSet>>,
+    /// The observed StatefulSet is as desired, for the next reconcile to reuse.
+    pub in_sync: Option<LeaderInSync>,
 }
 
 /// The leader StatefulSet as the rolling algorithm sees it.
@@ -162,6 +170,26 @@ pub fn plan(
         + rolling::scaled(&max_surge, replicas, true)
             .map_err(invalid)?
             .min(replicas);
+    // The comparison below encodes both StatefulSets whole; it is reused while nothing it
+    // was made of has a new version (most reconciles follow a pod event and change nothing).
+    let comparison = observed_sts.and_then(|sts| {
+        Some(LeaderInSync {
+            lws: version_of(&lws.metadata)?,
+            held_revision: held_revision(observed, revisions),
+            sts: version_of(&sts.metadata)?,
+            key: revisions.key.clone(),
+            partition: step.partition,
+            replicas: step.replicas,
+            max_unavailable: sts_max_unavailable,
+        })
+    });
+    if comparison.is_some() && comparison == observed.remembered.leader_in_sync {
+        return Ok(LeaderPlan {
+            step,
+            write: None,
+            in_sync: comparison,
+        });
+    }
     let desired = objects::leader_statefulset(
         lws,
         &revisions.key,
@@ -170,7 +198,11 @@ pub fn plan(
         sts_max_unavailable,
     );
     if observed_sts.is_some_and(|sts| as_desired(&desired, sts)) {
-        return Ok(LeaderPlan { step, write: None });
+        return Ok(LeaderPlan {
+            step,
+            write: None,
+            in_sync: comparison,
+        });
     }
     let on_success = match leader_sts {
         None => vec![EventSpec::normal(
@@ -216,6 +248,7 @@ pub fn plan(
     };
     Ok(LeaderPlan {
         step,
+        in_sync: None,
         write: Some(Write {
             object: desired,
             how: How::Apply,
@@ -228,6 +261,15 @@ pub fn plan(
             }),
         }),
     })
+}
+
+/// The version of the ControllerRevision whose template the groups run while a Rollout holds
+/// the LWS ([`super::revisions::effective`] builds the LWS from it then).
+fn held_revision(observed: &Observed, revisions: &Revisions) -> Option<Version> {
+    (revisions.key != revisions.spec_key)
+        .then(|| super::revisions::with_key(observed, &revisions.key))
+        .flatten()
+        .and_then(|rev| version_of(&rev.metadata))
 }
 
 /// Whether applying `desired` to `observed` would change nothing. A field the API server drops

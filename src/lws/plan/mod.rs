@@ -168,6 +168,8 @@ pub struct Plan {
     pub status: Option<StatusOutcome>,
     /// Look again after this long (something we need is not in the caches yet).
     pub requeue: Option<Duration>,
+    /// What the next reconcile may reuse ([`super::remembered`]).
+    pub remember: super::remembered::Remembered,
 }
 
 impl Plan {
@@ -227,6 +229,10 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
             }
             w
         }),
+        remember: super::remembered::Remembered {
+            leader_in_sync: leader.in_sync.clone(),
+            revision_match: revisions.matched.clone(),
+        },
         ..Default::default()
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);

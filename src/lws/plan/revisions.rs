@@ -14,12 +14,19 @@ use std::sync::Arc;
 
 use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use kube::ResourceExt;
+use serde_json::Value;
 
 use super::{How, Write, reasons};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::events::EventSpec,
-    lws::{error::Failure, labels, objects, observe::Observed, revision},
+    lws::{
+        error::Failure,
+        labels, objects,
+        observe::Observed,
+        remembered::{RevisionMatch, version_of},
+        revision,
+    },
 };
 
 /// The revision decision.
@@ -35,6 +42,8 @@ pub struct Revisions {
     pub template_changed: bool,
     /// ControllerRevisions to record.
     pub writes: Vec<Write<ControllerRevision>>,
+    /// The running revision's comparison with the spec, for the next reconcile to reuse.
+    pub matched: Option<RevisionMatch>,
 }
 
 fn key_of(rev: &ControllerRevision) -> Option<&str> {
@@ -116,12 +125,32 @@ pub fn plan(
     // Whether the running revision is the spec's template: byte for byte, or once re-encoded
     // (a revision another version or client wrote differently is still ours: v0.9's
     // SetMatchesRevision).
+    let mut matched = None;
     let same_template = match with_key(observed, &current_key) {
-        Some(rev) => revision::matches(
-            &rev.data.as_ref().map(|d| d.0.clone()).unwrap_or_default(),
-            spec,
-            data,
-        ),
+        Some(rev) => {
+            let id = lws
+                .metadata
+                .uid
+                .clone()
+                .zip(lws.metadata.generation)
+                .zip(version_of(&rev.metadata));
+            let remembered = observed.remembered.revision_match.as_ref().filter(|m| {
+                id.as_ref()
+                    .is_some_and(|(lws, revision)| m.lws == *lws && m.revision == *revision)
+            });
+            let matches = match remembered {
+                Some(m) => m.matches,
+                None => {
+                    revision::matches(rev.data.as_ref().map_or(&Value::Null, |d| &d.0), spec, data)
+                }
+            };
+            matched = id.map(|(lws, revision)| RevisionMatch {
+                lws,
+                revision,
+                matches,
+            });
+            matches
+        }
         None => {
             let note = if sts_key.is_some() {
                 format!(
@@ -157,6 +186,7 @@ pub fn plan(
             spec_key: template_key,
             template_changed: held != current_key,
             writes,
+            matched,
         });
     }
 
@@ -180,6 +210,7 @@ pub fn plan(
         spec_key: template_key,
         template_changed,
         writes,
+        matched,
     })
 }
 

@@ -1392,3 +1392,86 @@ fn a_shared_service_created_a_moment_ago_is_not_created_again() {
     assert!(plan.services.is_empty(), "{:?}", names(&plan.services));
     assert_eq!(plan.requeue, Some(crate::k8s::expected::PATIENCE));
 }
+
+/// Sets `resourceVersion` on the LWS, its leader StatefulSet and its revisions, as the API
+/// server would (the remembered comparisons need them).
+fn versioned(mut world: World) -> World {
+    world.lws.metadata.resource_version = Some("10".into());
+    let sts = world.observed.leader_sts.as_mut().unwrap();
+    Arc::make_mut(sts).metadata.resource_version = Some("20".into());
+    for rev in &mut world.observed.revisions {
+        Arc::make_mut(rev).metadata.resource_version = Some("30".into());
+    }
+    world
+}
+
+#[test]
+fn a_remembered_comparison_is_reused_only_while_every_version_it_was_made_of_holds() {
+    let mut world = versioned(World::settled(lws_with("vllm", 2, 3, "img:1", json!({}))));
+    let first = world.plan();
+    assert!(first.leader_sts.is_none() && first.revisions.is_empty());
+    let remembered = first.remember.clone();
+    let in_sync = remembered.leader_in_sync.clone().expect("leader compared");
+    assert_eq!(in_sync.sts, ("leader-sts-uid".into(), "20".into()));
+    assert_eq!(in_sync.lws, ("lws-uid".into(), "10".into()));
+    assert!(
+        remembered
+            .revision_match
+            .as_ref()
+            .expect("revision compared")
+            .matches
+    );
+
+    // Handed back, the same answers come out.
+    world.observed.remembered = remembered.clone();
+    assert_eq!(world.plan().remember, remembered);
+
+    // The answers are trusted for the versions they name: a StatefulSet changed under the
+    // same resourceVersion (which the API server never does) is not compared again …
+    let sts = world.observed.leader_sts.as_mut().unwrap();
+    Arc::make_mut(sts).spec.as_mut().unwrap().service_name = Some("other".into());
+    assert!(world.plan().leader_sts.is_none());
+    // … and a new resourceVersion is: the StatefulSet is applied back.
+    let sts = world.observed.leader_sts.as_mut().unwrap();
+    Arc::make_mut(sts).metadata.resource_version = Some("21".into());
+    let plan = world.plan();
+    let write = plan
+        .leader_sts
+        .expect("the changed StatefulSet is applied back");
+    assert_eq!(
+        write.object.spec.unwrap().service_name.as_deref(),
+        Some("vllm")
+    );
+    assert_eq!(plan.remember.leader_in_sync, None);
+
+    // A new LWS version (here: another resourceVersion only) is compared again too.
+    let mut world = versioned(World::settled(lws_with("vllm", 2, 3, "img:1", json!({}))));
+    world.observed.remembered = remembered.clone();
+    world.lws.metadata.resource_version = Some("11".into());
+    let plan = world.plan();
+    assert!(plan.leader_sts.is_none());
+    assert_eq!(
+        plan.remember.leader_in_sync.unwrap().lws,
+        ("lws-uid".into(), "11".into())
+    );
+}
+
+#[test]
+fn a_remembered_revision_match_is_dropped_with_a_new_generation_or_revision_version() {
+    let mut world = versioned(World::settled(lws_with("vllm", 2, 3, "img:1", json!({}))));
+    let remembered = world.plan().remember;
+    // The remembered "matches" is reused for the same revision version …
+    let mut wrong = remembered.clone();
+    wrong.revision_match.as_mut().unwrap().matches = false;
+    world.observed.remembered = wrong.clone();
+    let matched = |plan: Plan| plan.remember.revision_match.unwrap().matches;
+    assert!(!matched(world.plan()), "the remembered answer is reused");
+    // … and not once the revision has another resourceVersion, or the LWS a new generation.
+    let rev = &mut world.observed.revisions[0];
+    Arc::make_mut(rev).metadata.resource_version = Some("31".into());
+    assert!(matched(world.plan()), "compared again");
+    let mut world = versioned(World::settled(lws_with("vllm", 2, 3, "img:1", json!({}))));
+    world.observed.remembered = wrong;
+    world.lws.metadata.generation = Some(2);
+    assert!(matched(world.plan()), "compared again");
+}
