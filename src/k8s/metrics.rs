@@ -56,6 +56,16 @@ pub struct WebhookLabels {
     pub outcome: String,
 }
 
+/// Labels of the watch events a shared cache received: the kind and whether the controllers
+/// were told (`delivered`) or the event changed nothing they read (`unchanged`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The watched kind, e.g. `Pod`.
+    pub kind: String,
+    /// `delivered` or `unchanged`.
+    pub outcome: String,
+}
+
 /// Labels of a release step transition: the controller and the state entered.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
@@ -100,6 +110,7 @@ pub struct Metrics {
     cert_expiry: Gauge,
     step_transitions: Family<StepLabels, Counter>,
     step_duration: HistogramFamily<StepLabels>,
+    watch_events: Family<WatchLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -191,6 +202,13 @@ impl Metrics {
             Unit::Seconds,
             step_duration.clone(),
         );
+        let watch_events = Family::<WatchLabels, Counter>::default();
+        registry.register(
+            "watch_events",
+            "Watch events the shared caches received, per kind and outcome (delivered to the \
+             controllers, or unchanged: nothing a controller reads changed)",
+            watch_events.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             reconciles,
@@ -205,6 +223,7 @@ impl Metrics {
             cert_expiry,
             step_transitions,
             step_duration,
+            watch_events,
         }
     }
 
@@ -237,6 +256,17 @@ impl Metrics {
     /// Records the expiry of the webhook serving certificate in use (Unix seconds).
     pub fn set_certificate_expiry(&self, not_after_unix: i64) {
         self.cert_expiry.set(not_after_unix);
+    }
+
+    /// The counter of `kind`'s watch events with `outcome` (see [`WatchLabels`]); a cache
+    /// takes it once and counts on it without a lookup per event.
+    pub fn watch_events(&self, kind: &str, outcome: &str) -> Counter {
+        self.watch_events
+            .get_or_create(&WatchLabels {
+                kind: kind.into(),
+                outcome: outcome.into(),
+            })
+            .clone()
     }
 
     /// Records one admission request.

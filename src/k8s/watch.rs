@@ -36,6 +36,7 @@ use tokio::sync::mpsc;
 use super::{
     label_index::LabelIndex,
     log_gate::{GATE, cause},
+    metrics::Metrics,
 };
 
 /// One watched kind: a store to read and changes to subscribe to.
@@ -50,6 +51,7 @@ where
     config: Config,
     trim: fn(&mut K),
     index: Option<LabelIndex<K>>,
+    unchanged: Option<fn(&K, &mut K) -> bool>,
 }
 
 impl<K> SharedCache<K>
@@ -67,6 +69,7 @@ where
             config,
             trim: |_| {},
             index: None,
+            unchanged: None,
         }
     }
 
@@ -81,6 +84,20 @@ where
     /// Also keeps the objects grouped by (namespace, value of `label`); see [`LabelIndex`].
     pub fn with_index(mut self, label: &'static str) -> Self {
         self.index = Some(LabelIndex::new(label));
+        self
+    }
+
+    /// Tells no subscriber of an update that changed nothing but the resourceVersion of the
+    /// object as cached (after trimming: a pod's status conditions other than Ready, say, are
+    /// not kept, so a change of only those is no change here). The store and the index still
+    /// take the new version. Only for caches whose subscribers decide from the cached fields
+    /// alone; a reconcile waiting for the watch event of its own write (`k8s::written`) must
+    /// not subscribe to one, as a write that changed only trimmed fields would then go unseen.
+    pub fn with_unchanged_skipped(mut self) -> Self
+    where
+        K: PartialEq,
+    {
+        self.unchanged = Some(same_but_version::<K>);
         self
     }
 
@@ -103,13 +120,18 @@ where
     }
 
     /// The future that runs the watch, fills the store and feeds the subscribers; it ends
-    /// when the watch stream does (never, in practice: it retries with backoff).
-    pub fn driver(&mut self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let writer = self.writer.take().expect("driver() called once");
+    /// when the watch stream does (never, in practice: it retries with backoff). `metrics`
+    /// counts its events.
+    pub fn driver(&mut self, metrics: &Metrics) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        let mut writer = self.writer.take().expect("driver() called once");
         let subscribers = std::mem::take(&mut self.subscribers);
         let store = self.store.clone();
         let index = self.index.clone();
         let trim = self.trim;
+        let unchanged = self.unchanged;
+        let kind = K::kind(&());
+        let delivered_count = metrics.watch_events(&kind, "delivered");
+        let unchanged_count = metrics.watch_events(&kind, "unchanged");
         // managedFields are never read by our controllers and are often the largest part of
         // a pod or StatefulSet: dropped before the store keeps the object.
         let events = retried(
@@ -117,46 +139,74 @@ where
                 obj.meta_mut().managed_fields = None;
                 trim(obj);
             }),
-        )
-        .reflect(writer);
+        );
         Box::pin(events.for_each(move |event| {
+            let Ok(mut event) = event else {
+                return futures::future::ready(());
+            };
+            // Compared with the version the store holds before the store takes the new one.
+            let skip = match (&mut event, unchanged) {
+                (Event::Apply(obj), Some(same)) => store
+                    .get(&ObjectRef::from_obj(obj))
+                    .is_some_and(|old| same(&old, obj)),
+                _ => false,
+            };
+            writer.apply_watcher_event(&event);
             let changed = match event {
                 // Subscribers get the store's own Arc: no second copy of the object while
                 // the change waits in their queues.
-                Ok(Event::Apply(obj)) => {
+                Event::Apply(obj) => {
                     let stored = store
                         .get(&ObjectRef::from_obj(&obj))
                         .unwrap_or_else(|| Arc::new(obj));
                     if let Some(index) = &index {
                         index.upsert(stored.clone());
                     }
-                    Some(stored)
+                    (!skip).then_some(stored)
                 }
-                Ok(Event::Delete(obj)) => {
+                Event::Delete(obj) => {
                     if let Some(index) = &index {
                         index.remove(&obj);
                     }
                     Some(Arc::new(obj))
                 }
                 // The store swaps in a full list only at InitDone; the index follows then.
-                Ok(Event::InitApply(obj)) => Some(Arc::new(obj)),
-                Ok(Event::InitDone) => {
+                Event::InitApply(obj) => Some(Arc::new(obj)),
+                Event::InitDone => {
                     if let Some(index) = &index {
                         index.rebuild(&store);
                     }
                     None
                 }
-                Ok(Event::Init) | Err(_) => None,
+                Event::Init => None,
             };
-            if let Some(obj) = changed {
-                for subscriber in &subscribers {
-                    // A controller that stopped has dropped its receiver: nothing to do.
-                    let _ = subscriber.send(obj.clone());
+            match changed {
+                Some(obj) => {
+                    delivered_count.inc();
+                    for subscriber in &subscribers {
+                        // A controller that stopped has dropped its receiver: nothing to do.
+                        let _ = subscriber.send(obj.clone());
+                    }
                 }
+                None if skip => {
+                    unchanged_count.inc();
+                }
+                None => {}
             }
             futures::future::ready(())
         }))
     }
+}
+
+/// Whether `new` is `old` but for its resourceVersion. `new` is handed back as it came.
+fn same_but_version<K: Resource + PartialEq>(old: &K, new: &mut K) -> bool {
+    let version = std::mem::replace(
+        &mut new.meta_mut().resource_version,
+        old.meta().resource_version.clone(),
+    );
+    let same = old == new;
+    new.meta_mut().resource_version = version;
+    same
 }
 
 /// `events` of a watcher, retried after errors as [`Retry`] says: every watch of the manager
@@ -312,6 +362,28 @@ mod tests {
                 .with_code(503)
                 .boxed(),
         ))
+    }
+
+    fn pod(version: &str, ready: bool) -> crate::k8s::pod::CachedPod {
+        let mut pod = crate::k8s::pod::CachedPod {
+            ready_condition: ready,
+            ..Default::default()
+        };
+        pod.metadata.name = Some("p".into());
+        pod.metadata.resource_version = Some(version.into());
+        pod
+    }
+
+    #[test]
+    fn an_update_of_only_the_resource_version_is_unchanged_and_keeps_its_version() {
+        let old = pod("1", false);
+        let mut new = pod("2", false);
+        assert!(same_but_version(&old, &mut new));
+        assert_eq!(new.metadata.resource_version.as_deref(), Some("2"));
+
+        let mut ready = pod("3", true);
+        assert!(!same_but_version(&old, &mut ready), "Ready changed");
+        assert_eq!(ready.metadata.resource_version.as_deref(), Some("3"));
     }
 
     #[test]

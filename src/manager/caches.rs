@@ -15,7 +15,7 @@ use crate::{
         BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset,
         kueue::{self, Workload},
     },
-    k8s::{apply::controller_kind, pod::CachedPod, watch::SharedCache},
+    k8s::{apply::controller_kind, metrics::Metrics, pod::CachedPod, watch::SharedCache},
     lws::labels,
 };
 
@@ -50,11 +50,16 @@ impl Caches {
         let owned = Config::default().labels(labels::NAME);
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
+            // Pods and StatefulSets change most, often in fields no controller reads (a pod's
+            // other conditions, a worker StatefulSet's template); no one waits on its own write
+            // to them through a watch event.
             pods: SharedCache::new(Api::all(client.clone()), owned.clone())
-                .with_index(labels::NAME),
+                .with_index(labels::NAME)
+                .with_unchanged_skipped(),
             statefulsets: SharedCache::new(Api::all(client.clone()), owned.clone())
                 .with_trim(trim_statefulset)
-                .with_index(labels::NAME),
+                .with_index(labels::NAME)
+                .with_unchanged_skipped(),
             services: SharedCache::new(Api::all(client.clone()), owned.clone())
                 .with_index(labels::NAME),
             revisions: SharedCache::new(
@@ -80,18 +85,22 @@ impl Caches {
 
     /// The futures that run the watches; call once every controller has subscribed. The
     /// Workloads' watch starts once Kueue serves them ([`once_kueue_serves`]).
-    pub fn drivers(&mut self, client: &Client) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
+    pub fn drivers(
+        &mut self,
+        client: &Client,
+        metrics: &Metrics,
+    ) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
         vec![
-            self.lws.driver(),
-            self.pods.driver(),
-            self.statefulsets.driver(),
-            self.services.driver(),
-            self.revisions.driver(),
-            self.rollouts.driver(),
-            self.batch_releases.driver(),
-            once_kueue_serves(client.clone(), self.workloads.driver()),
-            self.disaggregated_sets.driver(),
-            self.set_services.driver(),
+            self.lws.driver(metrics),
+            self.pods.driver(metrics),
+            self.statefulsets.driver(metrics),
+            self.services.driver(metrics),
+            self.revisions.driver(metrics),
+            self.rollouts.driver(metrics),
+            self.batch_releases.driver(metrics),
+            once_kueue_serves(client.clone(), self.workloads.driver(metrics)),
+            self.disaggregated_sets.driver(metrics),
+            self.set_services.driver(metrics),
         ]
     }
 }

@@ -292,7 +292,7 @@ async fn run_controllers(
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),
     );
-    let drivers = run_all(caches.drivers(&client));
+    let drivers = run_all(caches.drivers(&client, &metrics));
     let controllers = run_all(vec![
         lws.boxed(),
         rollouts.boxed(),

@@ -6,7 +6,8 @@
 #   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream,
 #                                           --scenarios s1,s5 (S5, releases, runs on ours only)
 #
-# Builds what it needs (our manager and the driver in release mode, the control plane and the
+# Builds what it needs (our manager as the image ships it — the static musl release build,
+# test/image/build-binary.sh — and the driver in release mode, the control plane and the
 # upstream manager from pinned Go modules, cached under ~/.cache/lws-rollout), then runs
 # target/release/lws-bench. Every process it starts is recorded and stopped on every exit path.
 # Output: the Markdown table on stdout; JSON and each side's logs under target/bench/.
@@ -21,12 +22,12 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # shellcheck source=../upstream/versions.env
 . test/upstream/versions.env
 export LWS_UPSTREAM_VERSION
-log "building lws-rollout and lws-bench (release)"
+log "building lws-rollout (the image's static binary) and lws-bench (release)"
 # LWS_BENCH_MANAGER_BIN: another build of our manager to measure (an experiment's binary kept
 # aside), instead of the one built here; the driver already built is used as it is then, so a
 # series of experiments is not slowed (nor disturbed) by rebuilding it after each source edit.
 if [ -z "${LWS_BENCH_MANAGER_BIN:-}" ]; then
-  cargo build --release --locked --bin lws-rollout
+  LWS_BENCH_MANAGER_BIN=$(test/image/build-binary.sh)
   cargo build --release --locked -p lws-bench
 elif [ ! -x target/release/lws-bench ]; then
   cargo build --release --locked -p lws-bench
@@ -49,5 +50,5 @@ trap 'exit 130' INT TERM
 # The benchmark measures the controllers alone: no proxy or pod agent in its clusters.
 export LWS_CLUSTER_TRAFFIC=0
 log "running the benchmark (logs and JSON under $OUT)"
-target/release/lws-bench --manager-bin "${LWS_BENCH_MANAGER_BIN:-target/release/lws-rollout}" --upstream-bin "$UPSTREAM_BIN" \
+target/release/lws-bench --manager-bin "$LWS_BENCH_MANAGER_BIN" --upstream-bin "$UPSTREAM_BIN" \
   --bin-dir "$BIN" --state-root "$STATE" --json "$OUT/results.json" --keep-logs "$@" | tee "$OUT/table.md"

@@ -80,6 +80,7 @@ async fn metrics_move_while_the_manager_works() -> anyhow::Result<()> {
         let lws_validated =
             r#"lws_rollout_webhook_requests_total{endpoint="/validate-lws",outcome="allowed"}"#;
         let lws_defaulted = r#"lws_rollout_webhook_request_duration_seconds_count{endpoint="/mutate-lws",outcome="allowed"}"#;
+        let pod_events = r#"lws_rollout_watch_events_total{kind="Pod",outcome="delivered"}"#;
 
         let obj = lws("m", 2, 2, "vllm:1");
         create_available(&ns, &obj).await?;
@@ -90,7 +91,14 @@ async fn metrics_move_while_the_manager_works() -> anyhow::Result<()> {
         wait_for(&ns.api(), "m", Duration::from_secs(120), available_with(2, 2)).await?;
         let after = scrape_ok(&addr).await?;
 
-        for series in [reconciles, durations, pods_patched, lws_validated, lws_defaulted] {
+        for series in [
+            reconciles,
+            durations,
+            pods_patched,
+            lws_validated,
+            lws_defaulted,
+            pod_events,
+        ] {
             assert!(
                 value(&after, series) > value(&before, series),
                 "{series} moves: {} then {}",

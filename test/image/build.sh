@@ -18,24 +18,10 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 log() { echo "[image $(date +%H:%M:%S)] $*" >&2; }
 die() { echo "lws-rollout image: $*" >&2; exit 1; }
 OUT="${1:-$REPO/target/image}"
-TARGET=x86_64-unknown-linux-musl
 VERSION=$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -n1)
 
-rustup target list --installed 2>/dev/null | grep -qx "$TARGET" \
-  || rustup target add "$TARGET" >/dev/null 2>&1 \
-  || die "the Rust target $TARGET is missing and 'rustup target add $TARGET' failed: the image needs a static binary"
 CRANE=$("$REPO/test/tools/build-crane.sh")
-
-# ring compiles a little C; without a musl cross compiler (musl-tools), the host's gcc does
-# (ring's C needs no libc headers; the Rust toolchain links musl's own crt and libc).
-if ! command -v x86_64-linux-musl-gcc >/dev/null 2>&1 && ! command -v musl-gcc >/dev/null 2>&1; then
-  export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-cc}"
-fi
-log "building the static manager binary ($TARGET, release)"
-(cd "$REPO" && cargo build --locked --release --target "$TARGET" --bin lws-rollout) >&2
-BIN="$REPO/target/$TARGET/release/lws-rollout"
-# `ldd` says "statically linked" (static-pie) or "not a dynamic executable" (static).
-ldd "$BIN" 2>&1 | grep -Eq "statically linked|not a dynamic executable" || die "$BIN is not statically linked"
+BIN=$("$REPO/test/image/build-binary.sh")
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/lws-rollout-image.XXXXXX")
 REG_PID=
