@@ -127,11 +127,15 @@ pub fn run(
         futures::future::ready(trigger)
     };
     let mut leaders = triggers::Leaders::new(ctx.stores.statefulsets.clone());
+    let echoes = ctx.clone();
     let triggers = futures::stream::select_all([
         caches
             .lws
             .subscribe()
-            .map(|lws| Some(Trigger::normal(ObjectRef::from_obj(lws.as_ref()))))
+            .map(move |lws| {
+                (!echoes.written.is_echo(&lws))
+                    .then(|| Trigger::normal(ObjectRef::from_obj(lws.as_ref())))
+            })
             .boxed(),
         caches
             .pods
