@@ -144,41 +144,43 @@ where
             let Ok(mut event) = event else {
                 return futures::future::ready(());
             };
+            let key = match &event {
+                Event::Apply(obj) => Some(ObjectRef::from_obj(obj)),
+                _ => None,
+            };
             // Compared with the version the store holds before the store takes the new one.
-            let skip = match (&mut event, unchanged) {
-                (Event::Apply(obj), Some(same)) => store
-                    .get(&ObjectRef::from_obj(obj))
-                    .is_some_and(|old| same(&old, obj)),
+            let skip = match (&mut event, &key, unchanged) {
+                (Event::Apply(obj), Some(key), Some(same)) => {
+                    store.get(key).is_some_and(|old| same(&old, obj))
+                }
                 _ => false,
             };
             writer.apply_watcher_event(&event);
-            let changed = match event {
+            let changed = match (event, key) {
                 // Subscribers get the store's own Arc: no second copy of the object while
                 // the change waits in their queues.
-                Event::Apply(obj) => {
-                    let stored = store
-                        .get(&ObjectRef::from_obj(&obj))
-                        .unwrap_or_else(|| Arc::new(obj));
+                (Event::Apply(obj), Some(key)) => {
+                    let stored = store.get(&key).unwrap_or_else(|| Arc::new(obj));
                     if let Some(index) = &index {
                         index.upsert(stored.clone());
                     }
                     (!skip).then_some(stored)
                 }
-                Event::Delete(obj) => {
+                (Event::Delete(obj), _) => {
                     if let Some(index) = &index {
                         index.remove(&obj);
                     }
                     Some(Arc::new(obj))
                 }
                 // The store swaps in a full list only at InitDone; the index follows then.
-                Event::InitApply(obj) => Some(Arc::new(obj)),
-                Event::InitDone => {
+                (Event::InitApply(obj), _) => Some(Arc::new(obj)),
+                (Event::InitDone, _) => {
                     if let Some(index) = &index {
                         index.rebuild(&store);
                     }
                     None
                 }
-                Event::Init => None,
+                (Event::Init | Event::Apply(_), _) => None,
             };
             match changed {
                 Some(obj) => {
