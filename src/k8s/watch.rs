@@ -30,6 +30,7 @@ use kube::{
         watcher::{self, Config, Event},
     },
 };
+use prometheus_client::metrics::counter::Counter;
 use serde::de::DeserializeOwned;
 use tokio::sync::mpsc;
 
@@ -123,15 +124,13 @@ where
     /// when the watch stream does (never, in practice: it retries with backoff). `metrics`
     /// counts its events.
     pub fn driver(&mut self, metrics: &Metrics) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-        let mut writer = self.writer.take().expect("driver() called once");
+        let writer = self.writer.take().expect("driver() called once");
         let subscribers = std::mem::take(&mut self.subscribers);
         let store = self.store.clone();
         let index = self.index.clone();
         let trim = self.trim;
         let unchanged = self.unchanged;
         let kind = K::kind(&());
-        let delivered_count = metrics.watch_events(&kind, "delivered");
-        let unchanged_count = metrics.watch_events(&kind, "unchanged");
         // managedFields are never read by our controllers and are often the largest part of
         // a pod or StatefulSet: dropped before the store keeps the object.
         let events = retried(
@@ -140,63 +139,101 @@ where
                 trim(obj);
             }),
         );
+        let mut feed = Feed {
+            writer,
+            store,
+            index,
+            subscribers,
+            unchanged,
+            delivered: metrics.watch_events(&kind, "delivered"),
+            skipped: metrics.watch_events(&kind, "unchanged"),
+        };
         Box::pin(events.for_each(move |event| {
-            let Ok(mut event) = event else {
-                return futures::future::ready(());
-            };
-            let key = match &event {
-                Event::Apply(obj) => Some(ObjectRef::from_obj(obj)),
-                _ => None,
-            };
-            // Compared with the version the store holds before the store takes the new one.
-            let skip = match (&mut event, &key, unchanged) {
-                (Event::Apply(obj), Some(key), Some(same)) => {
-                    store.get(key).is_some_and(|old| same(&old, obj))
-                }
-                _ => false,
-            };
-            writer.apply_watcher_event(&event);
-            let changed = match (event, key) {
-                // Subscribers get the store's own Arc: no second copy of the object while
-                // the change waits in their queues.
-                (Event::Apply(obj), Some(key)) => {
-                    let stored = store.get(&key).unwrap_or_else(|| Arc::new(obj));
-                    if let Some(index) = &index {
-                        index.upsert(stored.clone());
-                    }
-                    (!skip).then_some(stored)
-                }
-                (Event::Delete(obj), _) => {
-                    if let Some(index) = &index {
-                        index.remove(&obj);
-                    }
-                    Some(Arc::new(obj))
-                }
-                // The store swaps in a full list only at InitDone; the index follows then.
-                (Event::InitApply(obj), _) => Some(Arc::new(obj)),
-                (Event::InitDone, _) => {
-                    if let Some(index) = &index {
-                        index.rebuild(&store);
-                    }
-                    None
-                }
-                (Event::Init | Event::Apply(_), _) => None,
-            };
-            match changed {
-                Some(obj) => {
-                    delivered_count.inc();
-                    for subscriber in &subscribers {
-                        // A controller that stopped has dropped its receiver: nothing to do.
-                        let _ = subscriber.send(obj.clone());
-                    }
-                }
-                None if skip => {
-                    unchanged_count.inc();
-                }
-                None => {}
+            // Failed requests are retried by `retried`; only events reach the store.
+            if let Ok(event) = event {
+                feed.take(event);
             }
             futures::future::ready(())
         }))
+    }
+}
+
+/// What a cache's driver does with each watch event: the store takes it, the index follows,
+/// and every subscriber is told of the change unless it changed nothing they read.
+struct Feed<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    writer: Writer<K>,
+    store: Store<K>,
+    index: Option<LabelIndex<K>>,
+    subscribers: Vec<mpsc::UnboundedSender<Arc<K>>>,
+    unchanged: Option<fn(&K, &mut K) -> bool>,
+    delivered: Counter,
+    skipped: Counter,
+}
+
+impl<K> Feed<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    fn take(&mut self, mut event: Event<K>) {
+        let key = match &event {
+            Event::Apply(obj) => Some(ObjectRef::from_obj(obj)),
+            _ => None,
+        };
+        // Compared with the version the store holds before the store takes the new one.
+        let skip = match (&mut event, &key, self.unchanged) {
+            (Event::Apply(obj), Some(key), Some(same)) => {
+                self.store.get(key).is_some_and(|old| same(&old, obj))
+            }
+            _ => false,
+        };
+        self.writer.apply_watcher_event(&event);
+        match self.indexed(event, key) {
+            Some(_) if skip => {
+                self.skipped.inc();
+            }
+            Some(obj) => {
+                self.delivered.inc();
+                for subscriber in &self.subscribers {
+                    // A controller that stopped has dropped its receiver: nothing to do.
+                    let _ = subscriber.send(obj.clone());
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Brings the index up to the store after `event` (whose object's key is `key` when it is
+    /// an `Apply`) and returns the changed object, if the event is a change.
+    fn indexed(&self, event: Event<K>, key: Option<ObjectRef<K>>) -> Option<Arc<K>> {
+        match (event, key) {
+            // Subscribers get the store's own Arc: no second copy of the object while the
+            // change waits in their queues.
+            (Event::Apply(obj), Some(key)) => {
+                let stored = self.store.get(&key).unwrap_or_else(|| Arc::new(obj));
+                if let Some(index) = &self.index {
+                    index.upsert(stored.clone());
+                }
+                Some(stored)
+            }
+            (Event::Delete(obj), _) => {
+                if let Some(index) = &self.index {
+                    index.remove(&obj);
+                }
+                Some(Arc::new(obj))
+            }
+            // The store swaps in a full list only at InitDone; the index follows then.
+            (Event::InitApply(obj), _) => Some(Arc::new(obj)),
+            (Event::InitDone, _) => {
+                if let Some(index) = &self.index {
+                    index.rebuild(&self.store);
+                }
+                None
+            }
+            (Event::Init | Event::Apply(_), _) => None,
+        }
     }
 }
 
@@ -386,6 +423,42 @@ mod tests {
         let mut ready = pod("3", true);
         assert!(!same_but_version(&old, &mut ready), "Ready changed");
         assert_eq!(ready.metadata.resource_version.as_deref(), Some("3"));
+    }
+
+    #[test]
+    fn the_feed_stores_every_update_but_tells_subscribers_only_of_changes() {
+        let (store, writer) = reflector::store();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut feed = Feed {
+            writer,
+            store: store.clone(),
+            index: None,
+            subscribers: vec![tx],
+            unchanged: Some(same_but_version::<crate::k8s::pod::CachedPod>),
+            delivered: Counter::default(),
+            skipped: Counter::default(),
+        };
+        let mut told = || std::iter::from_fn(|| rx.try_recv().ok()).collect::<Vec<_>>();
+        let version = |pod: &crate::k8s::pod::CachedPod| pod.metadata.resource_version.clone();
+
+        feed.take(Event::Apply(pod("1", false)));
+        assert_eq!(told().len(), 1, "a new pod");
+        feed.take(Event::Apply(pod("2", false)));
+        assert!(told().is_empty(), "only its resourceVersion changed");
+        let stored = store.state();
+        assert_eq!(
+            version(&stored[0]).as_deref(),
+            Some("2"),
+            "the store has it"
+        );
+        feed.take(Event::Apply(pod("3", true)));
+        let ready = told();
+        assert_eq!(ready.len(), 1, "Ready changed");
+        assert_eq!(version(&ready[0]).as_deref(), Some("3"));
+        feed.take(Event::Delete(pod("4", true)));
+        assert_eq!(told().len(), 1, "a deletion is always told");
+        assert!(store.state().is_empty());
+        assert_eq!((feed.delivered.get(), feed.skipped.get()), (3, 1));
     }
 
     #[test]
