@@ -335,9 +335,9 @@ impl WrittenStatuses {
     /// Whether `lws` (from a watch event) is the very version one of our status writes made,
     /// and so holds nothing a reconcile has not already acted on: that reconcile computed the
     /// status from everything else it read, and any change since came in its own watch event,
-    /// which starts a reconcile of its own. So the echo of a status write starts none (it was
-    /// the trigger of ~7% of all reconciles in the benchmark, each ending with nothing to do:
-    /// docs/performance.md). Only the write's own version counts, once; the Rollout
+    /// which starts a reconcile of its own. So the echo of a status write starts none (such
+    /// reconciles ended with nothing to do; their count is in docs/performance.md, issue 25,
+    /// session 19). Only the write's own version counts, once; the Rollout
     /// controllers, which act on an LWS's status, get every event as before.
     pub fn is_echo(&self, lws: &LeaderWorkerSet) -> bool {
         let (Some(uid), Some(version)) = (&lws.metadata.uid, &lws.metadata.resource_version) else {
