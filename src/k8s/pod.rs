@@ -1,7 +1,11 @@
 //! How every controller reads a pod: the pod as the caches keep it ([`CachedPod`]) and one
 //! definition of "ready".
 
-use std::borrow::Cow;
+use std::{
+    borrow::Cow,
+    ops::{Deref, DerefMut},
+    sync::Arc,
+};
 
 use k8s_openapi::{
     NamespaceResourceScope, api::core::v1::Pod, apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -16,9 +20,19 @@ use serde::Deserialize;
 ///
 /// Its API identity is the Pod's (`kind: Pod`, `v1`, `pods`), so it is watched, listed and
 /// read like one; nothing writes it.
+///
+/// The record is shared: a clone is a reference count. kube-runtime's store copies every object
+/// a watch event brings before keeping it, and for pods, the most frequent events, that copy
+/// was one allocation per label, annotation and owner, made and freed again per event
+/// (docs/performance.md, issue 25, session 20). Fields read through [`Deref`]; a change
+/// through [`DerefMut`] copies the record first if it is shared.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "wire::Pod")]
-pub struct CachedPod {
+pub struct CachedPod(Arc<PodRecord>);
+
+/// What [`CachedPod`] holds.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodRecord {
     /// The pod's metadata, whole (labels, annotations, owners, deletion).
     pub metadata: ObjectMeta,
     /// `spec.nodeName`: exclusive topology places a group's workers next to its leader.
@@ -32,6 +46,26 @@ pub struct CachedPod {
     pub ready_condition: bool,
     /// The highest restart count of any container or init container.
     pub restarts: i32,
+}
+
+impl Deref for CachedPod {
+    type Target = PodRecord;
+
+    fn deref(&self) -> &PodRecord {
+        &self.0
+    }
+}
+
+impl DerefMut for CachedPod {
+    fn deref_mut(&mut self) -> &mut PodRecord {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl From<PodRecord> for CachedPod {
+    fn from(record: PodRecord) -> Self {
+        Self(Arc::new(record))
+    }
 }
 
 /// The phases a controller tells apart.
@@ -96,7 +130,7 @@ impl From<&Pod> for CachedPod {
                     .any(|m| m.contains_key(TPU_RESOURCE))
             })
         };
-        Self {
+        PodRecord {
             // As decoded from a watch: without managedFields.
             metadata: ObjectMeta {
                 managed_fields: None,
@@ -128,6 +162,7 @@ impl From<&Pod> for CachedPod {
                 .max()
                 .unwrap_or(0),
         }
+        .into()
     }
 }
 
@@ -252,7 +287,7 @@ mod wire {
                     .any(|m| m.contains_key(super::TPU_RESOURCE))
             };
             let status = pod.status;
-            Self {
+            super::PodRecord {
                 metadata: pod.metadata.into(),
                 node_name: pod.spec.node_name,
                 requests_tpus: pod
@@ -274,6 +309,7 @@ mod wire {
                     .max()
                     .unwrap_or(0),
             }
+            .into()
         }
     }
 }
@@ -439,6 +475,22 @@ mod tests {
         assert_eq!(
             kube::ResourceExt::resource_version(&pod).as_deref(),
             Some("7")
+        );
+    }
+    #[test]
+    fn a_clone_shares_the_record_until_one_side_changes() {
+        let pod = CachedPod::from(&full_pod(None, [0, 0]));
+        let mut copy = pod.clone();
+        assert!(
+            Arc::ptr_eq(&pod.0, &copy.0),
+            "the store's copy is a reference"
+        );
+        copy.restarts = 3;
+        assert!(!Arc::ptr_eq(&pod.0, &copy.0));
+        assert_eq!(
+            (pod.restarts, copy.restarts),
+            (0, 3),
+            "a change leaves the original alone"
         );
     }
 }

@@ -404,10 +404,10 @@ mod tests {
     }
 
     fn pod(version: &str, ready: bool) -> crate::k8s::pod::CachedPod {
-        let mut pod = crate::k8s::pod::CachedPod {
+        let mut pod = crate::k8s::pod::CachedPod::from(crate::k8s::pod::PodRecord {
             ready_condition: ready,
             ..Default::default()
-        };
+        });
         pod.metadata.name = Some("p".into());
         pod.metadata.resource_version = Some(version.into());
         pod

@@ -2,12 +2,15 @@
 //! docs/lws.md): group and worker index labels, the group key,
 //! subgroup labels, the per-replica subdomain, exclusive-placement affinity, and the
 //! `LWS_LEADER_ADDRESS` / `LWS_GROUP_SIZE` / `LWS_WORKER_INDEX` variables first in every
-//! container. Pure: the webhook server (not built yet) turns the difference into a JSON patch.
+//! container. Pure: the webhook (`webhook::pods`) turns the difference of [`Defaultable`]
+//! before and after into a JSON patch.
 //!
 //! Pods requesting `google.com/tpu` also get the TPU variables (`TPU_WORKER_HOSTNAMES`,
 //! `TPU_WORKER_ID`, `TPU_NAME`, `TPU_PROCESS_ADDRESSES`, `TPU_PROCESS_PORT`) in every container
 //! that requests TPUs (v0.9; with subgroups, in the first one), listing the hosts of its group
 //! (or subgroup).
+
+use std::collections::BTreeMap;
 
 use k8s_openapi::{
     api::core::v1::{
@@ -16,6 +19,7 @@ use k8s_openapi::{
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
 use kube::ResourceExt;
+use serde::Serialize;
 use thiserror::Error;
 
 use super::{
@@ -42,6 +46,68 @@ pub enum PodDefaultError {
     /// LWS pods are StatefulSet pods, named `<parent>-<ordinal>`.
     #[error("parsing pod ordinal for pod {0}")]
     NoOrdinal(String),
+}
+
+/// The fields of a pod that [`default_pod`] may change, borrowed from it and encoded as a pod
+/// would be: the labels, the subdomain, the affinity, and every container's and init
+/// container's variables (each container in its place, so a patch's paths are the pod's).
+/// The admission patch is the difference of these before and after defaulting, so the rest
+/// of the pod (nearly all of it) is neither copied nor encoded per admission. A field
+/// `default_pod` comes to change must be added here; the test
+/// `a_patch_of_the_defaultable_fields_gives_the_defaulted_pod` fails until it is.
+#[derive(Serialize)]
+pub struct Defaultable<'a> {
+    metadata: DefaultableMeta<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    spec: Option<DefaultableSpec<'a>>,
+}
+
+#[derive(Serialize)]
+struct DefaultableMeta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    labels: Option<&'a BTreeMap<String, String>>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct DefaultableSpec<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    affinity: Option<&'a Affinity>,
+    containers: Vec<DefaultableContainer<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    init_containers: Option<Vec<DefaultableContainer<'a>>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    subdomain: Option<&'a String>,
+}
+
+#[derive(Serialize)]
+struct DefaultableContainer<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<&'a Vec<EnvVar>>,
+}
+
+impl<'a> Defaultable<'a> {
+    /// The defaultable fields of `pod`.
+    pub fn of(pod: &'a Pod) -> Self {
+        let containers = |cs: &'a [Container]| {
+            cs.iter()
+                .map(|c| DefaultableContainer {
+                    env: c.env.as_ref(),
+                })
+                .collect()
+        };
+        Self {
+            metadata: DefaultableMeta {
+                labels: pod.metadata.labels.as_ref(),
+            },
+            spec: pod.spec.as_ref().map(|spec| DefaultableSpec {
+                affinity: spec.affinity.as_ref(),
+                containers: containers(&spec.containers),
+                init_containers: spec.init_containers.as_deref().map(containers),
+                subdomain: spec.subdomain.as_ref(),
+            }),
+        }
+    }
 }
 
 /// Whether the webhook applies to this pod at all (it carries the LWS name label).
@@ -850,5 +916,94 @@ mod tests {
         let before = other.clone();
         default_pod(&mut other).unwrap();
         assert_eq!(other, before);
+    }
+    #[test]
+    fn a_patch_of_the_defaultable_fields_gives_the_defaulted_pod() {
+        let lws = |name: &str| json!({labels::NAME: name});
+        let leader = |name: &str| json!({labels::NAME: name, labels::WORKER_INDEX: "0"});
+        let bare = |p: Pod| -> Pod {
+            // Containers without variables, no init containers, no subdomain, no labels map.
+            let mut p = p;
+            let spec = p.spec.as_mut().unwrap();
+            spec.containers[0].env = None;
+            spec.init_containers = None;
+            spec.subdomain = None;
+            p
+        };
+        let mut cases = vec![
+            pod("vllm-1", leader("vllm"), json!({labels::SIZE: "4"}), "vllm"),
+            pod(
+                "vllm-1-2",
+                lws("vllm"),
+                json!({labels::SIZE: "4", labels::LEADER_NAME: "vllm-1"}),
+                "vllm",
+            ),
+            pod(
+                "vllm-0",
+                leader("vllm"),
+                json!({labels::SIZE: "2", labels::SUBDOMAIN_POLICY: "UniquePerReplica"}),
+                "vllm",
+            ),
+            pod(
+                "x-0",
+                leader("x"),
+                json!({labels::SIZE: "3", labels::EXCLUSIVE_TOPOLOGY: "rack"}),
+                "x",
+            ),
+            pod(
+                "g-0",
+                leader("g"),
+                json!({labels::SIZE: "5", labels::SUBGROUP_SIZE: "2",
+                    labels::SUBGROUP_EXCLUSIVE_TOPOLOGY: "host"}),
+                "g",
+            ),
+            pod(
+                "g-0-3",
+                lws("g"),
+                json!({labels::SIZE: "5", labels::SUBGROUP_SIZE: "2", labels::LEADER_NAME: "g-0",
+                    labels::SUBGROUP_EXCLUSIVE_TOPOLOGY: "host"}),
+                "g",
+            ),
+            tpu_pod("t-0", leader("t"), json!({labels::SIZE: "2"}), "t"),
+            tpu_pod(
+                "t-0-1",
+                lws("t"),
+                json!({labels::SIZE: "2", labels::LEADER_NAME: "t-0"}),
+                "t",
+            ),
+            bare(pod("b-0", leader("b"), json!({labels::SIZE: "2"}), "b")),
+            bare(pod("b-0-1", lws("b"), json!({labels::SIZE: "2"}), "b")),
+            pod("web-0", json!({"app": "web"}), json!({}), "web"),
+        ];
+        let mut no_labels = pod("n-0", json!({}), json!({}), "n");
+        no_labels.metadata.labels = None;
+        cases.push(no_labels);
+        let mut tpu_init = tpu_pod("ti-0", leader("ti"), json!({labels::SIZE: "2"}), "ti");
+        tpu_init
+            .spec
+            .as_mut()
+            .unwrap()
+            .init_containers
+            .as_mut()
+            .unwrap()[0]
+            .resources = Some(serde_json::from_value(json!({"requests": {TPU: "1"}})).unwrap());
+        cases.push(tpu_init);
+
+        for before in cases {
+            let name = before.name_any();
+            let mut after = before.clone();
+            default_pod(&mut after).unwrap();
+            let patch = json_patch::diff(
+                &serde_json::to_value(Defaultable::of(&before)).unwrap(),
+                &serde_json::to_value(Defaultable::of(&after)).unwrap(),
+            );
+            let mut patched = serde_json::to_value(&before).unwrap();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            assert_eq!(
+                patched,
+                serde_json::to_value(&after).unwrap(),
+                "{name}: the patch of the defaultable fields ({patch:?}) makes the defaulted pod"
+            );
+        }
     }
 }

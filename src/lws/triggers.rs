@@ -137,10 +137,10 @@ mod tests {
     fn leader(name: &str, size: &str) -> Arc<CachedPod> {
         let mut m = meta(name, &[(labels::NAME, "lws"), (labels::WORKER_INDEX, "0")]);
         m.annotations = Some([(labels::SIZE.to_string(), size.to_string())].into());
-        Arc::new(CachedPod {
+        Arc::new(CachedPod::from(crate::k8s::pod::PodRecord {
             metadata: m,
             ..Default::default()
-        })
+        }))
     }
 
     /// Worker StatefulSets named like the leaders `names`, owned by the uids `meta` gives
@@ -181,23 +181,23 @@ mod tests {
         // A group of one has no workers to create.
         assert_eq!(urgent(&mut leaders, leader("lws-2", "1"), now), Some(false));
         // A worker pod.
-        let worker = Arc::new(CachedPod {
+        let worker = Arc::new(CachedPod::from(crate::k8s::pod::PodRecord {
             metadata: meta(
                 "lws-3-1",
                 &[(labels::NAME, "lws"), (labels::WORKER_INDEX, "1")],
             ),
             ..Default::default()
-        });
+        }));
         assert_eq!(urgent(&mut leaders, worker, now), Some(false));
         // A leader being deleted.
         let mut deleting = (*leader("lws-4", "4")).clone();
         deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
         assert_eq!(urgent(&mut leaders, Arc::new(deleting), now), Some(false));
         // Not ours: no trigger at all.
-        let foreign = Arc::new(CachedPod {
+        let foreign = Arc::new(CachedPod::from(crate::k8s::pod::PodRecord {
             metadata: meta("other", &[]),
             ..Default::default()
-        });
+        }));
         assert_eq!(leaders.trigger(foreign, now), None);
     }
 

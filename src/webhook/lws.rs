@@ -12,6 +12,8 @@ use kube::{
 };
 use tracing::warn;
 
+use super::review::Review;
+
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     lws::{admission, hold, labels, revision},
@@ -45,7 +47,7 @@ fn typed(obj: Option<&DynamicObject>) -> Option<LeaderWorkerSet> {
 /// Handles one defaulting AdmissionReview: upstream's defaults, and the release hold.
 pub async fn mutate(
     State(cluster): State<super::Cluster>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    Review(review): Review<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request = match request(review) {
         Ok(r) => r,
@@ -147,7 +149,7 @@ pub fn default_response(
 
 /// Handles one validating AdmissionReview.
 pub async fn validate(
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    Review(review): Review<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request = match request(review) {
         Ok(r) => r,

@@ -11,6 +11,7 @@ pub mod lws;
 pub mod measure;
 pub mod pods;
 pub mod registration;
+pub mod review;
 pub mod rollout;
 pub mod secret;
 

@@ -8,14 +8,15 @@ use kube::core::{
 };
 use tracing::warn;
 
-use crate::lws::pod_defaults;
+use super::review::Review;
+use crate::lws::pod_defaults::{self, Defaultable};
 
 /// Path of the pod defaulting endpoint.
 pub const PATH: &str = "/mutate-pod";
 
 /// Handles one AdmissionReview.
 pub async fn mutate(
-    Json(review): Json<AdmissionReview<Pod>>,
+    Review(review): Review<AdmissionReview<Pod>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request: AdmissionRequest<Pod> = match review.try_into() {
         Ok(request) => request,
@@ -24,36 +25,33 @@ pub async fn mutate(
             return Json(AdmissionResponse::invalid(err.to_string()).into_review());
         }
     };
-    Json(respond(&request).into_review())
+    Json(respond(request).into_review())
 }
 
-/// The admission decision for one pod (pure apart from logging).
-pub fn respond(request: &AdmissionRequest<Pod>) -> AdmissionResponse {
-    let response = AdmissionResponse::from(request);
-    let Some(pod) = &request.object else {
+/// The admission decision for one pod (pure apart from logging). The patch is the difference
+/// of the pod's [`Defaultable`] fields before and after defaulting: the only fields defaulting
+/// changes, so the same patch as a difference of the whole pod, without copying or encoding
+/// the rest of it (managedFields included) on every pod creation.
+pub fn respond(mut request: AdmissionRequest<Pod>) -> AdmissionResponse {
+    let response = AdmissionResponse::from(&request);
+    let Some(mut pod) = request.object.take() else {
         return response;
     };
-    // managedFields, set by the API server before admission and often the larger half of a
-    // new pod's metadata, are never defaulted: left out of both sides of the diff instead of
-    // encoded and compared twice per pod.
-    let mut pod = pod.clone();
-    pod.metadata.managed_fields = None;
-    let pod = &pod;
-    let mut defaulted = pod.clone();
+    let Ok(before) = serde_json::to_value(Defaultable::of(&pod)) else {
+        return response.deny("cannot serialize the pod");
+    };
     // The API server has not named the pod in the object when it comes from generateName.
-    if defaulted.metadata.name.is_none() {
-        defaulted.metadata.name = Some(request.name.clone());
+    // (Neither field is defaultable: no patch sets them.)
+    if pod.metadata.name.is_none() {
+        pod.metadata.name = Some(std::mem::take(&mut request.name));
     }
-    if defaulted.metadata.namespace.is_none() {
-        defaulted.metadata.namespace = request.namespace.clone();
+    if pod.metadata.namespace.is_none() {
+        pod.metadata.namespace = request.namespace.take();
     }
-    if let Err(err) = pod_defaults::default_pod(&mut defaulted) {
+    if let Err(err) = pod_defaults::default_pod(&mut pod) {
         return response.deny(err.to_string());
     }
-    defaulted.metadata.name = pod.metadata.name.clone();
-    defaulted.metadata.namespace = pod.metadata.namespace.clone();
-    let (Ok(before), Ok(after)) = (serde_json::to_value(pod), serde_json::to_value(&defaulted))
-    else {
+    let Ok(after) = serde_json::to_value(Defaultable::of(&pod)) else {
         return response.deny("cannot serialize the pod");
     };
     let patch = json_patch::diff(&before, &after);
@@ -92,7 +90,7 @@ mod tests {
         }))
         .unwrap();
         let request: AdmissionRequest<Pod> = review.try_into().unwrap();
-        let response = respond(&request);
+        let response = respond(request);
         assert!(response.allowed);
         let patch: Vec<serde_json::Value> =
             serde_json::from_slice(response.patch.as_deref().expect("a patch")).unwrap();

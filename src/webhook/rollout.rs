@@ -12,6 +12,8 @@ use kube::{
 };
 use tracing::warn;
 
+use super::review::Review;
+
 use crate::{api::rollout::Rollout, rollout::admission};
 
 /// Path of the Rollout validating endpoint.
@@ -27,7 +29,7 @@ fn typed(obj: Option<&DynamicObject>) -> Option<Rollout> {
 /// Handles one validating AdmissionReview.
 pub async fn validate(
     State(cluster): State<super::Cluster>,
-    Json(review): Json<AdmissionReview<DynamicObject>>,
+    Review(review): Review<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request: AdmissionRequest<DynamicObject> = match review.try_into() {
         Ok(r) => r,

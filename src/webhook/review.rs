@@ -1,0 +1,76 @@
+//! The request body of every admission endpoint: an AdmissionReview, decoded by serde_json
+//! straight from the bytes.
+
+use axum::{
+    body::Bytes,
+    extract::{FromRequest, Request},
+    http::StatusCode,
+};
+use serde::de::DeserializeOwned;
+
+/// An admission endpoint's AdmissionReview. axum's `Json` decodes through serde_path_to_error,
+/// which keeps the path of every field it passes so that an error can name it: allocations
+/// for each field of every object admitted, most of all the pods, whose admissions are the
+/// webhook's work (docs/performance.md, issue 25, session 20). The API server sends only
+/// well-formed reviews, so those paths were never read; a body that is no AdmissionReview
+/// still gets a 422 answer with serde_json's line and column.
+pub struct Review<T>(pub T);
+
+impl<T, S> FromRequest<S> for Review<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = (StatusCode, String);
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let body = Bytes::from_request(request, state)
+            .await
+            .map_err(|err| (err.status(), err.body_text()))?;
+        serde_json::from_slice(&body).map(Review).map_err(|err| {
+            (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("Failed to deserialize the JSON body into the target type: {err}"),
+            )
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::{DynamicObject, admission::AdmissionReview};
+
+    async fn review(body: &'static [u8]) -> Result<AdmissionReview<DynamicObject>, StatusCode> {
+        let request = Request::builder()
+            .method("POST")
+            .uri("/")
+            .body(axum::body::Body::from(body))
+            .unwrap();
+        Review::from_request(request, &())
+            .await
+            .map(|Review(review)| review)
+            .map_err(|(status, _)| status)
+    }
+
+    #[tokio::test]
+    async fn a_review_is_decoded_and_anything_else_refused_with_422() {
+        let ok = review(
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{
+                "uid":"u","kind":{"group":"","version":"v1","kind":"Pod"},
+                "resource":{"group":"","version":"v1","resource":"pods"},
+                "operation":"CREATE","userInfo":{},"object":{"metadata":{"name":"p"}}}}"#,
+        )
+        .await
+        .expect("a review");
+        assert_eq!(ok.request.expect("a request").uid, "u");
+        assert_eq!(
+            review(b"not json").await.err(),
+            Some(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+        assert_eq!(
+            review(br#"{"kind": 3}"#).await.err(),
+            Some(StatusCode::UNPROCESSABLE_ENTITY)
+        );
+    }
+}
