@@ -477,6 +477,7 @@ mod tests {
             Some("7")
         );
     }
+
     #[test]
     fn a_clone_shares_the_record_until_one_side_changes() {
         let pod = CachedPod::from(&full_pod(None, [0, 0]));

@@ -917,13 +917,13 @@ mod tests {
         default_pod(&mut other).unwrap();
         assert_eq!(other, before);
     }
+
     #[test]
     fn a_patch_of_the_defaultable_fields_gives_the_defaulted_pod() {
         let lws = |name: &str| json!({labels::NAME: name});
         let leader = |name: &str| json!({labels::NAME: name, labels::WORKER_INDEX: "0"});
-        let bare = |p: Pod| -> Pod {
-            // Containers without variables, no init containers, no subdomain, no labels map.
-            let mut p = p;
+        let bare = |mut p: Pod| -> Pod {
+            // Containers without variables, no init containers, no subdomain.
             let spec = p.spec.as_mut().unwrap();
             spec.containers[0].env = None;
             spec.init_containers = None;

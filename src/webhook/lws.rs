@@ -13,7 +13,6 @@ use kube::{
 use tracing::warn;
 
 use super::review::Review;
-
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     lws::{admission, hold, labels, revision},

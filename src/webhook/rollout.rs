@@ -13,7 +13,6 @@ use kube::{
 use tracing::warn;
 
 use super::review::Review;
-
 use crate::{api::rollout::Rollout, rollout::admission};
 
 /// Path of the Rollout validating endpoint.
