@@ -79,6 +79,7 @@ async fn apply_crd(
     )
     .await?;
     let want: Vec<String> = crd.spec.versions.iter().map(|v| v.name.clone()).collect();
+    let kruises = want.iter().any(|v| v == "v1alpha1");
     wait_for(
         &api,
         ROLLOUT_CRD,
@@ -97,7 +98,51 @@ async fn apply_crd(
         },
     )
     .await?;
-    Ok(())
+    served_as_applied(cluster, kruises).await
+}
+
+/// Waits until the API server validates Rollouts with the CRD just applied, not the one it
+/// replaced. `Established` and the stored versions already held before the apply, and the
+/// server swaps its handler for a changed CRD asynchronously: an object created in between met
+/// the old schema (a Kruise Rollout for a Deployment refused by our CEL rule, seen under load).
+/// The probe is that rule itself: a server-side dry run of a Deployment's Rollout, which
+/// Kruise's CRD accepts and ours refuses.
+async fn served_as_applied(cluster: &IsolatedCluster, kruises: bool) -> anyhow::Result<()> {
+    let api = Api::<Rollout>::namespaced(cluster.client.clone(), "default");
+    let probe: Rollout = serde_json::from_value(json!({
+        "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
+        "metadata": {"name": "schema-probe"},
+        "spec": {
+            "workloadRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+            "strategy": {"canary": {"steps": [{"replicas": "100%"}]}}
+        }
+    }))?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let accepted = match api
+            .create(
+                &PostParams {
+                    dry_run: true,
+                    ..Default::default()
+                },
+                &probe,
+            )
+            .await
+        {
+            Ok(_) => true,
+            Err(kube::Error::Api(e)) if e.code == 422 => false,
+            Err(e) => return Err(e.into()),
+        };
+        if accepted == kruises {
+            return Ok(());
+        }
+        ensure!(
+            std::time::Instant::now() < deadline,
+            "60 s after the Rollout CRD was replaced, the API server still validates with the old one \
+             (a Deployment's Rollout accepted: {accepted})"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// `helm install` of our chart into the isolated cluster.
