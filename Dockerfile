@@ -12,8 +12,8 @@ WORKDIR /src
 COPY . .
 # Symbols are of no use in a container.
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
-RUN cargo build --release --locked --target x86_64-unknown-linux-musl --bin lws-rollout \
- && cp target/x86_64-unknown-linux-musl/release/lws-rollout /lws-rollout
+# The same build as the tests' image and the benchmark: static, with the PGO profile (pgo/).
+RUN cp "$(test/image/build-binary.sh)" /lws-rollout
 
 FROM gcr.io/distroless/static-debian12:nonroot
 ARG VERSION=0.1.0

@@ -19,6 +19,33 @@ rustup target list --installed 2>/dev/null | grep -qx "$TARGET" \
 if ! command -v x86_64-linux-musl-gcc >/dev/null 2>&1 && ! command -v musl-gcc >/dev/null 2>&1; then
   export CC_x86_64_unknown_linux_musl="${CC_x86_64_unknown_linux_musl:-cc}"
 fi
+# Profile-guided optimisation (docs/performance.md, "PGO"): pgo/lws-rollout.profdata.xz, written by
+# test/bench/pgo.sh, lays out and optimises the code by what the controller runs. A profile is
+# used only by a rustc of the LLVM major version that wrote it (pgo/llvm-major); with another, or
+# without xz, or LWS_ROLLOUT_PGO=off (to measure without it), the binary is built without it:
+# the same behaviour, a little slower and larger in memory.
+PROFILE_XZ="$REPO/pgo/lws-rollout.profdata.xz"
+PROFILE="$REPO/target/pgo/lws-rollout.profdata"
+LLVM_MAJOR=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
+PROFILE_LLVM=$(cat "$REPO/pgo/llvm-major" 2>/dev/null || echo '?')
+if [ "${LWS_ROLLOUT_PGO:-on}" = off ]; then
+  log "LWS_ROLLOUT_PGO=off: building without the PGO profile"
+elif [ "$LLVM_MAJOR" != "$PROFILE_LLVM" ]; then
+  log "building without the PGO profile: LLVM $PROFILE_LLVM wrote it, this rustc has LLVM $LLVM_MAJOR (rustc 1.95 has 22)"
+elif [ ! -f "$PROFILE_XZ" ]; then
+  log "building without the PGO profile: there is no $PROFILE_XZ (test/bench/pgo.sh writes it)"
+elif ! command -v xz >/dev/null 2>&1; then
+  log "building without the PGO profile: no xz to unpack $PROFILE_XZ"
+else
+  # Unpacked only when the packed one is newer; cargo rebuilds when the unpacked one changes.
+  if [ "$PROFILE_XZ" -nt "$PROFILE" ]; then
+    mkdir -p "$(dirname "$PROFILE")"
+    xz -dc "$PROFILE_XZ" > "$PROFILE.part" && mv "$PROFILE.part" "$PROFILE"
+  fi
+  # A function changed since the profile was written is optimised without it; LLVM would
+  # otherwise warn once per such function.
+  export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-Cprofile-use=$PROFILE -Cllvm-args=-no-pgo-warn-mismatch"
+fi
 log "building the static manager binary ($TARGET, release)"
 (cd "$REPO" && cargo build --locked --release --target "$TARGET" --bin lws-rollout) >&2
 BIN="$REPO/target/$TARGET/release/lws-rollout"
