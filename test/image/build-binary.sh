@@ -23,7 +23,7 @@ fi
 # test/bench/pgo.sh, lays out and optimises the code by what the controller runs. A profile is
 # used only by a rustc of the LLVM major version that wrote it (pgo/llvm-major); with another, or
 # without xz, or LWS_ROLLOUT_PGO=off (to measure without it), the binary is built without it:
-# the same behaviour, a little slower and larger in memory.
+# the same behaviour, only slower.
 PROFILE_XZ="$REPO/pgo/lws-rollout.profdata.xz"
 PROFILE="$REPO/target/pgo/lws-rollout.profdata"
 LLVM_MAJOR=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
