@@ -23,16 +23,20 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, ensure};
 use k8s_openapi::{
-    api::{apps::v1::StatefulSet, coordination::v1::Lease},
+    api::{apps::v1::StatefulSet, coordination::v1::Lease, core::v1::Pod},
     jiff::Timestamp,
 };
-use kube::Api;
+use kube::{
+    Api, ResourceExt,
+    api::{ListParams, Patch, PatchParams},
+};
+use serde_json::json;
 // An outage up to RIDES_THROUGH passes unnoticed by the Lease holder (docs/install.md).
 use lws_rollout::manager::leader::RIDES_THROUGH;
 
 use crate::{
     failover::held_by,
-    harness::wait_for,
+    harness::{TestNs, wait_for},
     isolated::{IsolatedCluster, ManagerProcess},
     lws_support::uids,
     rollout_canary::{RATE, is_canary, three_steps},
@@ -200,6 +204,7 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         .restart("etcd", RESTART)
         .await
         .context("restarting etcd during finalisation")?;
+    let _resync = KubeletResync::start(&ns);
     ended_uninterrupted(
         &ns,
         "release finished after the etcd outage",
@@ -221,6 +226,57 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         );
     }
     Ok(())
+}
+
+/// What a kubelet does and KWOK v0.8.0 does not: retry finishing a pod's deletion. KWOK retries
+/// a failed stage only when the API server refused the connection or answered 503/504/429; the
+/// API server's answer while etcd restarts is a 500 (`rpc error: code = Unavailable`), after
+/// which KWOK drops the job and the pod stays Terminating for good, its StatefulSet unable to
+/// recreate it (seen in CI, 2026-11-27: the stable LWS's roll stuck at 1/4 groups). A kubelet's
+/// pod workers resync and delete it again. So, until dropped, every pod of the namespace still
+/// terminating a few seconds after its deletion gets a metadata touch — a new watch event, on
+/// which KWOK plays its delete stage again. The controller under test never sees anything it
+/// would not see from a kubelet: a pod that terminates, late.
+struct KubeletResync(tokio::task::JoinHandle<()>);
+
+impl KubeletResync {
+    const STUCK_AFTER: Duration = Duration::from_secs(5);
+
+    fn start(ns: &TestNs) -> Self {
+        let api = ns.api::<Pod>();
+        Self(tokio::spawn(async move {
+            for round in 0u64.. {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                let Ok(pods) = api.list(&ListParams::default()).await else {
+                    continue;
+                };
+                let now = Timestamp::now();
+                for pod in pods {
+                    let stuck = pod.metadata.deletion_timestamp.as_ref().is_some_and(|t| {
+                        now.duration_since(t.0).unsigned_abs() > Self::STUCK_AFTER
+                    });
+                    if stuck {
+                        let touch = json!({"metadata": {"annotations": {
+                            "e2e.lws-rollout.x-k8s.io/kubelet-resync": round.to_string()
+                        }}});
+                        let _ = api
+                            .patch(
+                                &pod.name_any(),
+                                &PatchParams::default(),
+                                &Patch::Merge(&touch),
+                            )
+                            .await;
+                    }
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for KubeletResync {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 #[test]
