@@ -228,6 +228,30 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
+/// Polls `check` (an API listing) until it returns true, or fails after `timeout` with `what`
+/// and the last value it saw.
+pub async fn eventually<T: std::fmt::Debug, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut check: F,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<(bool, T)>>,
+{
+    let start = std::time::Instant::now();
+    loop {
+        let (ok, seen) = check().await?;
+        if ok {
+            return Ok(seen);
+        }
+        if start.elapsed() > timeout {
+            bail!("timed out after {timeout:?} waiting for {what}; last seen: {seen:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Parses a multi-document YAML file of the repository into JSON values.
 pub fn yaml_documents(path: &str) -> anyhow::Result<Vec<serde_json::Value>> {
     let full = format!("{}/{path}", env!("CARGO_MANIFEST_DIR"));

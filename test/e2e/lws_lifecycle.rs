@@ -3,12 +3,8 @@
 //! build), cascading deletion through owner references, and scaling by a
 //! HorizontalPodAutoscaler through the scale subresource.
 
-use std::{
-    collections::BTreeSet,
-    time::{Duration, Instant},
-};
+use std::{collections::BTreeSet, time::Duration};
 
-use anyhow::bail;
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
     autoscaling::v2::HorizontalPodAutoscaler,
@@ -22,33 +18,9 @@ use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, events_when, wait_for, with_ns},
+    harness::{TestNs, events_when, eventually, wait_for, with_ns},
     lws_support::{NAME, available_with, create_available, lws, pod_ready, pods_of, uids},
 };
-
-/// Polls `check` (an API listing) until it returns true, or fails after `timeout` with `what`
-/// and the last value it saw.
-async fn eventually<T: std::fmt::Debug, F, Fut>(
-    timeout: Duration,
-    what: &str,
-    mut check: F,
-) -> anyhow::Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = anyhow::Result<(bool, T)>>,
-{
-    let start = Instant::now();
-    loop {
-        let (ok, seen) = check().await?;
-        if ok {
-            return Ok(seen);
-        }
-        if start.elapsed() > timeout {
-            bail!("timed out after {timeout:?} waiting for {what}; last seen: {seen:#?}");
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
 
 // --- PVC templates ------------------------------------------------------------------------
 

@@ -30,7 +30,7 @@ use kube::{
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 use serde_json::{Value, json};
 
-use crate::harness::{TestNs, wait_for};
+use crate::harness::{TestNs, eventually, wait_for};
 use crate::isolated::{IsolatedCluster, ManagerProcess, repo};
 use crate::lws_support::{apply, available_with};
 use crate::rollout_support::*;
@@ -117,32 +117,31 @@ async fn served_as_applied(cluster: &IsolatedCluster, kruises: bool) -> anyhow::
             "strategy": {"canary": {"steps": [{"replicas": "100%"}]}}
         }
     }))?;
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let accepted = match api
-            .create(
-                &PostParams {
-                    dry_run: true,
-                    ..Default::default()
-                },
-                &probe,
-            )
-            .await
-        {
-            Ok(_) => true,
-            Err(kube::Error::Api(e)) if e.code == 422 => false,
-            Err(e) => return Err(e.into()),
-        };
-        if accepted == kruises {
-            return Ok(());
-        }
-        ensure!(
-            std::time::Instant::now() < deadline,
-            "60 s after the Rollout CRD was replaced, the API server still validates with the old one \
-             (a Deployment's Rollout accepted: {accepted})"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let probe = &probe;
+    let api = &api;
+    eventually(
+        Duration::from_secs(60),
+        "the API server to validate Rollouts with the CRD just applied (a Deployment's Rollout accepted)",
+        || async move {
+            let accepted = match api
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                    probe,
+                )
+                .await
+            {
+                Ok(_) => true,
+                Err(kube::Error::Api(e)) if e.code == 422 => false,
+                Err(e) => return Err(e.into()),
+            };
+            Ok((accepted == kruises, accepted))
+        },
+    )
+    .await?;
+    Ok(())
 }
 
 /// `helm install` of our chart into the isolated cluster.
