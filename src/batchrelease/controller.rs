@@ -166,7 +166,9 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
         store_ready(&s.revisions),
         watch::index_ready(&s.pods),
     ];
-    ctx.runner.reconcile(&br, caches, steps(&br, &ctx)).await
+    // Bound first: the unboxed steps must not live across the await (`Runner::reconcile`).
+    let run = ctx.runner.reconcile(&br, caches, steps(&br, &ctx));
+    run.await
 }
 
 /// The steps of one reconcile: observe → plan → apply.

@@ -7,7 +7,7 @@
 //! reconcile function with its steps as a future, and [`Runner::error_policy`] from its error
 //! policy.
 
-use std::{future::Future, hash::Hash, time::Duration};
+use std::{future::Future, hash::Hash, pin::Pin, time::Duration};
 
 use kube::{
     Resource, ResourceExt,
@@ -55,11 +55,31 @@ where
 
     /// Runs `steps` for `obj` once `caches` have listed (else requeues in a second): timed,
     /// inside a span naming the object; a success resets the object's backoff.
-    pub async fn reconcile<'a, E, Fut>(
+    ///
+    /// `steps` goes to the heap before anything else happens. An async fn keeps its arguments
+    /// in its own state and does not reuse their room once they are moved on, so taken by value
+    /// the steps' state was held three times over (the argument, the inner block, the span's
+    /// wrapper): the LWS controller's reconcile future was ~40 KB, and kube-runtime keeps one per
+    /// reconcile in flight — a burst of groups coming up held megabytes of them
+    /// (docs/performance.md, issue 25, session 22). Callers bind the returned future before
+    /// awaiting it, so the unboxed steps are not kept across the await either.
+    pub fn reconcile<'a, E: 'a, Fut>(
+        &'a self,
+        obj: &'a K,
+        caches: impl IntoIterator<Item = CacheReady<'a>> + 'a,
+        steps: Fut,
+    ) -> impl Future<Output = Result<Action, E>> + 'a
+    where
+        Fut: Future<Output = Result<Action, E>> + 'a,
+    {
+        self.run(obj, caches, Box::pin(steps))
+    }
+
+    async fn run<'a, E, Fut>(
         &self,
         obj: &K,
         caches: impl IntoIterator<Item = CacheReady<'a>>,
-        steps: Fut,
+        steps: Pin<Box<Fut>>,
     ) -> Result<Action, E>
     where
         Fut: Future<Output = Result<Action, E>>,

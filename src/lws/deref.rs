@@ -31,14 +31,16 @@ pub struct LiveLeader {
     pub deleting: bool,
 }
 
-/// What the fresh reads found.
+/// What the fresh reads found. The objects are boxed: a reconcile keeps this across its awaits,
+/// and absent (as nearly always) they then take a pointer's room in its state, not a whole
+/// StatefulSet's and Service's (docs/performance.md, issue 25, session 22).
 #[derive(Clone, Debug, Default)]
 pub struct Dereferenced {
     /// The StatefulSet named like the LWS, read when the cache has none (a foreign one, or
     /// ours with the cache behind).
-    pub leader_sts: Option<StatefulSet>,
+    pub leader_sts: Option<Box<StatefulSet>>,
     /// The Service named like the LWS (Shared policy), read when the cache has none.
-    pub shared_service: Option<Service>,
+    pub shared_service: Option<Box<Service>>,
     /// Labels of the nodes those leaders run on (exclusive topology only).
     pub node_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The leader StatefulSet and the shared Service were read fresh when the cache had none.
@@ -62,13 +64,13 @@ pub async fn dereference(
         ..Default::default()
     };
     if verify && observed.leader_sts.is_none() {
-        deref.leader_sts = applier.get_opt(&ns, &name).await?;
+        deref.leader_sts = applier.get_opt(&ns, &name).await?.map(Box::new);
     }
     if verify
         && objects::subdomain_policy(lws) == SubdomainPolicy::Shared
         && !observed.services.iter().any(|s| s.name_any() == name)
     {
-        deref.shared_service = applier.get_opt(&ns, &name).await?;
+        deref.shared_service = applier.get_opt(&ns, &name).await?.map(Box::new);
     }
     let exclusive = lws.annotations().contains_key(labels::EXCLUSIVE_TOPOLOGY);
     let candidates: Vec<_> = candidates::wanting_workers(lws, observed)

@@ -145,8 +145,9 @@ pub struct Plan {
     pub blocked: Option<Failure>,
     /// ControllerRevisions to record.
     pub revisions: Vec<Write<ControllerRevision>>,
-    /// The leader StatefulSet, when it would change.
-    pub leader_sts: Option<Write<StatefulSet>>,
+    /// The leader StatefulSet, when it would change. Boxed: the plan lives across the
+    /// reconcile's awaits, and mostly there is none.
+    pub leader_sts: Option<Box<Write<StatefulSet>>>,
     /// Services to create or apply.
     pub services: Vec<Write<Service>>,
     /// Per-group Services whose group is gone.
@@ -193,7 +194,10 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     if let Some(problem) = admission::name_too_long(lws) {
         return Plan::blocked(Failure::spec("NameTooLong", problem));
     }
-    let leader_sts = observed.leader_sts.as_deref().or(deref.leader_sts.as_ref());
+    let leader_sts = observed
+        .leader_sts
+        .as_deref()
+        .or(deref.leader_sts.as_deref());
     if let Some(sts) = leader_sts
         && controller_uid(sts) != lws.metadata.uid.as_deref()
     {
@@ -227,7 +231,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
             if leader_sts.is_none() && !deref.verified {
                 w.how = How::ApplyUnseen;
             }
-            w
+            Box::new(w)
         }),
         remember: super::remembered::Remembered {
             leader_in_sync: leader.in_sync.clone(),

@@ -42,7 +42,7 @@ fn shared(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, plan
         .iter()
         .find(|s| s.name_any() == name)
         .map(|s| s.as_ref())
-        .or(deref.shared_service.as_ref());
+        .or(deref.shared_service.as_deref());
     match existing {
         // Created a moment ago, not in the cache yet: nothing to create again (looked at again
         // within the patience if its watch event does not come).

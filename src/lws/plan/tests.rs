@@ -319,7 +319,7 @@ fn a_foreign_statefulset_with_the_lws_name_blocks_and_is_rechecked() {
     let world = World {
         observed: Observed::default(),
         deref: Dereferenced {
-            leader_sts: Some(foreign),
+            leader_sts: Some(Box::new(foreign)),
             ..Default::default()
         },
         lws,
@@ -336,7 +336,11 @@ fn a_foreign_statefulset_with_the_lws_name_blocks_and_is_rechecked() {
 fn our_statefulset_missing_from_a_lagging_cache_is_not_recreated() {
     let settled = World::settled(lws_with("vllm", 2, 1, "img:1", json!({})));
     let mut world = settled;
-    world.deref.leader_sts = world.observed.leader_sts.take().map(|s| (*s).clone());
+    world.deref.leader_sts = world
+        .observed
+        .leader_sts
+        .take()
+        .map(|s| Box::new((*s).clone()));
     let plan = world.plan();
     assert_eq!(plan.blocked, None);
     assert!(
@@ -790,13 +794,13 @@ fn a_missing_topology_label_is_a_visible_failure() {
 fn a_users_service_with_the_lws_name_is_reported_once_and_not_taken_over() {
     let mut world = World::settled(lws_with("vllm", 1, 1, "img:1", json!({})));
     world.observed.services.clear();
-    world.deref.shared_service = Some(Service {
+    world.deref.shared_service = Some(Box::new(Service {
         metadata: ObjectMeta {
             name: Some("vllm".into()),
             ..Default::default()
         },
         ..Default::default()
-    });
+    }));
     let plan = world.plan();
     assert!(plan.services.is_empty(), "never taken over");
     let failure = plan.failure.clone().expect("failure");
