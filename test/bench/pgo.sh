@@ -6,6 +6,7 @@
 # wrote the profile (test/image/build-binary.sh uses the profile only with a rustc of that LLVM).
 #
 #   test/bench/pgo.sh            then rebuild (test/image/build-binary.sh) and commit pgo/
+#                                (the profile and the link order written from it)
 #
 # Rerun it when the code a release or an LWS reconcile runs has changed much: a stale profile
 # still builds (functions that changed are just optimised without it), it only helps less.
@@ -49,3 +50,10 @@ mkdir -p target/pgo pgo
 xz -9 -T1 -c target/pgo/lws-rollout.profdata > pgo/lws-rollout.profdata.xz
 rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p' > pgo/llvm-major
 log "wrote pgo/lws-rollout.profdata.xz ($(du -h pgo/lws-rollout.profdata.xz | cut -f1), LLVM $(cat pgo/llvm-major))"
+
+# The link order (docs/performance.md, "Link order") names functions as this profile's build
+# names them, so it is written from that build.
+log "building with the new profile to write the link order"
+ORDER_BIN=$(LWS_ROLLOUT_LINK_ORDER=off test/image/build-binary.sh)
+test/bench/pgo-order.sh "$ORDER_BIN" target/pgo/lws-rollout.profdata > pgo/lws-rollout.order
+log "wrote pgo/lws-rollout.order ($(wc -l < pgo/lws-rollout.order) functions); test/image/build-binary.sh links by it"

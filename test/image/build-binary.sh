@@ -24,6 +24,33 @@ fi
 # used only by a rustc of the LLVM major version that wrote it (pgo/llvm-major); with another, or
 # without xz, or LWS_ROLLOUT_PGO=off (to measure without it), the binary is built without it:
 # the same behaviour, only slower.
+# Link order (docs/performance.md, "Link order"): with the profile, the functions that ran in
+# training are linked first (pgo/lws-rollout.order, written by test/bench/pgo-order.sh), so the
+# code the manager runs fills few pages and the rest of the binary is never mapped in; and
+# relocations are packed (RELR), so their table is kilobytes, not ~440 KB held resident. This
+# takes the toolchain's own lld (rustc ships it as gcc-ld/ld.lld); without it, or without the
+# order file, the system linker links as before. The order is copied under a name of its
+# content: cargo does not see linker inputs change, a new RUSTFLAGS it does.
+link_in_order() {
+  local order="$REPO/pgo/lws-rollout.order"
+  local gcc_ld
+  gcc_ld="$(rustc --print sysroot)/lib/rustlib/$(rustc -vV | sed -n 's/^host: //p')/bin/gcc-ld"
+  if [ "${LWS_ROLLOUT_LINK_ORDER:-on}" = off ]; then
+    log "LWS_ROLLOUT_LINK_ORDER=off: linking in the linker's own order"
+  elif [ ! -x "$gcc_ld/ld.lld" ]; then
+    log "linking in the linker's own order: this toolchain has no $gcc_ld/ld.lld"
+  elif [ ! -f "$order" ]; then
+    log "linking in the linker's own order: there is no $order (test/bench/pgo.sh writes it)"
+  else
+    local copy
+    copy="$REPO/target/pgo/lws-rollout.$(sha256sum "$order" | cut -c1-16).order"
+    [ -f "$copy" ] || { mkdir -p "$(dirname "$copy")"; cp "$order" "$copy"; }
+    RUSTFLAGS="$RUSTFLAGS -Clink-arg=-B$gcc_ld -Clink-arg=-fuse-ld=lld"
+    RUSTFLAGS="$RUSTFLAGS -Clink-arg=-Wl,-z,pack-relative-relocs"
+    RUSTFLAGS="$RUSTFLAGS -Clink-arg=-Wl,--symbol-ordering-file=$copy -Clink-arg=-Wl,--no-warn-symbol-ordering"
+    export RUSTFLAGS
+  fi
+}
 PROFILE_XZ="$REPO/pgo/lws-rollout.profdata.xz"
 PROFILE="$REPO/target/pgo/lws-rollout.profdata"
 LLVM_MAJOR=$(rustc -vV | sed -n 's/^LLVM version: \([0-9]*\).*/\1/p')
@@ -45,6 +72,7 @@ else
   # A function changed since the profile was written is optimised without it; LLVM would
   # otherwise warn once per such function.
   export RUSTFLAGS="${RUSTFLAGS:+$RUSTFLAGS }-Cprofile-use=$PROFILE -Cllvm-args=-no-pgo-warn-mismatch"
+  link_in_order
 fi
 log "building the static manager binary ($TARGET, release)"
 (cd "$REPO" && cargo build --locked --release --target "$TARGET" --bin lws-rollout) >&2
