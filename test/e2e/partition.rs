@@ -22,7 +22,7 @@ use tokio::{
 };
 
 use crate::{
-    harness::wait_for,
+    harness::{eventually, wait_for},
     isolated::{IsolatedCluster, ManagerProcess},
     lws_support::uids,
     rollout_canary::three_steps,
@@ -196,10 +196,20 @@ async fn release_through_a_partition(cluster: &IsolatedCluster) -> anyhow::Resul
     // second later (`AFTER_TERM`), before the standby started its controllers.
     let stopped = logged_at(&holder, "lost the leader lease: stopping the controllers")
         .context("the holder's line as its term ended")?;
-    let started = logged_at(
-        &standby,
-        "holding the leader lease: starting the controllers",
+    // The standby logs its start once its Lease write has returned, which can be a moment
+    // after the Lease this test watches shows it (a CI run read the log before the line).
+    let started = eventually(
+        Duration::from_secs(20),
+        "the standby's start line",
+        || async {
+            let at = logged_at(
+                &standby,
+                "holding the leader lease: starting the controllers",
+            );
+            Ok((at.is_some(), at))
+        },
     )
+    .await?
     .context("the standby's start line")?;
     let gap = started.duration_since(stopped);
     ensure!(
