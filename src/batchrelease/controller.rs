@@ -166,9 +166,7 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
         store_ready(&s.revisions),
         watch::index_ready(&s.pods),
     ];
-    // Bound first: the unboxed steps must not live across the await (`Runner::reconcile`).
-    let run = ctx.runner.reconcile(&br, caches, steps(&br, &ctx));
-    run.await
+    ctx.runner.reconcile(&br, caches, steps(&br, &ctx)).await
 }
 
 /// The steps of one reconcile: observe → plan → apply.

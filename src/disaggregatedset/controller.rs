@@ -92,9 +92,7 @@ async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Acti
         store_ready(&s.lws),
         store_ready(&s.services),
     ];
-    // Bound first: the unboxed steps must not live across the await (`Runner::reconcile`).
-    let run = ctx.runner.reconcile(&set, caches, steps(&set, &ctx));
-    run.await
+    ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
 }
 
 /// The steps of one reconcile: observe → plan → apply.

@@ -59,10 +59,9 @@ where
     /// `steps` goes to the heap before anything else happens. An async fn keeps its arguments
     /// in its own state and does not reuse their room once they are moved on, so taken by value
     /// the steps' state was held three times over (the argument, the inner block, the span's
-    /// wrapper): the LWS controller's reconcile future was ~40 KB, and kube-runtime keeps one per
-    /// reconcile in flight — a burst of groups coming up held megabytes of them
-    /// (docs/performance.md, issue 25, session 22). Callers bind the returned future before
-    /// awaiting it, so the unboxed steps are not kept across the await either.
+    /// wrapper), and kube-runtime keeps one such future per reconcile in flight: a burst of
+    /// groups coming up held megabytes of them. Boxed here, the caller's future keeps only a
+    /// pointer to it (the sizes before and after: docs/performance.md, issue 25, session 22).
     pub fn reconcile<'a, E: 'a, Fut>(
         &'a self,
         obj: &'a K,

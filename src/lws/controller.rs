@@ -192,9 +192,7 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         watch::index_ready(&s.services),
         watch::index_ready(&s.revisions),
     ];
-    // Bound first: the unboxed steps must not live across the await (`Runner::reconcile`).
-    let run = ctx.runner.reconcile(&lws, caches, steps(&lws, &ctx));
-    run.await
+    ctx.runner.reconcile(&lws, caches, steps(&lws, &ctx)).await
 }
 
 /// The steps of one reconcile: preflight → observe → deref → plan → apply → status.

@@ -136,11 +136,9 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, E
         store_ready(&s.lws),
         store_ready(&s.revisions),
     ];
-    // Bound first: the unboxed steps must not live across the await (`Runner::reconcile`).
-    let run = ctx
-        .runner
-        .reconcile(&rollout, caches, steps(&rollout, &ctx));
-    run.await
+    ctx.runner
+        .reconcile(&rollout, caches, steps(&rollout, &ctx))
+        .await
 }
 
 /// The steps of one reconcile: observe → deref → plan → apply.

@@ -228,7 +228,7 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-/// Polls `check` (an API listing) until it returns true, or fails after `timeout` with `what`
+/// Polls `check` (an API listing, a log) until it returns true, or fails after `timeout` with `what`
 /// and the last value it saw.
 pub async fn eventually<T: std::fmt::Debug, F, Fut>(
     timeout: Duration,

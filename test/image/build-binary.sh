@@ -27,7 +27,7 @@ fi
 # Link order (docs/performance.md, "Link order"): with the profile, the functions that ran in
 # training are linked first (pgo/lws-rollout.order, written by test/bench/pgo-order.sh), so the
 # code the manager runs fills few pages and the rest of the binary is never mapped in; and
-# relocations are packed (RELR), so their table is kilobytes, not ~440 KB held resident. This
+# relocations are packed (RELR), so their table is a small fraction of its size held resident. This
 # takes the toolchain's own lld (rustc ships it as gcc-ld/ld.lld); without it, or without the
 # order file, the system linker links as before. The order is copied under a name of its
 # content: cargo does not see linker inputs change, a new RUSTFLAGS it does.
