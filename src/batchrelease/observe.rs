@@ -211,11 +211,15 @@ fn on_revision(stores: &Stores, lws: &LeaderWorkerSet, revision: &str) -> Vec<Gr
         else {
             continue;
         };
-        let leader = labels.get(labels::WORKER_INDEX).map(String::as_str) == Some("0");
+        let leader = labels.get(labels::WORKER_INDEX) == Some("0");
         if leader {
-            group.leader_pod = Some(leader_pod(&pod.metadata));
+            group.leader_pod = Some(LeaderPod {
+                name: pod.name_any(),
+                labels: labels.to_map(),
+                annotations: pod.annotations().to_map(),
+            });
         }
-        if labels.get(labels::REVISION).map(String::as_str) != Some(revision) {
+        if labels.get(labels::REVISION) != Some(revision) {
             continue;
         }
         group.leader |= leader;

@@ -16,6 +16,24 @@ use std::{
 use kube::{Resource, runtime::reflector::Store};
 use tokio::sync::watch;
 
+/// An object an index can file: where it keeps the label's value. Most kinds keep labels in
+/// their metadata (the provided method); a cached pod keeps them packed (`pod::CachedPod`),
+/// so a kind is indexed only once it says which.
+pub trait Labelled: Resource {
+    /// The value of label `key`.
+    fn label_value(&self, key: &str) -> Option<&str> {
+        self.meta().labels.as_ref()?.get(key).map(String::as_str)
+    }
+}
+
+impl Labelled for k8s_openapi::api::apps::v1::StatefulSet {}
+impl Labelled for k8s_openapi::api::apps::v1::ControllerRevision {}
+impl Labelled for k8s_openapi::api::core::v1::Service {}
+impl Labelled for k8s_openapi::api::core::v1::Pod {}
+
+/// How an index reads the label of an object ([`Labelled::label_value`]).
+type ValueOf<K> = for<'a> fn(&'a K, &str) -> Option<&'a str>;
+
 /// Objects by namespace, label value and name.
 type Groups<K> = HashMap<String, HashMap<String, BTreeMap<String, Arc<K>>>>;
 
@@ -29,6 +47,7 @@ struct Inner<K> {
 /// A shared, cheaply cloned index of a cache by (namespace, `label`).
 pub struct LabelIndex<K> {
     label: &'static str,
+    value_of: ValueOf<K>,
     inner: Arc<RwLock<Inner<K>>>,
     ready_tx: Arc<watch::Sender<bool>>,
     ready_rx: watch::Receiver<bool>,
@@ -38,6 +57,7 @@ impl<K> Clone for LabelIndex<K> {
     fn clone(&self) -> Self {
         Self {
             label: self.label,
+            value_of: self.value_of,
             inner: self.inner.clone(),
             ready_tx: self.ready_tx.clone(),
             ready_rx: self.ready_rx.clone(),
@@ -50,10 +70,14 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     /// An empty index by `label` (not ready until the first full list).
-    pub fn new(label: &'static str) -> Self {
+    pub fn new(label: &'static str) -> Self
+    where
+        K: Labelled,
+    {
         let (ready_tx, ready_rx) = watch::channel(false);
         Self {
             label,
+            value_of: K::label_value,
             inner: Arc::new(RwLock::new(Inner {
                 groups: HashMap::new(),
                 filed: HashMap::new(),
@@ -82,7 +106,7 @@ where
 
     /// Files `obj` (added or changed) under its current label value.
     pub fn upsert(&self, obj: Arc<K>) {
-        file(&mut self.write(), self.label, obj);
+        file(&mut self.write(), (self.label, self.value_of), obj);
     }
 
     /// Forgets a deleted object.
@@ -104,7 +128,7 @@ where
             filed: HashMap::new(),
         };
         for obj in store.state() {
-            file(&mut fresh, self.label, obj);
+            file(&mut fresh, (self.label, self.value_of), obj);
         }
         *self.write() = fresh;
         self.ready_tx.send_replace(true);
@@ -121,17 +145,12 @@ where
     }
 }
 
-fn file<K: Resource>(inner: &mut Inner<K>, label: &str, obj: Arc<K>) {
+fn file<K: Resource>(inner: &mut Inner<K>, (label, value_of): (&str, ValueOf<K>), obj: Arc<K>) {
     let (Some(namespace), Some(name)) = (obj.meta().namespace.clone(), obj.meta().name.clone())
     else {
         return;
     };
-    let value = obj
-        .meta()
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(label))
-        .cloned();
+    let value = value_of(&obj, label).map(str::to_string);
     let key = (namespace, name);
     if let Some(old) = inner.filed.remove(&key)
         && Some(&old) != value.as_ref()

@@ -16,7 +16,7 @@
 //!   [`log_gate`] folds the same error from many objects into one line per backoff step.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`pod`]: the pod as the caches keep it ([`pod::CachedPod`]) and the facts every controller
-//!   reads the same way (readiness).
+//!   reads the same way (readiness); its labels and annotations packed as [`pairs::Pairs`].
 //! - [`throttle`]: per-key reconcile triggers, at most two per window, the first and the
 //!   urgent ones at once.
 
@@ -32,6 +32,7 @@ pub mod label_index;
 pub mod log_gate;
 pub mod memo;
 pub mod metrics;
+pub mod pairs;
 pub mod pod;
 pub mod runner;
 pub mod throttle;

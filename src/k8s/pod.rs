@@ -12,6 +12,8 @@ use k8s_openapi::{
 };
 use serde::Deserialize;
 
+use super::pairs::Pairs;
+
 /// A pod as the caches keep it: its metadata and the few facts of its spec and status that a
 /// controller reads, decoded straight from the watch's JSON. A full `Pod` is ~4 KiB in memory
 /// even with its spec emptied (the inline `PodSpec`, container statuses, conditions), and
@@ -33,8 +35,14 @@ pub struct CachedPod(Arc<PodRecord>);
 /// What [`CachedPod`] holds.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct PodRecord {
-    /// The pod's metadata, whole (labels, annotations, owners, deletion).
+    /// The pod's metadata (owners, deletion, …) but for its labels and annotations, which are
+    /// packed apart: `labels` and `annotations` here are always `None` in a [`CachedPod`]
+    /// (given here, [`CachedPod::from`] moves them).
     pub metadata: ObjectMeta,
+    /// The pod's labels; read them with [`CachedPod::labels`].
+    pub labels: Pairs,
+    /// The pod's annotations; read them with [`CachedPod::annotations`].
+    pub annotations: Pairs,
     /// `spec.nodeName`: exclusive topology places a group's workers next to its leader.
     pub node_name: Option<String>,
     /// A container or init container requests or limits TPUs: a leader's workers then get TPU
@@ -63,8 +71,33 @@ impl DerefMut for CachedPod {
 }
 
 impl From<PodRecord> for CachedPod {
-    fn from(record: PodRecord) -> Self {
+    fn from(mut record: PodRecord) -> Self {
+        if let Some(labels) = record.metadata.labels.take() {
+            record.labels = Pairs::from(&labels);
+        }
+        if let Some(annotations) = record.metadata.annotations.take() {
+            record.annotations = Pairs::from(&annotations);
+        }
         Self(Arc::new(record))
+    }
+}
+
+impl super::label_index::Labelled for CachedPod {
+    fn label_value(&self, key: &str) -> Option<&str> {
+        self.labels().get(key)
+    }
+}
+
+impl CachedPod {
+    /// The pod's labels. This, not `ResourceExt::labels` (which reads the metadata, where a
+    /// cached pod keeps none), is what `pod.labels()` calls.
+    pub fn labels(&self) -> &Pairs {
+        &self.0.labels
+    }
+
+    /// The pod's annotations (as [`Self::labels`]).
+    pub fn annotations(&self) -> &Pairs {
+        &self.0.annotations
     }
 }
 
@@ -131,11 +164,25 @@ impl From<&Pod> for CachedPod {
             })
         };
         PodRecord {
-            // As decoded from a watch: without managedFields.
+            // As decoded from a watch: without managedFields, the labels and annotations packed.
             metadata: ObjectMeta {
                 managed_fields: None,
+                labels: None,
+                annotations: None,
                 ..pod.metadata.clone()
             },
+            labels: pod
+                .metadata
+                .labels
+                .as_ref()
+                .map(Pairs::from)
+                .unwrap_or_default(),
+            annotations: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .map(Pairs::from)
+                .unwrap_or_default(),
             node_name: spec.and_then(|s| s.node_name.clone()),
             requests_tpus: spec.is_some_and(|s| {
                 s.containers
@@ -174,6 +221,8 @@ mod wire {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
     use serde::{Deserialize, de::IgnoredAny};
 
+    use super::Pairs;
+
     #[derive(Deserialize)]
     pub struct Pod {
         #[serde(default)]
@@ -190,14 +239,16 @@ mod wire {
     #[derive(Default, Deserialize)]
     #[serde(rename_all = "camelCase")]
     struct Meta {
-        annotations: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        annotations: Pairs,
         creation_timestamp: Option<Time>,
         deletion_grace_period_seconds: Option<i64>,
         deletion_timestamp: Option<Time>,
         finalizers: Option<Vec<String>>,
         generate_name: Option<String>,
         generation: Option<i64>,
-        labels: Option<BTreeMap<String, String>>,
+        #[serde(default)]
+        labels: Pairs,
         name: Option<String>,
         namespace: Option<String>,
         owner_references: Option<Vec<OwnerReference>>,
@@ -206,17 +257,19 @@ mod wire {
         uid: Option<String>,
     }
 
-    impl From<Meta> for ObjectMeta {
-        fn from(m: Meta) -> Self {
-            ObjectMeta {
-                annotations: m.annotations,
+    impl Meta {
+        /// The metadata as a cached pod keeps it, and its labels and annotations.
+        fn split(self) -> (ObjectMeta, Pairs, Pairs) {
+            let m = self;
+            let metadata = ObjectMeta {
+                annotations: None,
                 creation_timestamp: m.creation_timestamp,
                 deletion_grace_period_seconds: m.deletion_grace_period_seconds,
                 deletion_timestamp: m.deletion_timestamp,
                 finalizers: m.finalizers,
                 generate_name: m.generate_name,
                 generation: m.generation,
-                labels: m.labels,
+                labels: None,
                 managed_fields: None,
                 name: m.name,
                 namespace: m.namespace,
@@ -224,7 +277,8 @@ mod wire {
                 resource_version: m.resource_version,
                 self_link: m.self_link,
                 uid: m.uid,
-            }
+            };
+            (metadata, m.labels, m.annotations)
         }
     }
 
@@ -287,8 +341,11 @@ mod wire {
                     .any(|m| m.contains_key(super::TPU_RESOURCE))
             };
             let status = pod.status;
+            let (metadata, labels, annotations) = pod.metadata.split();
             super::PodRecord {
-                metadata: pod.metadata.into(),
+                metadata,
+                labels,
+                annotations,
                 node_name: pod.spec.node_name,
                 requests_tpus: pod
                     .spec
@@ -441,10 +498,15 @@ mod tests {
             let decoded: CachedPod =
                 serde_json::from_value(serde_json::to_value(&full).unwrap()).unwrap();
             assert_eq!(decoded, CachedPod::from(&full), "{full:?}");
-            // Every field of the metadata but managedFields, which is never kept.
+            // Every field of the metadata but managedFields, which is never kept, and the
+            // labels and annotations, which are kept packed.
             let mut metadata = full.metadata.clone();
             metadata.managed_fields = None;
+            let labels = metadata.labels.take().unwrap_or_default();
+            let annotations = metadata.annotations.take().unwrap_or_default();
             assert_eq!(decoded.metadata, metadata);
+            assert_eq!(decoded.labels().to_map(), labels);
+            assert_eq!(decoded.annotations().to_map(), annotations);
         }
         assert!(full_pod(None, [0, 0]).metadata.managed_fields.is_some());
         let tpu = CachedPod::from(&full_pod(Some("init"), [0, 2]));
@@ -475,6 +537,37 @@ mod tests {
         assert_eq!(
             kube::ResourceExt::resource_version(&pod).as_deref(),
             Some("7")
+        );
+    }
+
+    #[test]
+    fn labels_given_in_the_metadata_are_packed_and_indexed() {
+        use crate::k8s::label_index::LabelIndex;
+        let pod = CachedPod::from(PodRecord {
+            metadata: serde_json::from_value(json!({
+                "name": "vllm-0", "namespace": "ns",
+                "labels": {"leaderworkerset.sigs.k8s.io/name": "vllm"},
+                "annotations": {"leaderworkerset.sigs.k8s.io/size": "4"},
+            }))
+            .unwrap(),
+            ..Default::default()
+        });
+        assert_eq!(pod.metadata.labels, None, "one place for the labels");
+        assert_eq!(pod.metadata.annotations, None);
+        assert_eq!(
+            pod.labels().get("leaderworkerset.sigs.k8s.io/name"),
+            Some("vllm")
+        );
+        assert_eq!(
+            pod.annotations().get("leaderworkerset.sigs.k8s.io/size"),
+            Some("4")
+        );
+        let index = LabelIndex::new("leaderworkerset.sigs.k8s.io/name");
+        index.upsert(Arc::new(pod));
+        assert_eq!(
+            index.get("ns", "vllm").len(),
+            1,
+            "filed by its packed label"
         );
     }
 

@@ -83,7 +83,10 @@ where
     }
 
     /// Also keeps the objects grouped by (namespace, value of `label`); see [`LabelIndex`].
-    pub fn with_index(mut self, label: &'static str) -> Self {
+    pub fn with_index(mut self, label: &'static str) -> Self
+    where
+        K: super::label_index::Labelled,
+    {
         self.index = Some(LabelIndex::new(label));
         self
     }

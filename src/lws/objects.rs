@@ -333,7 +333,7 @@ pub fn worker_statefulset(
     let group_key = leader
         .labels()
         .get(labels::GROUP_KEY)
-        .cloned()
+        .map(str::to_string)
         .unwrap_or_else(|| group_key(&namespace, &leader_name));
     let selector = map([
         (labels::GROUP_INDEX, index.to_string()),

@@ -111,5 +111,5 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
 
 /// A leader pod (worker index 0).
 pub fn is_leader(pod: &CachedPod) -> bool {
-    pod.labels().get(labels::WORKER_INDEX).map(String::as_str) == Some("0")
+    pod.labels().get(labels::WORKER_INDEX) == Some("0")
 }

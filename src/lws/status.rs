@@ -300,7 +300,7 @@ pub fn observed_status(
             Some(ObservedGroup {
                 index,
                 leader_ready: pod::ready(leader),
-                leader_revision: leader.labels().get(labels::REVISION).cloned(),
+                leader_revision: leader.labels().get(labels::REVISION).map(str::to_string),
                 workers,
             })
         })

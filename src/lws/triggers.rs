@@ -14,14 +14,14 @@ use std::{
 };
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use kube::{Resource, ResourceExt, runtime::reflector::ObjectRef};
+use kube::{ResourceExt, runtime::reflector::ObjectRef};
 
 use super::{labels, observe::is_leader};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{
         apply::controller_uid,
-        label_index::LabelIndex,
+        label_index::{LabelIndex, Labelled},
         pod::{CachedPod, terminating},
         throttle::Trigger,
     },
@@ -97,19 +97,18 @@ impl Leaders {
 
 /// A live leader pod of a group with workers (size > 1).
 fn leader_waiting(pod: &CachedPod) -> bool {
-    is_leader(pod)
-        && !terminating(pod)
-        && pod.annotations().get(labels::SIZE).map(String::as_str) != Some("1")
+    is_leader(pod) && !terminating(pod) && pod.annotations().get(labels::SIZE) != Some("1")
 }
 
 /// A trigger of the object's LWS that waits for the LWS's window.
-pub fn normal<K: Resource>(obj: Arc<K>) -> Option<Trigger<ObjectRef<LeaderWorkerSet>>> {
+pub fn normal<K: Labelled>(obj: Arc<K>) -> Option<Trigger<ObjectRef<LeaderWorkerSet>>> {
     to_lws(obj).map(Trigger::normal)
 }
 
-/// The LWS an owned object names in its `name` label.
-pub fn to_lws<K: Resource>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
-    let name = obj.labels().get(labels::NAME)?;
+/// The LWS an owned object names in its `name` label (a pod's, packed, read through
+/// [`Labelled`]).
+pub fn to_lws<K: Labelled>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
+    let name = obj.label_value(labels::NAME)?;
     Some(ObjectRef::new(name).within(&obj.namespace()?))
 }
 

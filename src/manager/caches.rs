@@ -105,6 +105,9 @@ impl Caches {
     }
 }
 
+// Kueue's Workloads keep their labels in their metadata, like the built-in kinds.
+impl crate::k8s::label_index::Labelled for Workload {}
+
 /// The label that `k8s.io/kubernetes/pkg/controller/history` puts on every ControllerRevision
 /// it makes: the StatefulSet controller's revisions carry it, an LWS's never do (neither ours
 /// nor upstream's v0.8/v0.9, which label theirs by hand).

@@ -46,7 +46,7 @@ pub fn wanting_workers(lws: &LeaderWorkerSet, observed: &Observed) -> Vec<Candid
         .filter(|l| !leader_ready_first || pod::ready(l))
         .filter_map(|leader| {
             let index = objects::group_index(leader)?;
-            let key = leader.labels().get(labels::REVISION)?.clone();
+            let key = leader.labels().get(labels::REVISION)?.to_string();
             let revision = revisions::with_key(observed, &key).cloned();
             Some(Candidate {
                 leader: leader.clone(),

@@ -67,8 +67,7 @@ pub fn group_states(
             let Some(leader) = observed.leaders.iter().find(|p| p.name_any() == pod_name) else {
                 return rolling::GroupState::default();
             };
-            let leader_updated =
-                leader.labels().get(labels::REVISION).map(String::as_str) == Some(key);
+            let leader_updated = leader.labels().get(labels::REVISION) == Some(key);
             if size == 1 {
                 return rolling::GroupState {
                     ready: pod::ready(leader),
@@ -99,7 +98,7 @@ pub fn ready_workers(observed: &Observed) -> ReadyWorkers<'_> {
     for p in &observed.pods {
         if pod::ready(p)
             && !pod::terminating(p)
-            && p.labels().get(labels::WORKER_INDEX).map(String::as_str) != Some("0")
+            && p.labels().get(labels::WORKER_INDEX) != Some("0")
             && let Some(owner) = controller_uid(p.as_ref())
         {
             *ready.entry(owner).or_default() += 1;

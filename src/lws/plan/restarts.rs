@@ -72,8 +72,7 @@ fn groups(observed: &Observed) -> Vec<Group<'_>> {
                         .iter()
                         .filter(|p| {
                             controller_uid(p.as_ref()) == sts.metadata.uid.as_deref()
-                                && p.labels().get(labels::WORKER_INDEX).map(String::as_str)
-                                    != Some("0")
+                                && p.labels().get(labels::WORKER_INDEX) != Some("0")
                         })
                         .collect()
                 })
@@ -200,10 +199,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, plan: &mut Plan) {
                     format!(
                         "Worker pod {pod_name} failed, deleted leader pod {} to recreate group {}",
                         leader.name_any(),
-                        leader
-                            .labels()
-                            .get(labels::GROUP_INDEX)
-                            .map_or("", String::as_str)
+                        leader.labels().get(labels::GROUP_INDEX).unwrap_or("")
                     ),
                 ),
             });

@@ -910,12 +910,8 @@ fn group_restarts_table() {
         Case {
             name: "a worker on another revision than its leader is part of an update",
             change: |w| {
-                w.pod_mut("vllm-1-1")
-                    .metadata
-                    .labels
-                    .as_mut()
-                    .unwrap()
-                    .insert(labels::REVISION.into(), "other".into());
+                let worker = w.pod_mut("vllm-1-1");
+                worker.labels = worker.labels.with(labels::REVISION, "other");
                 w.pod_mut("vllm-1-1").metadata.deletion_timestamp = Some(now());
             },
             restarts: &[],
