@@ -169,15 +169,17 @@ fn serves_workloads(groups: &k8s_openapi::apimachinery::pkg::apis::meta::v1::API
 
 /// Worker StatefulSets (a leader pod controls each) are read for their labels, owner and
 /// status only: the plan writes them whole when it creates them and never compares their
-/// template (a template change reaches a group through the LWS's ControllerRevisions and
-/// replaces the leader). Their pod template and claim templates — a copy of the LWS's
-/// worker template in each of the LWS's groups, ~2 KiB a group — are not kept. The leader
-/// StatefulSet keeps everything: the plan compares it with its desired form.
+/// template or selector (a template change reaches a group through the LWS's
+/// ControllerRevisions and replaces the leader). Their pod template and claim templates — a
+/// copy of the LWS's worker template in each of the LWS's groups, ~2 KiB a group — and their
+/// selector (four labels of the group's) are not kept. The leader StatefulSet keeps
+/// everything: the plan compares it with its desired form.
 pub fn trim_statefulset(sts: &mut StatefulSet) {
     let worker = controller_kind(sts) == Some("Pod");
     if let Some(spec) = sts.spec.as_mut().filter(|_| worker) {
         spec.template = Default::default();
         spec.volume_claim_templates = None;
+        spec.selector = Default::default();
     }
 }
 
@@ -234,6 +236,10 @@ mod tests {
             metadata: controlled_by(owner),
             spec: Some(StatefulSetSpec {
                 replicas: Some(3),
+                selector: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("group".to_string(), "0".to_string())].into()),
+                    ..Default::default()
+                },
                 template: PodTemplateSpec {
                     spec: Some(Default::default()),
                     ..Default::default()
@@ -252,6 +258,7 @@ mod tests {
         assert_eq!(spec.replicas, Some(3));
         assert_eq!(spec.template, PodTemplateSpec::default());
         assert_eq!(spec.volume_claim_templates, None);
+        assert_eq!(spec.selector, Default::default());
     }
 
     #[test]
