@@ -3,13 +3,17 @@
 //! cost of a reconcile once there are many LWSes (perf showed `observe`, with its label
 //! compares and namespace clones, on top; docs/performance.md).
 //!
-//! The index holds the store's own `Arc`s (no second copy of an object). It is kept by the
-//! cache's driver, after the store has applied a change and before subscribers hear of it, so
-//! a reconcile woken by a change sees it in the index. A full (re)list rebuilds it from the
-//! store once the store has swapped in the new list.
+//! The index holds the store's own `Arc`s (no second copy of an object), filed by the name
+//! they carry (no copy of the name either). It is kept by the cache's driver, after the store
+//! has applied a change and before subscribers hear of it, so a reconcile woken by a change
+//! sees it in the index; the driver hands over the version the store held before, which says
+//! where a relabelled object was filed. A full (re)list rebuilds it from the store once the
+//! store has swapped in the new list.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    borrow::Borrow,
+    cmp::Ordering,
+    collections::{BTreeSet, HashMap},
     sync::{Arc, RwLock},
 };
 
@@ -35,13 +39,46 @@ impl Labelled for k8s_openapi::api::core::v1::Pod {}
 type ValueOf<K> = for<'a> fn(&'a K, &str) -> Option<&'a str>;
 
 /// Objects by namespace, label value and name.
-type Groups<K> = HashMap<String, HashMap<String, BTreeMap<String, Arc<K>>>>;
+type Groups<K> = HashMap<String, HashMap<String, BTreeSet<ByName<K>>>>;
 
 struct Inner<K> {
     groups: Groups<K>,
-    /// (namespace, name) → the label value the object is filed under, so a relabelled object
-    /// leaves its old group.
-    filed: HashMap<(String, String), String>,
+}
+
+/// An object ordered by its name (unique within its namespace and so within a group), and
+/// found by it (`Borrow<str>`).
+struct ByName<K>(Arc<K>);
+
+impl<K: Resource> ByName<K> {
+    fn name(&self) -> &str {
+        self.0.meta().name.as_deref().unwrap_or_default()
+    }
+}
+
+impl<K: Resource> Borrow<str> for ByName<K> {
+    fn borrow(&self) -> &str {
+        self.name()
+    }
+}
+
+impl<K: Resource> PartialEq for ByName<K> {
+    fn eq(&self, other: &Self) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl<K: Resource> Eq for ByName<K> {}
+
+impl<K: Resource> PartialOrd for ByName<K> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl<K: Resource> Ord for ByName<K> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        self.name().cmp(other.name())
+    }
 }
 
 /// A shared, cheaply cloned index of a cache by (namespace, `label`).
@@ -80,7 +117,6 @@ where
             value_of: K::label_value,
             inner: Arc::new(RwLock::new(Inner {
                 groups: HashMap::new(),
-                filed: HashMap::new(),
             })),
             ready_tx: Arc::new(ready_tx),
             ready_rx,
@@ -94,7 +130,7 @@ where
             .groups
             .get(namespace)
             .and_then(|by_value| by_value.get(value))
-            .map(|by_name| by_name.values().cloned().collect())
+            .map(|by_name| by_name.iter().map(|o| o.0.clone()).collect())
             .unwrap_or_default()
     }
 
@@ -104,19 +140,37 @@ where
         rx.wait_for(|ready| *ready).await.is_ok()
     }
 
-    /// Files `obj` (added or changed) under its current label value.
+    /// Files a new object.
     pub fn upsert(&self, obj: Arc<K>) {
-        file(&mut self.write(), (self.label, self.value_of), obj);
+        self.replace(None, obj);
     }
 
-    /// Forgets a deleted object.
-    pub fn remove(&self, obj: &K) {
-        let (Some(namespace), Some(name)) = (&obj.meta().namespace, &obj.meta().name) else {
-            return;
-        };
+    /// Files `obj` (added or changed) under its current label value; `previous`, the version
+    /// the index holds, if any, says where it was filed before.
+    pub fn replace(&self, previous: Option<&K>, obj: Arc<K>) {
         let mut inner = self.write();
-        if let Some(old) = inner.filed.remove(&(namespace.clone(), name.clone())) {
-            remove_from(&mut inner.groups, namespace, &old, name);
+        if let Some(previous) = previous {
+            let old = (self.value_of)(previous, self.label);
+            if old.is_some() && old != (self.value_of)(&obj, self.label) {
+                self.forget(&mut inner, previous);
+            }
+        }
+        file(&mut inner, (self.label, self.value_of), obj);
+    }
+
+    /// Forgets a deleted object: `obj` as the index holds it (its value says where it is).
+    pub fn remove(&self, obj: &K) {
+        self.forget(&mut self.write(), obj);
+    }
+
+    fn forget(&self, inner: &mut Inner<K>, obj: &K) {
+        let meta = obj.meta();
+        if let (Some(namespace), Some(name), Some(value)) = (
+            meta.namespace.as_deref(),
+            meta.name.as_deref(),
+            (self.value_of)(obj, self.label),
+        ) {
+            remove_from(&mut inner.groups, namespace, value, name);
         }
     }
 
@@ -125,7 +179,6 @@ where
     pub fn rebuild(&self, store: &Store<K>) {
         let mut fresh = Inner {
             groups: HashMap::new(),
-            filed: HashMap::new(),
         };
         for obj in store.state() {
             file(&mut fresh, (self.label, self.value_of), obj);
@@ -145,32 +198,32 @@ where
     }
 }
 
+/// Files `obj` under its label's value in its namespace (if it has the label), replacing the
+/// version filed there before.
 fn file<K: Resource>(inner: &mut Inner<K>, (label, value_of): (&str, ValueOf<K>), obj: Arc<K>) {
-    let (Some(namespace), Some(name)) = (obj.meta().namespace.clone(), obj.meta().name.clone())
-    else {
+    // A second reference, to read the namespace and value from while `obj` moves in.
+    let read = obj.clone();
+    let meta = read.meta();
+    let (Some(namespace), Some(_), Some(value)) = (
+        meta.namespace.as_deref(),
+        meta.name.as_deref(),
+        value_of(&read, label),
+    ) else {
         return;
     };
-    let value = value_of(&obj, label).map(str::to_string);
-    let key = (namespace, name);
-    if let Some(old) = inner.filed.remove(&key)
-        && Some(&old) != value.as_ref()
-    {
-        remove_from(&mut inner.groups, &key.0, &old, &key.1);
+    // Looked up before inserting, so an event for a known group allocates nothing.
+    if !inner.groups.contains_key(namespace) {
+        inner.groups.insert(namespace.to_string(), HashMap::new());
     }
-    let Some(value) = value else {
-        return;
-    };
-    inner
-        .groups
-        .entry(key.0.clone())
-        .or_default()
-        .entry(value.clone())
-        .or_default()
-        .insert(key.1.clone(), obj);
-    inner.filed.insert(key, value);
+    let by_value = inner.groups.get_mut(namespace).expect("inserted above");
+    if !by_value.contains_key(value) {
+        by_value.insert(value.to_string(), BTreeSet::new());
+    }
+    let by_name = by_value.get_mut(value).expect("inserted above");
+    by_name.replace(ByName(obj));
 }
 
-fn remove_from<K>(groups: &mut Groups<K>, namespace: &str, value: &str, name: &str) {
+fn remove_from<K: Resource>(groups: &mut Groups<K>, namespace: &str, value: &str, name: &str) {
     let Some(by_value) = groups.get_mut(namespace) else {
         return;
     };
@@ -230,18 +283,22 @@ mod tests {
     #[test]
     fn a_changed_object_replaces_the_old_one_and_a_relabelled_one_moves() {
         let index = LabelIndex::new(LABEL);
-        index.upsert(pod("a", "p1", Some("x")));
+        let first = pod("a", "p1", Some("x"));
+        index.upsert(first.clone());
         let mut changed = (*pod("a", "p1", Some("x"))).clone();
         changed.metadata.uid = Some("u2".into());
-        index.upsert(Arc::new(changed));
+        let changed = Arc::new(changed);
+        index.replace(Some(&first), changed.clone());
         let got = index.get("a", "x");
         assert_eq!(got.len(), 1);
         assert_eq!(got[0].metadata.uid.as_deref(), Some("u2"));
-        index.upsert(pod("a", "p1", Some("y")));
+        let moved = pod("a", "p1", Some("y"));
+        index.replace(Some(&changed), moved.clone());
         assert!(names(&index, "a", "x").is_empty());
         assert_eq!(names(&index, "a", "y"), ["p1"]);
-        index.upsert(pod("a", "p1", None));
+        index.replace(Some(&moved), pod("a", "p1", None));
         assert!(names(&index, "a", "y").is_empty());
+        assert!(index.read().groups.is_empty(), "empty groups are dropped");
     }
 
     #[test]

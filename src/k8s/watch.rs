@@ -182,18 +182,18 @@ where
 {
     fn take(&mut self, mut event: Event<K>) {
         let key = match &event {
-            Event::Apply(obj) => Some(ObjectRef::from_obj(obj)),
+            Event::Apply(obj) | Event::Delete(obj) => Some(ObjectRef::from_obj(obj)),
             _ => None,
         };
-        // Compared with the version the store holds before the store takes the new one.
-        let skip = match (&mut event, &key, self.unchanged) {
-            (Event::Apply(obj), Some(key), Some(same)) => {
-                self.store.get(key).is_some_and(|old| same(&old, obj))
-            }
+        // The version the store holds before it takes the new one: compared with the new one,
+        // and where the index finds it.
+        let previous = key.as_ref().and_then(|key| self.store.get(key));
+        let skip = match (&mut event, &previous, self.unchanged) {
+            (Event::Apply(obj), Some(old), Some(same)) => same(old, obj),
             _ => false,
         };
         self.writer.apply_watcher_event(&event);
-        match self.indexed(event, key) {
+        match self.indexed(event, key, previous) {
             Some(_) if skip => {
                 self.skipped.inc();
             }
@@ -209,21 +209,28 @@ where
     }
 
     /// Brings the index up to the store after `event` (whose object's key is `key` when it is
-    /// an `Apply`) and returns the changed object, if the event is a change.
-    fn indexed(&self, event: Event<K>, key: Option<ObjectRef<K>>) -> Option<Arc<K>> {
+    /// an `Apply` or a `Delete`; `previous`, the version the store held before) and returns the
+    /// changed object, if the event is a change.
+    fn indexed(
+        &self,
+        event: Event<K>,
+        key: Option<ObjectRef<K>>,
+        previous: Option<Arc<K>>,
+    ) -> Option<Arc<K>> {
         match (event, key) {
             // Subscribers get the store's own Arc: no second copy of the object while the
             // change waits in their queues.
             (Event::Apply(obj), Some(key)) => {
                 let stored = self.store.get(&key).unwrap_or_else(|| Arc::new(obj));
                 if let Some(index) = &self.index {
-                    index.upsert(stored.clone());
+                    index.replace(previous.as_deref(), stored.clone());
                 }
                 Some(stored)
             }
             (Event::Delete(obj), _) => {
                 if let Some(index) = &self.index {
-                    index.remove(&obj);
+                    // Where the index filed it: by the version it holds, if it holds one.
+                    index.remove(previous.as_deref().unwrap_or(&obj));
                 }
                 Some(Arc::new(obj))
             }
