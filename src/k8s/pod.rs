@@ -164,25 +164,14 @@ impl From<&Pod> for CachedPod {
             })
         };
         PodRecord {
-            // As decoded from a watch: without managedFields, the labels and annotations packed.
+            // As decoded from a watch: without managedFields (`into` packs the labels and
+            // annotations).
             metadata: ObjectMeta {
                 managed_fields: None,
-                labels: None,
-                annotations: None,
                 ..pod.metadata.clone()
             },
-            labels: pod
-                .metadata
-                .labels
-                .as_ref()
-                .map(Pairs::from)
-                .unwrap_or_default(),
-            annotations: pod
-                .metadata
-                .annotations
-                .as_ref()
-                .map(Pairs::from)
-                .unwrap_or_default(),
+            labels: Pairs::default(),
+            annotations: Pairs::default(),
             node_name: spec.and_then(|s| s.node_name.clone()),
             requests_tpus: spec.is_some_and(|s| {
                 s.containers
@@ -259,8 +248,7 @@ mod wire {
 
     impl Meta {
         /// The metadata as a cached pod keeps it, and its labels and annotations.
-        fn split(self) -> (ObjectMeta, Pairs, Pairs) {
-            let m = self;
+        fn split(m: Self) -> (ObjectMeta, Pairs, Pairs) {
             let metadata = ObjectMeta {
                 annotations: None,
                 creation_timestamp: m.creation_timestamp,
@@ -341,7 +329,7 @@ mod wire {
                     .any(|m| m.contains_key(super::TPU_RESOURCE))
             };
             let status = pod.status;
-            let (metadata, labels, annotations) = pod.metadata.split();
+            let (metadata, labels, annotations) = Meta::split(pod.metadata);
             super::PodRecord {
                 metadata,
                 labels,
