@@ -6,6 +6,16 @@ use clap::Parser;
 use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection};
 use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
+mod small_blocks;
+// Only the static (musl) build takes its `memcmp`; the tests check it everywhere.
+#[cfg(any(test, target_env = "musl"))]
+mod word_compare;
+
+/// Freed small blocks are kept for reuse in front of `malloc` (`small_blocks`: musl's is slow
+/// per call).
+#[global_allocator]
+static ALLOCATOR: small_blocks::SmallBlocks = small_blocks::SmallBlocks::new();
+
 /// LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery.
 #[derive(Debug, Parser)]
 #[command(version)]
