@@ -37,9 +37,9 @@ const LARGEST: usize = CLASS_SIZES[CLASSES - 1];
 /// `malloc`'s alignment on x86-64 (both musl and glibc): what a cached block can promise.
 const MALLOC_ALIGN: usize = 16;
 /// Freed bytes a class keeps at most.
-const CLASS_BYTES: usize = 4096;
+const CLASS_BYTES: usize = 2048;
 /// Freed blocks a class keeps at most.
-const MAX_KEPT: usize = 128;
+const MAX_KEPT: usize = 64;
 
 /// How many freed blocks each class keeps.
 const KEPT: [u8; CLASSES] = {
