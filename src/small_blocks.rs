@@ -2,11 +2,11 @@
 //! allocator.
 //!
 //! Why: the image's binary is linked against musl, whose allocator (mallocng) is thrifty with
-//! memory but slow per call — a quarter of the manager's CPU in the benchmark's profile
-//! (docs/performance.md, "Latest: issue 25"). The manager allocates and frees the same small
-//! sizes over and over (names, label values, JSON keys, events, futures) on one thread, so a
-//! short free list per size class answers most of those calls without entering `malloc`.
-//! Other allocators cost memory instead (mimalloc: +70% peak RSS, same page).
+//! memory but slow per call: the largest share of the manager's CPU in the benchmark's profile
+//! (docs/performance.md, "Latest: issue 25, session 24"). The manager allocates and frees the
+//! same small sizes over and over (names, label values, JSON keys, events, futures), so a short
+//! stack of freed blocks per size class answers most of those calls without entering `malloc`.
+//! Other allocators cost memory instead (mimalloc: same document, session 18).
 //!
 //! The classes are musl's smallest ones, by the bytes a block of each holds (16-byte units less
 //! its 4-byte header): a request is rounded up to its class's size, which musl would have
@@ -73,7 +73,7 @@ fn class_of(layout: Layout) -> Option<usize> {
 
 /// A thread's freed blocks of each class, a stack of their addresses per class. Not a list
 /// threaded through the blocks: taking one would read the freed block's first word, a cache
-/// miss most times (85% of the time spent taking a block, perf said).
+/// miss most times (where most of the time taking a block went, in the profile).
 struct Shelf {
     blocks: [[*mut u8; MAX_KEPT]; CLASSES],
     lens: [u8; CLASSES],
@@ -113,8 +113,8 @@ impl Shelf {
 
 /// Threads that get a shelf: the first to allocate. The manager has two that allocate much —
 /// the controllers' and the webhook's — and a shelf each spares them musl's lock, which they
-/// contended for (~1,000 futex waits in one S1). A thread after these goes straight to
-/// `malloc`; a shelf of a thread that ended keeps its few blocks (at most ~57 KB).
+/// contended for. A thread after these goes straight to `malloc`; the shelf of a thread that
+/// ended keeps its few blocks (at most a class's share per class).
 /// (The unit tests' harness runs each test on a thread of its own: there, enough for all.)
 const SHELVES: usize = if cfg!(test) { 64 } else { 4 };
 const NO_SHELF: u8 = u8::MAX;

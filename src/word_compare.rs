@@ -2,8 +2,8 @@
 //!
 //! Why: musl's `memcmp` compares a byte at a time, and the manager compares many strings that
 //! share long prefixes — label keys all start with the 28 bytes of
-//! `leaderworkerset.sigs.k8s.io/`, names with their LWS's — so it was ~5% of the manager's CPU
-//! in the benchmark's profile (docs/performance.md, "Latest: issue 25"). Rust's string and slice
+//! `leaderworkerset.sigs.k8s.io/`, names with their LWS's — so it stood out in the manager's
+//! profile (docs/performance.md, "Latest: issue 25, session 24"). Rust's string and slice
 //! comparisons call these two symbols; defining them in the binary keeps the linker from taking
 //! musl's. glibc's are already word-wise, so other builds keep theirs.
 
