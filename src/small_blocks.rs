@@ -151,7 +151,7 @@ fn claim_shelf() -> Option<usize> {
     (number != NO_SHELF).then_some(usize::from(number))
 }
 
-pub struct SmallBlocks {
+pub(crate) struct SmallBlocks {
     shelves: [UnsafeCell<Shelf>; SHELVES],
 }
 
@@ -159,7 +159,7 @@ pub struct SmallBlocks {
 unsafe impl Sync for SmallBlocks {}
 
 impl SmallBlocks {
-    pub const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         SmallBlocks {
             shelves: [const { UnsafeCell::new(Shelf::new()) }; SHELVES],
         }
@@ -185,12 +185,6 @@ impl SmallBlocks {
     fn push(&self, class: usize, block: *mut u8) -> bool {
         self.with_shelf(|shelf| shelf.keep(class, block))
             .unwrap_or(false)
-    }
-}
-
-impl Default for SmallBlocks {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
