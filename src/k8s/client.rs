@@ -11,6 +11,10 @@
 //! connector and the hyper client built by us. A server that does not offer h2 in ALPN gets
 //! HTTP/1.1 as before; a proxy URL in the kubeconfig falls back to kube-rs's own stack.
 //!
+//! Added to it: every response body loses its managedFields before kube-rs decodes it
+//! ([`super::managed_fields`]): no code here reads them, and decoding them was a large share
+//! of the manager's allocations. A client on kube-rs's own stack (a proxy URL) keeps them.
+//!
 //! Left out of kube-rs's stack on purpose: its `TraceLayer` (debug spans per request; our
 //! errors are logged where they are handled) and `valid_until` (the expiry of an exec
 //! credential's client certificate, which nothing here reads: the auth layer refreshes
@@ -118,6 +122,7 @@ pub fn build(config: Config) -> Result<Client, kube::Error> {
         .option_layer(config.auth_layer()?)
         .layer(config.extra_headers_layer()?)
         .map_err(BoxError::from)
+        .map_response(super::managed_fields::response)
         .service(hyper_client);
     Ok(Client::new(service, config.default_namespace))
 }

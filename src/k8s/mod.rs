@@ -15,6 +15,8 @@
 //! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure;
 //!   [`log_gate`] folds the same error from many objects into one line per backoff step.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
+//! - [`managed_fields`]: managedFields taken out of the API server's JSON before it is
+//!   decoded (nothing here reads them).
 //! - [`pod`]: the pod as the caches keep it ([`pod::CachedPod`]) and the facts every controller
 //!   reads the same way (readiness); its labels and annotations packed as [`pairs::Pairs`].
 //! - [`throttle`]: per-key reconcile triggers, at most two per window, the first and the
@@ -30,6 +32,7 @@ pub mod events;
 pub mod expected;
 pub mod label_index;
 pub mod log_gate;
+pub mod managed_fields;
 pub mod memo;
 pub mod metrics;
 pub mod pairs;

@@ -1,5 +1,5 @@
 //! The request body of every admission endpoint: an AdmissionReview, decoded by serde_json
-//! straight from the bytes.
+//! straight from the bytes, without the objects' managedFields ([`crate::k8s::managed_fields`]).
 
 use axum::{
     body::Bytes,
@@ -27,6 +27,8 @@ where
         let body = Bytes::from_request(request, state)
             .await
             .map_err(|err| (err.status(), err.body_text()))?;
+        // Neither the pod nor the LWS defaults read managedFields (the patch leaves them be).
+        let body = crate::k8s::managed_fields::without_managed_fields(body);
         serde_json::from_slice(&body).map(Review).map_err(|err| {
             (
                 StatusCode::UNPROCESSABLE_ENTITY,
