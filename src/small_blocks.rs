@@ -234,6 +234,20 @@ unsafe impl GlobalAlloc for SmallBlocks {
             (None, None) => unsafe { System.realloc(block, layout, new_size) },
             // Same class: the block already holds the class's size.
             (Some(old), Some(new)) if old == new => block,
+            // From one class to another (a string or vector growing, mostly): what `realloc`
+            // would do for blocks this small — a new block, the bytes copied, the old one
+            // freed — with both blocks taken from and given back to the shelf when it can.
+            (Some(old), Some(_)) => {
+                let moved = unsafe { self.alloc(new_layout) };
+                if !moved.is_null() {
+                    let len = layout.size().min(new_size);
+                    unsafe { ptr::copy_nonoverlapping(block, moved, len) };
+                    if !self.push(old, block) {
+                        unsafe { free(block) }
+                    }
+                }
+                moved
+            }
             // Either side is a class, so the alignment is at most malloc's and the block is a
             // `malloc` block (ours, or `System`'s for an alignment this small).
             (_, new) => unsafe { realloc(block, new.map_or(new_size, |c| CLASS_SIZES[c])) },
@@ -342,8 +356,17 @@ mod tests {
             // 20 → 28 bytes: the same class, the same block.
             let same = blocks.realloc(block, layout(20), 28);
             assert_eq!(same, block);
-            // 28 → 300 bytes: another class; 300 → 2000: out of the classes; and back to 10.
+            // 28 → 300 bytes: another class, and the old block is kept for its class.
             let mut now = blocks.realloc(same, layout(28), 300);
+            assert_ne!(now, same);
+            assert_eq!(
+                std::slice::from_raw_parts(now, 20),
+                &(0..20).collect::<Vec<u8>>()[..]
+            );
+            let reused = blocks.alloc(layout(28));
+            assert_eq!(reused, same);
+            blocks.dealloc(reused, layout(28));
+            // 300 → 2000: out of the classes; and back to 10.
             now = blocks.realloc(now, layout(300), 2000);
             now = blocks.realloc(now, layout(2000), 10);
             let kept: Vec<u8> = std::slice::from_raw_parts(now, 10).to_vec();
