@@ -135,7 +135,8 @@ where
         let unchanged = self.unchanged;
         let kind = K::kind(&());
         // managedFields are never read by our controllers and are often the largest part of
-        // a pod or StatefulSet: dropped before the store keeps the object.
+        // a pod or StatefulSet. Our client takes them out before decoding (`managed_fields`);
+        // one on kube-rs's own stack (a proxy URL) does not, so the store drops them too.
         let events = retried(
             watcher::watcher(self.api.clone(), self.config.clone()).modify(move |obj| {
                 obj.meta_mut().managed_fields = None;
