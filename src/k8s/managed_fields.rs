@@ -276,8 +276,9 @@ where
     }
 }
 
-/// A response of the API server with managedFields taken out of its body when it is JSON
-/// (not compressed: the client asks for no encoding); its length is then no longer known.
+/// A response of the API server with managedFields taken out of its body; its length is then
+/// no longer known. Every body is scanned: this client asks only for JSON, without compression
+/// (no Accept-Encoding), and reads no other kind of body (no pod logs, no protobuf).
 pub fn response<B>(response: http::Response<B>) -> http::Response<WithoutManagedFields<B>> {
     let (mut parts, body) = response.into_parts();
     parts.headers.remove(http::header::CONTENT_LENGTH);
