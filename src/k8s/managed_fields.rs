@@ -115,21 +115,16 @@ impl Scanner {
             self.held.clear();
             joined.freeze()
         };
+        // Bytes from `pass_from` on are still to be passed on; keys are looked for from
+        // `search_from` on (past a match that was no key).
         let mut pass_from = 0;
-        let mut search_from = 0;
-        if let Some(mut array) = self.dropping.take() {
-            match array.end_in(&data, 0) {
-                Some(end) => {
-                    pass_from = end + 1;
-                    search_from = end + 1;
-                }
-                None => {
-                    self.dropping = Some(array);
-                    self.before = data.last().copied().unwrap_or(self.before);
-                    return;
-                }
+        if let Some(array) = self.dropping.take() {
+            match self.after_array(array, &data, 0) {
+                Some(next) => pass_from = next,
+                None => return,
             }
         }
+        let mut search_from = pass_from;
         while let Some(found) = self.finder.find(&data[search_from..]) {
             let at = search_from + found;
             let before = if at == 0 { self.before } else { data[at - 1] };
@@ -140,28 +135,30 @@ impl Scanner {
             let open = at + NEEDLE.len() - 1;
             emit(out, data.slice(pass_from..open));
             out(Bytes::from_static(NULL));
-            let mut array = InArray::default();
-            match array.end_in(&data, open) {
-                Some(end) => {
-                    pass_from = end + 1;
-                    search_from = end + 1;
-                }
-                None => {
-                    self.dropping = Some(array);
-                    self.before = data.last().copied().unwrap_or(self.before);
-                    return;
-                }
+            match self.after_array(InArray::default(), &data, open) {
+                Some(next) => (pass_from, search_from) = (next, next),
+                None => return,
             }
         }
-        // The rest passes but for a tail that may be the start of the next key.
-        let hold = held_tail(&data[pass_from.max(search_from)..]);
-        let keep_until = data.len() - hold;
-        let keep_until = keep_until.max(pass_from);
+        // The rest passes but for a tail that may be the start of the next key (a tail past
+        // `search_from`, since a whole key was not found there).
+        let keep_until = data.len() - held_tail(&data[search_from..]);
         emit(out, data.slice(pass_from..keep_until));
         if keep_until > 0 {
             self.before = data[keep_until - 1];
         }
         self.held.extend_from_slice(&data[keep_until..]);
+    }
+
+    /// Reads a dropped array on from `from`: the index after its end, or `None` when it goes
+    /// on into the next piece (then kept in `dropping`; a piece that starts inside an array
+    /// never needs `before`, since no key is looked for before the array's end).
+    fn after_array(&mut self, mut array: InArray, data: &[u8], from: usize) -> Option<usize> {
+        let end = array.end_in(data, from);
+        if end.is_none() {
+            self.dropping = Some(array);
+        }
+        end.map(|end| end + 1)
     }
 
     /// The end of the text: what is still held back.
