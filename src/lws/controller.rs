@@ -25,7 +25,7 @@ use kube::{
 use super::{
     apply, deref,
     error::Error,
-    labels,
+    labels, leader_lane,
     observe::{self, Stores},
     plan,
     remembered::Remembered,
@@ -42,7 +42,7 @@ use crate::{
         metrics::ControllerMetrics,
         runner::Runner,
         throttle::{Trigger, throttle},
-        watch::{self, SharedCache},
+        watch::{self, CacheReady, SharedCache},
     },
 };
 
@@ -55,12 +55,46 @@ pub struct Context {
     runner: Runner<LeaderWorkerSet>,
     /// Status writes the LWS cache has not shown yet, so they are not repeated.
     written: apply::WrittenStatuses,
-    /// Worker StatefulSets created and not cached yet, so they are not created twice.
-    expected: Expected,
+    /// Worker StatefulSets created (or claimed by the leader lane) and not cached yet, so they
+    /// are not created twice.
+    pub(super) expected: Expected,
     /// Each LWS's template revision, computed once per generation.
     revisions: revision::Memo,
     /// Each LWS's comparisons that the next reconcile may reuse (`lws::remembered`).
     remembered: PerUid<Remembered>,
+}
+
+impl Context {
+    /// The API client's writer.
+    pub(super) fn applier(&self) -> &Applier {
+        &self.applier
+    }
+
+    /// The caches a plan reads, each ready once it has listed.
+    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 4] {
+        let s = &self.stores;
+        [
+            watch::index_ready(&s.pods),
+            watch::index_ready(&s.statefulsets),
+            watch::index_ready(&s.services),
+            watch::index_ready(&s.revisions),
+        ]
+    }
+
+    /// What the caches hold about `lws`, with what earlier reconciles worked out for it.
+    pub(super) fn observe(&self, lws: &LeaderWorkerSet) -> observe::Observed {
+        let mut observed = observe::observe(
+            &self.stores,
+            &self.expected,
+            &lws.namespace().unwrap_or_default(),
+            &lws.name_any(),
+        );
+        // A spec that cannot be hashed is left to the plan, which says why.
+        observed.spec_revision = self.revisions.of(lws).ok();
+        let uid = lws.metadata.uid.as_deref().unwrap_or_default();
+        observed.remembered = self.remembered.get(uid).unwrap_or_default();
+        observed
+    }
 }
 
 /// The caches the LWS controller reads and is woken by.
@@ -128,6 +162,10 @@ pub fn run(
     };
     let mut leaders = triggers::Leaders::new(ctx.stores.statefulsets.clone());
     let echoes = ctx.clone();
+    // New leader pods go to the leader lane; what it leaves comes back as urgent triggers.
+    let (lane_tx, lane_rx) = futures::channel::mpsc::unbounded::<Arc<crate::k8s::pod::CachedPod>>();
+    let (recheck_tx, recheck_rx) = futures::channel::mpsc::unbounded();
+    let claims = ctx.clone();
     let triggers = futures::stream::select_all([
         caches
             .lws
@@ -140,7 +178,25 @@ pub fn run(
         caches
             .pods
             .subscribe()
-            .map(move |pod| leaders.trigger(pod, std::time::Instant::now()))
+            .map(move |pod| {
+                let trigger = leaders.trigger(pod.clone(), std::time::Instant::now())?;
+                if !trigger.urgent {
+                    return Some(trigger);
+                }
+                // The lane creates its workers; the reconcile still counts the new pod, in
+                // its window.
+                leader_lane::claim(&claims, &pod);
+                match lane_tx.unbounded_send(pod) {
+                    Ok(()) => Some(Trigger::normal(trigger.key)),
+                    Err(closed) => {
+                        leader_lane::release(&claims, &closed.into_inner());
+                        Some(trigger)
+                    }
+                }
+            })
+            .boxed(),
+        recheck_rx
+            .map(|key| Some(Trigger { key, urgent: true }))
             .boxed(),
         caches
             .statefulsets
@@ -154,13 +210,28 @@ pub fn run(
     // The window replaces kube-runtime's debounce, which restarts on every event and so slid
     // a reconcile to the end of each burst. With debounce 0 its scheduler still runs one
     // reconcile of an LWS at a time and folds what arrives meanwhile into one more.
-    Controller::for_shared_stream(futures::stream::empty(), caches.lws.store())
+    let lane = {
+        let (ctx, lws_store) = (ctx.clone(), caches.lws.store());
+        // Ends once the controller below has stopped and dropped the lane's sender.
+        lane_rx.for_each_concurrent(leader_lane::CONCURRENCY, move |leader| {
+            let (ctx, lws_store, recheck) = (ctx.clone(), lws_store.clone(), recheck_tx.clone());
+            async move {
+                if let Some(key) = leader_lane::run(&ctx, &lws_store, leader).await {
+                    let _ = recheck.unbounded_send(key);
+                }
+            }
+        })
+    };
+    let controller = Controller::for_shared_stream(futures::stream::empty(), caches.lws.store())
         .with_config(ControllerConfig::default().debounce(Duration::ZERO))
         .reconcile_on(throttle(Box::pin(triggers), reconcile_window()))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         // Failures are logged once, by the error policy.
-        .for_each(|_| async {})
+        .for_each(|_| async {});
+    async move {
+        futures::future::join(controller, lane).await;
+    }
 }
 
 /// The LWS-name index of a cache; the manager makes every cache of LWS-owned objects with one,
@@ -185,37 +256,24 @@ async fn reconcile(lws: Arc<LeaderWorkerSet>, ctx: Arc<Context>) -> Result<Actio
         // The garbage collector takes its objects.
         return Ok(Action::await_change());
     }
-    let s = &ctx.stores;
-    let caches = [
-        watch::index_ready(&s.pods),
-        watch::index_ready(&s.statefulsets),
-        watch::index_ready(&s.services),
-        watch::index_ready(&s.revisions),
-    ];
-    ctx.runner.reconcile(&lws, caches, steps(&lws, &ctx)).await
+    ctx.runner
+        .reconcile(&lws, ctx.caches_ready(), steps(&lws, &ctx))
+        .await
 }
 
 /// The steps of one reconcile: preflight → observe → deref → plan → apply → status.
 async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
-    if let Some(wait) = preflight(lws, ctx) {
+    if let Some(wait) = ctx.preflight(lws) {
         return Ok(wait);
     }
-    let mut observed = observe::observe(
-        &ctx.stores,
-        &ctx.expected,
-        &lws.namespace().unwrap_or_default(),
-        &lws.name_any(),
-    );
-    // A spec that cannot be hashed is left to the plan, which says why.
-    observed.spec_revision = ctx.revisions.of(lws).ok();
+    let observed = ctx.observe(lws);
     let uid = lws.metadata.uid.clone().unwrap_or_default();
-    observed.remembered = ctx.remembered.get(&uid).unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     // Names the cache does not show are read only when a write finds them taken.
     let mut deref = deref::dereference(&ctx.applier, lws, &observed, false).await?;
     let (plan, applied) = loop {
         let plan = plan::plan(lws, &observed, &deref, &now);
-        let applied = apply_verified(ctx, lws, &plan).await?;
+        let applied = ctx.apply_verified(lws, &plan).await?;
         if applied.recheck && !deref.verified {
             tracing::debug!(
                 "a name the cache does not show is taken: reading it and planning again"
@@ -259,50 +317,54 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
     )
 }
 
-/// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
-/// (`plan::groups`): a StatefulSet whose leader was replaced meanwhile is taken back. What was
-/// created is expected until the cache shows it.
-async fn apply_verified(
-    ctx: &Context,
-    lws: &LeaderWorkerSet,
-    plan: &plan::Plan,
-) -> Result<apply::Applied, Error> {
-    let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
-    let verify = plan::groups::leaders_to_verify(plan);
-    let (applied, live) = futures::join!(
-        apply::apply(&ctx.applier, &ctx.events, lws, plan),
-        deref::live_leaders(&ctx.applier, &ns, &name, &verify),
-    );
-    let applied = applied?;
-    let created = std::time::Instant::now();
-    for sts in applied.created_workers.keys() {
-        ctx.expected.created(&ns, sts, created);
+impl Context {
+    /// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
+    /// (`plan::groups`): a StatefulSet whose leader was replaced meanwhile is taken back. What was
+    /// created is expected until the cache shows it.
+    pub(super) async fn apply_verified(
+        &self,
+        lws: &LeaderWorkerSet,
+        plan: &plan::Plan,
+    ) -> Result<apply::Applied, Error> {
+        let ctx = self;
+        let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
+        let verify = plan::groups::leaders_to_verify(plan);
+        let (applied, live) = futures::join!(
+            apply::apply(&ctx.applier, &ctx.events, lws, plan),
+            deref::live_leaders(&ctx.applier, &ns, &name, &verify),
+        );
+        let applied = applied?;
+        let created = std::time::Instant::now();
+        for sts in applied.created_workers.keys() {
+            ctx.expected.created(&ns, sts, created);
+        }
+        if applied.created_services.contains(&name) {
+            ctx.expected
+                .created(&ns, &observe::shared_service_key(&name), created);
+        }
+        let stale = plan::groups::stale_workers(plan, &applied.created_workers, &live?);
+        for sts in &stale {
+            ctx.expected.forget(&ns, &sts.name);
+        }
+        apply::remove_stale_workers(&ctx.applier, lws, &stale).await?;
+        Ok(applied)
     }
-    if applied.created_services.contains(&name) {
-        ctx.expected
-            .created(&ns, &observe::shared_service_key(&name), created);
-    }
-    let stale = plan::groups::stale_workers(plan, &applied.created_workers, &live?);
-    for sts in &stale {
-        ctx.expected.forget(&ns, &sts.name);
-    }
-    apply::remove_stale_workers(&ctx.applier, lws, &stale).await?;
-    Ok(applied)
-}
 
-/// Before anything is decided: not while the leader StatefulSet is being deleted (its
-/// successor would be built from half of it).
-fn preflight(lws: &LeaderWorkerSet, ctx: &Context) -> Option<Action> {
-    let name = lws.name_any();
-    let leader_sts_deleting = ctx
-        .stores
-        .statefulsets
-        .get(&lws.namespace().unwrap_or_default(), &name)
-        .iter()
-        .any(|s| {
-            s.metadata.name.as_deref() == Some(&name) && s.metadata.deletion_timestamp.is_some()
-        });
-    leader_sts_deleting.then(|| Action::requeue(Duration::from_secs(5)))
+    /// Before anything is decided: not while the leader StatefulSet is being deleted (its
+    /// successor would be built from half of it).
+    pub(super) fn preflight(&self, lws: &LeaderWorkerSet) -> Option<Action> {
+        let ctx = self;
+        let name = lws.name_any();
+        let leader_sts_deleting = ctx
+            .stores
+            .statefulsets
+            .get(&lws.namespace().unwrap_or_default(), &name)
+            .iter()
+            .any(|s| {
+                s.metadata.name.as_deref() == Some(&name) && s.metadata.deletion_timestamp.is_some()
+            });
+        leader_sts_deleting.then(|| Action::requeue(Duration::from_secs(5)))
+    }
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {

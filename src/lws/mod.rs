@@ -16,6 +16,7 @@ pub mod error;
 pub mod gojson;
 pub mod hold;
 pub mod labels;
+pub mod leader_lane;
 pub mod objects;
 pub mod observe;
 pub mod plan;

@@ -109,6 +109,24 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, pl
     }
 }
 
+/// What the leader lane (`lws::leader_lane`) carries out of `plan` for leader pod `leader`:
+/// the worker StatefulSet the plan wants for it, alone. Nothing when the plan is blocked or
+/// wants none for it (its revision not cached, its node not known yet, its workers already
+/// there): the LWS's own reconcile then decides, and says why.
+pub fn for_leader(plan: Plan, leader: &str) -> Option<Plan> {
+    if plan.blocked.is_some() {
+        return None;
+    }
+    let write = plan
+        .worker_sts
+        .into_iter()
+        .find(|w| w.object.metadata.name.as_deref() == Some(leader))?;
+    Some(Plan {
+        worker_sts: vec![write],
+        ..Default::default()
+    })
+}
+
 /// The leaders to read fresh beside the creates of `plan`: those its worker StatefulSets are
 /// for (a worker StatefulSet is named after its leader pod).
 pub fn leaders_to_verify(plan: &Plan) -> Vec<String> {

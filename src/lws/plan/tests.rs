@@ -745,6 +745,41 @@ fn a_worker_statefulset_on_its_way_to_the_cache_is_not_created_twice() {
 }
 
 #[test]
+fn the_leader_lane_takes_only_its_leaders_worker_statefulset() {
+    let mut world = World::settled(lws_with("vllm", 3, 3, "img:1", json!({})));
+    for group in ["vllm-1", "vllm-2"] {
+        world.observed.worker_sts.remove(group);
+    }
+    // The leader STS wants a change too (one replica more): not the lane's to write.
+    world.lws.spec.replicas = Some(4);
+    let plan = world.plan();
+    assert!(plan.leader_sts.is_some() && plan.status.is_some());
+    let lane = groups::for_leader(plan.clone(), "vllm-2").expect("its workers");
+    assert_eq!(names(&lane.worker_sts), ["vllm-2"]);
+    assert_eq!(
+        lane,
+        Plan {
+            worker_sts: lane.worker_sts.clone(),
+            ..Default::default()
+        },
+        "nothing but that one create"
+    );
+    assert_eq!(
+        lane.worker_sts[0], plan.worker_sts[1],
+        "as the plan built it"
+    );
+    // Its workers exist: nothing for the lane.
+    assert_eq!(groups::for_leader(plan, "vllm-0"), None);
+    // Not cached yet (created a moment ago by the lane or a reconcile): nothing either.
+    world.observed.pending_workers.insert("vllm-2".into());
+    assert_eq!(groups::for_leader(world.plan(), "vllm-2"), None);
+    // A blocked LWS: nothing, whatever the plan held before the block.
+    world.observed.pending_workers.clear();
+    world.lws.metadata.name = Some("x".repeat(64));
+    assert_eq!(groups::for_leader(world.plan(), "vllm-2"), None);
+}
+
+#[test]
 fn a_worker_whose_revision_is_not_cached_yet_is_retried_soon() {
     let mut world = World::settled(lws_with("vllm", 1, 2, "img:1", json!({})));
     world.observed.worker_sts.clear();
