@@ -66,6 +66,14 @@ pub struct WatchLabels {
     pub outcome: String,
 }
 
+/// Labels of a leader-lane job (`lws::leader_lane`): `created` (the worker StatefulSet was
+/// created or found there) or `left` (to the LWS's reconcile).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LaneLabels {
+    /// `created` or `left`.
+    pub outcome: String,
+}
+
 /// Labels of a release step transition: the controller and the state entered.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StepLabels {
@@ -111,6 +119,7 @@ pub struct Metrics {
     step_transitions: Family<StepLabels, Counter>,
     step_duration: HistogramFamily<StepLabels>,
     watch_events: Family<WatchLabels, Counter>,
+    leader_lane: Family<LaneLabels, Counter>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -209,6 +218,13 @@ impl Metrics {
              controllers, or unchanged: nothing a controller reads changed)",
             watch_events.clone(),
         );
+        let leader_lane = Family::<LaneLabels, Counter>::default();
+        registry.register(
+            "leader_lane_jobs",
+            "New leader pods handled beside their LWS's reconcile, per outcome (created: its \
+             worker StatefulSet was created or found there; left: to the LWS's reconcile)",
+            leader_lane.clone(),
+        );
         Self {
             registry: Arc::new(registry),
             reconciles,
@@ -224,6 +240,7 @@ impl Metrics {
             step_transitions,
             step_duration,
             watch_events,
+            leader_lane,
         }
     }
 
@@ -269,6 +286,15 @@ impl Metrics {
             .clone()
     }
 
+    /// Records one leader-lane job's outcome (see [`LaneLabels`]).
+    pub fn leader_lane_job(&self, outcome: &str) {
+        self.leader_lane
+            .get_or_create(&LaneLabels {
+                outcome: outcome.into(),
+            })
+            .inc();
+    }
+
     /// Records one admission request.
     pub fn webhook_request(&self, endpoint: &str, outcome: &str, seconds: f64) {
         let labels = WebhookLabels {
@@ -296,6 +322,11 @@ pub struct ReconcileTimer {
 }
 
 impl ControllerMetrics {
+    /// Records one leader-lane job's outcome (see [`LaneLabels`]).
+    pub fn leader_lane_job(&self, outcome: &str) {
+        self.metrics.leader_lane_job(outcome);
+    }
+
     /// A watch event queued `key` (`namespace/name`) for reconciling. A key queued again
     /// before its reconcile starts counts once, as the controller's queue holds it once.
     /// Callers queue only objects still in their cache: the controller never reconciles a

@@ -70,6 +70,11 @@ impl Context {
         &self.applier
     }
 
+    /// The LWS controller's metrics.
+    pub(super) fn metrics(&self) -> &ControllerMetrics {
+        self.runner.metrics()
+    }
+
     /// The caches a plan reads, each ready once it has listed.
     pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 4] {
         let s = &self.stores;
@@ -127,6 +132,23 @@ fn reconcile_window() -> Duration {
         .ok()
         .and_then(|v| v.parse().ok())
         .map_or(RECONCILE_WINDOW, Duration::from_millis)
+}
+
+/// LWS reconciles that run at once. Unbounded, dozens of LWS created together (a GitOps sync)
+/// all wrote their revision, Service, leader StatefulSet and status at once, and the pods that
+/// followed within the same second saturated a small control plane: the API server closed the
+/// watches it could not feed (every client's, not only ours), and groups waited for the late
+/// events. Bounded, the same LWS come up over a few seconds instead of one, and a new leader's
+/// workers do not wait for the bound: the leader lane runs beside it. The measurement is in
+/// docs/performance.md (issue 25, session 26).
+const RECONCILE_CONCURRENCY: u16 = 8;
+
+/// The bound, or `LWS_ROLLOUT_LWS_CONCURRENCY` (0: unbounded).
+fn reconcile_concurrency() -> u16 {
+    std::env::var("LWS_ROLLOUT_LWS_CONCURRENCY")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(RECONCILE_CONCURRENCY)
 }
 
 /// Runs the controller until `shutdown` completes. Subscribes to `caches`; their drivers must
@@ -223,7 +245,11 @@ pub fn run(
         })
     };
     let controller = Controller::for_shared_stream(futures::stream::empty(), caches.lws.store())
-        .with_config(ControllerConfig::default().debounce(Duration::ZERO))
+        .with_config(
+            ControllerConfig::default()
+                .debounce(Duration::ZERO)
+                .concurrency(reconcile_concurrency()),
+        )
         .reconcile_on(throttle(Box::pin(triggers), reconcile_window()))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

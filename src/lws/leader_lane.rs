@@ -66,18 +66,16 @@ pub async fn run(
         }
         _ => Ok(false),
     };
-    match created {
-        Ok(true) => None,
-        Ok(false) => {
-            release(ctx, &leader);
-            Some(key)
-        }
-        Err(err) => {
-            tracing::debug!(leader = %leader.name_any(), error = %err, "left to the LWS's reconcile");
-            release(ctx, &leader);
-            Some(key)
-        }
+    if let Err(err) = &created {
+        tracing::debug!(leader = %leader.name_any(), error = %err, "left to the LWS's reconcile");
     }
+    if created.unwrap_or(false) {
+        ctx.metrics().leader_lane_job("created");
+        return None;
+    }
+    ctx.metrics().leader_lane_job("left");
+    release(ctx, &leader);
+    Some(key)
 }
 
 /// Observe → plan → the one create, as the reconcile's steps (`controller::steps`) run them.

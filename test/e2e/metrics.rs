@@ -81,6 +81,8 @@ async fn metrics_move_while_the_manager_works() -> anyhow::Result<()> {
             r#"lws_rollout_webhook_requests_total{endpoint="/validate-lws",outcome="allowed"}"#;
         let lws_defaulted = r#"lws_rollout_webhook_request_duration_seconds_count{endpoint="/mutate-lws",outcome="allowed"}"#;
         let pod_events = r#"lws_rollout_watch_events_total{kind="Pod",outcome="delivered"}"#;
+        // The groups' workers are created by the leader lane, beside the LWS's reconcile.
+        let lane_created = r#"lws_rollout_leader_lane_jobs_total{outcome="created"}"#;
 
         let obj = lws("m", 2, 2, "vllm:1");
         create_available(&ns, &obj).await?;
@@ -98,6 +100,7 @@ async fn metrics_move_while_the_manager_works() -> anyhow::Result<()> {
             lws_validated,
             lws_defaulted,
             pod_events,
+            lane_created,
         ] {
             assert!(
                 value(&after, series) > value(&before, series),
