@@ -8,8 +8,9 @@
 //! StatefulSet" (docs/performance.md, issue 25, session 26). Here each new leader is a job of
 //! its own, run beside its LWS's reconcile and beside the other leaders' jobs.
 //!
-//! A job decides nothing of its own: it plans the whole LWS from the caches, as the reconcile
-//! does, and carries out only the worker StatefulSet that plan wants for its leader
+//! A job decides nothing of its own: it plans the LWS's worker StatefulSets from the caches as
+//! the reconcile does ([`plan::worker_statefulsets`]: the same checks, without the leader
+//! StatefulSet, Services or status), and carries out only the one for its leader
 //! ([`plan::groups::for_leader`]), with the same fresh read of the leader beside the create.
 //! Everything else — a blocked LWS, a revision not cached yet, an exclusive-topology node not
 //! known yet, a refusal, an error — is left to the LWS's reconcile: the pod event triggers it
@@ -22,7 +23,6 @@
 
 use std::{sync::Arc, time::Instant};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
     ResourceExt,
     runtime::reflector::{ObjectRef, Store},
@@ -89,9 +89,8 @@ async fn create_workers(ctx: &Context, lws: &LeaderWorkerSet, leader: &str) -> R
     // The job's own claim is not a create on its way.
     observed.pending_workers.remove(leader);
     let deref = deref::dereference(ctx.applier(), lws, &observed, false).await?;
-    let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let Some(plan) = plan::groups::for_leader(plan::plan(lws, &observed, &deref, &now), leader)
-    else {
+    let planned = plan::worker_statefulsets(lws, &observed, &deref);
+    let Some(plan) = plan::groups::for_leader(planned, leader) else {
         return Ok(false);
     };
     let applied = ctx.apply_verified(lws, &plan).await?;

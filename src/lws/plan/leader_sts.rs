@@ -122,6 +122,25 @@ pub fn workers_ready(sts: &StatefulSet, ready: &ReadyWorkers<'_>, size: i32) -> 
             == want
 }
 
+/// Whether the rolling update's settings can be used: the only failure of [`plan`] besides
+/// what every plan checks first (for the worker StatefulSets planned without it).
+pub fn settings_valid(lws: &LeaderWorkerSet) -> Result<(), Failure> {
+    let replicas = objects::replicas(lws);
+    let ruc = lws
+        .spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.as_ref());
+    let invalid = |e: rolling::InvalidIntOrPercent| Failure::spec("InvalidSpec", e.0);
+    if let Some(value) = ruc.and_then(|r| r.max_unavailable.as_ref()) {
+        rolling::scaled(value, replicas, false).map_err(invalid)?;
+    }
+    if let Some(value) = ruc.and_then(|r| r.max_surge.as_ref()) {
+        rolling::scaled(value, replicas, true).map_err(invalid)?;
+    }
+    Ok(())
+}
+
 /// Plans the leader StatefulSet.
 pub fn plan(
     lws: &LeaderWorkerSet,

@@ -189,10 +189,22 @@ impl Plan {
     }
 }
 
-/// Plans one reconcile of `lws`.
-pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, now: &Time) -> Plan {
+/// What every plan of `lws` starts from, or the failure that blocks it: the LWS as its groups
+/// run it (the held template while a Rollout holds it), its revisions, and its leader
+/// StatefulSet as observed (or read fresh).
+struct Basis<'a> {
+    lws: std::borrow::Cow<'a, LeaderWorkerSet>,
+    revisions: revisions::Revisions,
+    leader_sts: Option<&'a StatefulSet>,
+}
+
+fn basis<'a>(
+    lws: &'a LeaderWorkerSet,
+    observed: &'a Observed,
+    deref: &'a Dereferenced,
+) -> Result<Basis<'a>, Failure> {
     if let Some(problem) = admission::name_too_long(lws) {
-        return Plan::blocked(Failure::spec("NameTooLong", problem));
+        return Err(Failure::spec("NameTooLong", problem));
     }
     let leader_sts = observed
         .leader_sts
@@ -202,7 +214,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
         && controller_uid(sts) != lws.metadata.uid.as_deref()
     {
         // Server-side apply with force would silently take someone else's StatefulSet over.
-        return Plan::blocked(Failure::blocked(
+        return Err(Failure::blocked(
             "ObjectConflict",
             format!(
                 "StatefulSet {} already exists and is not controlled by this LeaderWorkerSet; \
@@ -211,13 +223,44 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
             ),
         ));
     }
-    let revisions = match revisions::plan(lws, observed, leader_sts) {
-        Ok(revisions) => revisions,
+    let revisions = revisions::plan(lws, observed, leader_sts)?;
+    let lws = revisions::effective(lws, observed, &revisions)?;
+    Ok(Basis {
+        lws,
+        revisions,
+        leader_sts,
+    })
+}
+
+/// The worker StatefulSets [`plan`] would create, alone: the same basis and the same checks of
+/// the rolling update's settings, without planning the leader StatefulSet, Services, restarts
+/// or status (the leader lane's part, `plan::groups::for_leader`, run once per new leader).
+pub fn worker_statefulsets(
+    lws: &LeaderWorkerSet,
+    observed: &Observed,
+    deref: &Dereferenced,
+) -> Plan {
+    let basis = match basis(lws, observed, deref) {
+        Ok(basis) => basis,
         Err(failure) => return Plan::blocked(failure),
     };
-    // From here on, the LWS as its groups run it (the held template while a Rollout holds it).
-    let lws = match revisions::effective(lws, observed, &revisions) {
-        Ok(lws) => lws,
+    let lws = basis.lws.as_ref();
+    if let Err(failure) = leader_sts::settings_valid(lws) {
+        return Plan::blocked(failure);
+    }
+    let mut plan = Plan::default();
+    groups::plan(lws, observed, deref, &mut plan);
+    plan
+}
+
+/// Plans one reconcile of `lws`.
+pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, now: &Time) -> Plan {
+    let Basis {
+        lws,
+        revisions,
+        leader_sts,
+    } = match basis(lws, observed, deref) {
+        Ok(basis) => basis,
         Err(failure) => return Plan::blocked(failure),
     };
     let lws = lws.as_ref();

@@ -744,6 +744,20 @@ fn a_worker_statefulset_on_its_way_to_the_cache_is_not_created_twice() {
     assert_eq!(names(&world.plan().worker_sts), ["vllm-1"]);
 }
 
+impl World {
+    /// [`plan::worker_statefulsets`] on the same inputs as [`World::plan`].
+    fn worker_plan(&self) -> Plan {
+        let mut observed = self.observed.clone();
+        observed.leaders = observed
+            .pods
+            .iter()
+            .filter(|p| crate::lws::observe::is_leader(p))
+            .cloned()
+            .collect();
+        worker_statefulsets(&self.lws, &observed, &self.deref)
+    }
+}
+
 #[test]
 fn the_leader_lane_takes_only_its_leaders_worker_statefulset() {
     let mut world = World::settled(lws_with("vllm", 3, 3, "img:1", json!({})));
@@ -753,6 +767,7 @@ fn the_leader_lane_takes_only_its_leaders_worker_statefulset() {
     // The leader STS wants a change too (one replica more): not the lane's to write.
     world.lws.spec.replicas = Some(4);
     let plan = world.plan();
+    assert_eq!(world.worker_plan().worker_sts, plan.worker_sts);
     assert!(plan.leader_sts.is_some() && plan.status.is_some());
     let lane = groups::for_leader(plan.clone(), "vllm-2").expect("its workers");
     assert_eq!(names(&lane.worker_sts), ["vllm-2"]);
@@ -775,8 +790,49 @@ fn the_leader_lane_takes_only_its_leaders_worker_statefulset() {
     assert_eq!(groups::for_leader(world.plan(), "vllm-2"), None);
     // A blocked LWS: nothing, whatever the plan held before the block.
     world.observed.pending_workers.clear();
+    let mut bad_surge = world.lws.clone();
+    bad_surge.spec.rollout_strategy = Some(
+        serde_json::from_value(
+            json!({"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": "x%"}}),
+        )
+        .unwrap(),
+    );
     world.lws.metadata.name = Some("x".repeat(64));
     assert_eq!(groups::for_leader(world.plan(), "vllm-2"), None);
+    assert_eq!(groups::for_leader(world.worker_plan(), "vllm-2"), None);
+    world.lws = bad_surge;
+    assert!(world.plan().blocked.is_some() && world.worker_plan().blocked.is_some());
+}
+
+/// The leader lane's plan creates exactly the worker StatefulSets the full plan would, whatever
+/// the world: groups missing, a held template, a rolling update, a revision not cached.
+#[test]
+fn worker_statefulsets_alone_are_the_full_plans() {
+    let mut missing = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    missing.observed.worker_sts.clear();
+    let mut held = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    let stable = key_of(&held.lws);
+    held.lws = lws_with("vllm", 4, 2, "img:2", json!({}));
+    held.lws
+        .annotations_mut()
+        .insert(labels::HELD_REVISION.into(), stable);
+    held.observed.worker_sts.clear();
+    let mut rolling = World::settled(lws_with("vllm", 4, 2, "img:1", json!({})));
+    rolling.lws = lws_with("vllm", 4, 2, "img:2", json!({}));
+    rolling.observed.worker_sts.clear();
+    let mut uncached = World::settled(lws_with("vllm", 2, 2, "img:1", json!({})));
+    uncached.observed.worker_sts.clear();
+    uncached.observed.revisions.clear();
+    for (case, world) in [
+        ("groups missing", missing),
+        ("held", held),
+        ("rolling", rolling),
+        ("revision not cached", uncached),
+    ] {
+        let (full, alone) = (world.plan(), world.worker_plan());
+        assert_eq!(alone.worker_sts, full.worker_sts, "{case}");
+        assert_eq!(alone.blocked, full.blocked, "{case}");
+    }
 }
 
 #[test]
