@@ -14,7 +14,7 @@ use std::{sync::Arc, time::Duration};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::{
-    Resource, ResourceExt,
+    Resource,
     runtime::{
         Controller,
         controller::{Action, Config as ControllerConfig},
@@ -23,12 +23,7 @@ use kube::{
 };
 
 use super::{
-    apply, deref,
-    error::Error,
-    labels, leader_lane,
-    observe::{self, Stores},
-    plan,
-    remembered::Remembered,
+    apply, context::Context, deref, error::Error, labels, leader_lane, observe::Stores, plan,
     revision, triggers,
 };
 use crate::{
@@ -42,65 +37,9 @@ use crate::{
         metrics::ControllerMetrics,
         runner::Runner,
         throttle::{Trigger, throttle},
-        watch::{self, CacheReady, SharedCache},
+        watch::SharedCache,
     },
 };
-
-/// Shared state of the reconciler.
-pub struct Context {
-    applier: Applier,
-    events: Events,
-    stores: Stores,
-    /// Timing, span, cache wait and error policy, shared with the other controllers.
-    runner: Runner<LeaderWorkerSet>,
-    /// Status writes the LWS cache has not shown yet, so they are not repeated.
-    written: apply::WrittenStatuses,
-    /// Worker StatefulSets created (or claimed by the leader lane) and not cached yet, so they
-    /// are not created twice.
-    pub(super) expected: Expected,
-    /// Each LWS's template revision, computed once per generation.
-    revisions: revision::Memo,
-    /// Each LWS's comparisons that the next reconcile may reuse (`lws::remembered`).
-    remembered: PerUid<Remembered>,
-}
-
-impl Context {
-    /// The API client's writer.
-    pub(super) fn applier(&self) -> &Applier {
-        &self.applier
-    }
-
-    /// The LWS controller's metrics.
-    pub(super) fn metrics(&self) -> &ControllerMetrics {
-        self.runner.metrics()
-    }
-
-    /// The caches a plan reads, each ready once it has listed.
-    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 4] {
-        let s = &self.stores;
-        [
-            watch::index_ready(&s.pods),
-            watch::index_ready(&s.statefulsets),
-            watch::index_ready(&s.services),
-            watch::index_ready(&s.revisions),
-        ]
-    }
-
-    /// What the caches hold about `lws`, with what earlier reconciles worked out for it.
-    pub(super) fn observe(&self, lws: &LeaderWorkerSet) -> observe::Observed {
-        let mut observed = observe::observe(
-            &self.stores,
-            &self.expected,
-            &lws.namespace().unwrap_or_default(),
-            &lws.name_any(),
-        );
-        // A spec that cannot be hashed is left to the plan, which says why.
-        observed.spec_revision = self.revisions.of(lws).ok();
-        let uid = lws.metadata.uid.as_deref().unwrap_or_default();
-        observed.remembered = self.remembered.get(uid).unwrap_or_default();
-        observed
-    }
-}
 
 /// The caches the LWS controller reads and is woken by.
 pub struct Caches<'a> {
@@ -341,56 +280,6 @@ async fn steps(lws: &LeaderWorkerSet, ctx: &Context) -> Result<Action, Error> {
             None => Action::await_change(),
         },
     )
-}
-
-impl Context {
-    /// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
-    /// (`plan::groups`): a StatefulSet whose leader was replaced meanwhile is taken back. What was
-    /// created is expected until the cache shows it.
-    pub(super) async fn apply_verified(
-        &self,
-        lws: &LeaderWorkerSet,
-        plan: &plan::Plan,
-    ) -> Result<apply::Applied, Error> {
-        let ctx = self;
-        let (ns, name) = (lws.namespace().unwrap_or_default(), lws.name_any());
-        let verify = plan::groups::leaders_to_verify(plan);
-        let (applied, live) = futures::join!(
-            apply::apply(&ctx.applier, &ctx.events, lws, plan),
-            deref::live_leaders(&ctx.applier, &ns, &name, &verify),
-        );
-        let applied = applied?;
-        let created = std::time::Instant::now();
-        for sts in applied.created_workers.keys() {
-            ctx.expected.created(&ns, sts, created);
-        }
-        if applied.created_services.contains(&name) {
-            ctx.expected
-                .created(&ns, &observe::shared_service_key(&name), created);
-        }
-        let stale = plan::groups::stale_workers(plan, &applied.created_workers, &live?);
-        for sts in &stale {
-            ctx.expected.forget(&ns, &sts.name);
-        }
-        apply::remove_stale_workers(&ctx.applier, lws, &stale).await?;
-        Ok(applied)
-    }
-
-    /// Before anything is decided: not while the leader StatefulSet is being deleted (its
-    /// successor would be built from half of it).
-    pub(super) fn preflight(&self, lws: &LeaderWorkerSet) -> Option<Action> {
-        let ctx = self;
-        let name = lws.name_any();
-        let leader_sts_deleting = ctx
-            .stores
-            .statefulsets
-            .get(&lws.namespace().unwrap_or_default(), &name)
-            .iter()
-            .any(|s| {
-                s.metadata.name.as_deref() == Some(&name) && s.metadata.deletion_timestamp.is_some()
-            });
-        leader_sts_deleting.then(|| Action::requeue(Duration::from_secs(5)))
-    }
 }
 
 fn error_policy(lws: Arc<LeaderWorkerSet>, err: &Error, ctx: Arc<Context>) -> Action {

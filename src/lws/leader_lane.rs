@@ -28,7 +28,7 @@ use kube::{
     runtime::reflector::{ObjectRef, Store},
 };
 
-use super::{controller::Context, deref, error::Error, plan, triggers};
+use super::{context::Context, deref, error::Error, plan, triggers};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{pod::CachedPod, watch},

@@ -10,6 +10,7 @@
 
 pub mod admission;
 pub mod apply;
+pub mod context;
 pub mod controller;
 pub mod deref;
 pub mod error;
