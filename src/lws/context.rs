@@ -39,11 +39,6 @@ pub struct Context {
 }
 
 impl Context {
-    /// The API client's writer.
-    pub(super) fn applier(&self) -> &Applier {
-        &self.applier
-    }
-
     /// The LWS controller's metrics.
     pub(super) fn metrics(&self) -> &ControllerMetrics {
         self.runner.metrics()
@@ -74,9 +69,7 @@ impl Context {
         observed.remembered = self.remembered.get(uid).unwrap_or_default();
         observed
     }
-}
 
-impl Context {
     /// Apply, with the leaders of new worker StatefulSets read fresh beside their creates
     /// (`plan::groups`): a StatefulSet whose leader was replaced meanwhile is taken back. What was
     /// created is expected until the cache shows it.

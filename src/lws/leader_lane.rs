@@ -60,14 +60,15 @@ pub async fn run(
     leader: Arc<CachedPod>,
 ) -> Option<ObjectRef<LeaderWorkerSet>> {
     let key = triggers::to_lws(leader.clone())?;
+    let name = leader.name_any();
     let created = match lws_store.get(&key) {
         Some(lws) if lws.metadata.deletion_timestamp.is_none() => {
-            create_workers(ctx, &lws, &leader.name_any()).await
+            create_workers(ctx, &lws, &name).await
         }
         _ => Ok(false),
     };
     if let Err(err) = &created {
-        tracing::debug!(leader = %leader.name_any(), error = %err, "left to the LWS's reconcile");
+        tracing::debug!(leader = %name, error = %err, "left to the LWS's reconcile");
     }
     if created.unwrap_or(false) {
         ctx.metrics().leader_lane_job("created");
@@ -88,7 +89,7 @@ async fn create_workers(ctx: &Context, lws: &LeaderWorkerSet, leader: &str) -> R
     let mut observed = ctx.observe(lws);
     // The job's own claim is not a create on its way.
     observed.pending_workers.remove(leader);
-    let deref = deref::dereference(ctx.applier(), lws, &observed, false).await?;
+    let deref = deref::dereference(&ctx.applier, lws, &observed, false).await?;
     let planned = plan::worker_statefulsets(lws, &observed, &deref);
     let Some(plan) = plan::groups::for_leader(planned, leader) else {
         return Ok(false);

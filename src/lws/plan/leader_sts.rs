@@ -122,23 +122,35 @@ pub fn workers_ready(sts: &StatefulSet, ready: &ReadyWorkers<'_>, size: i32) -> 
             == want
 }
 
-/// Whether the rolling update's settings can be used: the only failure of [`plan`] besides
-/// what every plan checks first (for the worker StatefulSets planned without it).
-pub fn settings_valid(lws: &LeaderWorkerSet) -> Result<(), Failure> {
+/// The leader StatefulSet's `maxUnavailable`: the rolling update's `maxUnavailable` plus its
+/// `maxSurge` (at most `replicas`), both scaled to `replicas`. Its failure (a percentage that
+/// cannot be scaled) is the only one of [`plan`] besides what every plan checks first, so the
+/// worker StatefulSets planned without [`plan`] check it too.
+pub fn sts_max_unavailable(lws: &LeaderWorkerSet) -> Result<i32, Failure> {
     let replicas = objects::replicas(lws);
+    let (max_surge, max_unavailable) = surge_and_unavailable(lws);
+    let invalid = |e: rolling::InvalidIntOrPercent| Failure::spec("InvalidSpec", e.0);
+    Ok(
+        rolling::scaled(&max_unavailable, replicas, false).map_err(invalid)?
+            + rolling::scaled(&max_surge, replicas, true)
+                .map_err(invalid)?
+                .min(replicas),
+    )
+}
+
+/// The rolling update's `maxSurge` and `maxUnavailable`, defaulted (0 and 1) as upstream's.
+fn surge_and_unavailable(lws: &LeaderWorkerSet) -> (IntOrString, IntOrString) {
     let ruc = lws
         .spec
         .rollout_strategy
         .as_ref()
         .and_then(|s| s.rolling_update_configuration.as_ref());
-    let invalid = |e: rolling::InvalidIntOrPercent| Failure::spec("InvalidSpec", e.0);
-    if let Some(value) = ruc.and_then(|r| r.max_unavailable.as_ref()) {
-        rolling::scaled(value, replicas, false).map_err(invalid)?;
-    }
-    if let Some(value) = ruc.and_then(|r| r.max_surge.as_ref()) {
-        rolling::scaled(value, replicas, true).map_err(invalid)?;
-    }
-    Ok(())
+    (
+        ruc.and_then(|r| r.max_surge.clone())
+            .unwrap_or(IntOrString::Int(0)),
+        ruc.and_then(|r| r.max_unavailable.clone())
+            .unwrap_or(IntOrString::Int(1)),
+    )
 }
 
 /// Plans the leader StatefulSet.
@@ -151,14 +163,14 @@ pub fn plan(
     let name = lws.name_any();
     let size = objects::size(lws);
     let replicas = objects::replicas(lws);
-    let ruc = lws
+    let (max_surge, max_unavailable) = surge_and_unavailable(lws);
+    let user_partition = lws
         .spec
         .rollout_strategy
         .as_ref()
-        .and_then(|s| s.rolling_update_configuration.clone())
-        .unwrap_or_default();
-    let max_surge = ruc.max_surge.clone().unwrap_or(IntOrString::Int(0));
-    let max_unavailable = ruc.max_unavailable.clone().unwrap_or(IntOrString::Int(1));
+        .and_then(|s| s.rolling_update_configuration.as_ref())
+        .and_then(|r| r.partition)
+        .unwrap_or(0);
     let leader_sts = observed_sts.map(current);
     let groups = group_states(
         observed,
@@ -174,20 +186,13 @@ pub fn plan(
         max_unavailable: &max_unavailable,
         // A partition-style release keeps the groups below its partition back, on top of
         // the user's own partition (which it never lowers).
-        user_partition: ruc
-            .partition
-            .unwrap_or(0)
-            .max(super::revisions::release_partition(lws).unwrap_or(0)),
+        user_partition: user_partition.max(super::revisions::release_partition(lws).unwrap_or(0)),
         leader_sts,
         template_changed: revisions.template_changed,
         groups: &groups,
     })
     .map_err(invalid)?;
-    let sts_max_unavailable = rolling::scaled(&max_unavailable, replicas, false)
-        .map_err(invalid)?
-        + rolling::scaled(&max_surge, replicas, true)
-            .map_err(invalid)?
-            .min(replicas);
+    let sts_max_unavailable = sts_max_unavailable(lws)?;
     // The comparison below encodes both StatefulSets whole; it is reused while nothing it
     // was made of has a new version (most reconciles follow a pod event and change nothing).
     let comparison = observed_sts.and_then(|sts| {

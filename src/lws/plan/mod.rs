@@ -245,7 +245,7 @@ pub fn worker_statefulsets(
         Err(failure) => return Plan::blocked(failure),
     };
     let lws = basis.lws.as_ref();
-    if let Err(failure) = leader_sts::settings_valid(lws) {
+    if let Err(failure) = leader_sts::sts_max_unavailable(lws) {
         return Plan::blocked(failure);
     }
     let mut plan = Plan::default();

@@ -167,7 +167,8 @@ impl World {
         self.observed.leaders.push(leader);
     }
 
-    fn plan(&self) -> Plan {
+    /// The observation, with its leaders picked from its pods as `observe` picks them.
+    fn observed(&self) -> Observed {
         let mut observed = self.observed.clone();
         observed.leaders = observed
             .pods
@@ -175,7 +176,16 @@ impl World {
             .filter(|p| crate::lws::observe::is_leader(p))
             .cloned()
             .collect();
-        plan(&self.lws, &observed, &self.deref, &now())
+        observed
+    }
+
+    fn plan(&self) -> Plan {
+        plan(&self.lws, &self.observed(), &self.deref, &now())
+    }
+
+    /// [`worker_statefulsets`] on the same inputs as [`World::plan`].
+    fn worker_plan(&self) -> Plan {
+        worker_statefulsets(&self.lws, &self.observed(), &self.deref)
     }
 
     fn pod_mut(&mut self, name: &str) -> &mut CachedPod {
@@ -742,20 +752,6 @@ fn a_worker_statefulset_on_its_way_to_the_cache_is_not_created_twice() {
     );
     world.observed.pending_workers.clear();
     assert_eq!(names(&world.plan().worker_sts), ["vllm-1"]);
-}
-
-impl World {
-    /// [`plan::worker_statefulsets`] on the same inputs as [`World::plan`].
-    fn worker_plan(&self) -> Plan {
-        let mut observed = self.observed.clone();
-        observed.leaders = observed
-            .pods
-            .iter()
-            .filter(|p| crate::lws::observe::is_leader(p))
-            .cloned()
-            .collect();
-        worker_statefulsets(&self.lws, &observed, &self.deref)
-    }
 }
 
 #[test]
