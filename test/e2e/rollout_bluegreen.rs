@@ -144,11 +144,22 @@ fn rollout_bluegreen_example_previews_switches_and_promotes_losing_no_request() 
 
             // Promotion: the stable Service serves the second LWS's leaders while the user's
             // LWS rolls; then everything comes back to the user's LWS and the second goes.
-            approve(&ns).await?;
-            let promoting =
-                wait_rollout(&ns, "promoting", |r| finalising(r) == "ResumeWorkload").await?;
+            // The Service serves the second LWS only while the user's LWS rolls, seconds on
+            // fake nodes, and the release may be past it before a watch started after the
+            // approve lists: watch the endpoints from before the approve.
+            let second_leaders = ready_leader_ips(&ns, &second).await?;
+            ensure!(
+                second_leaders.len() == GROUPS as usize,
+                "{second_leaders:?}"
+            );
+            let (served, promoting) =
+                tokio::join!(wait_endpoints(&ns, SERVICE, &second_leaders), async {
+                    approve(&ns).await?;
+                    wait_rollout(&ns, "promoting", |r| finalising(r) == "ResumeWorkload").await
+                });
+            let promoting = promoting?;
+            served?;
             argocd_reads(&promoting, "Progressing").await?;
-            wait_endpoints(&ns, SERVICE, &ready_leader_ips(&ns, &second).await?).await?;
             let done = wait_rollout(&ns, "release finished", finished("True")).await?;
             argocd_reads(&done, "Healthy").await?;
             wait_for(
