@@ -27,11 +27,7 @@ pub fn default_lws(lws: &mut LeaderWorkerSet) -> bool {
 /// Highest group index the LWS can have: `replicas - 1` plus surge groups during an update.
 fn highest_group_index(lws: &LeaderWorkerSet) -> i32 {
     let replicas = objects::replicas(lws);
-    let surge = lws
-        .spec
-        .rollout_strategy
-        .as_ref()
-        .and_then(|s| s.rolling_update_configuration.as_ref())
+    let surge = objects::rolling_update(lws)
         .and_then(|r| r.max_surge.as_ref())
         .and_then(|s| rolling::scaled(s, replicas, true).ok())
         .unwrap_or(0)

@@ -25,7 +25,9 @@ use sha1::{Digest, Sha1};
 
 use super::labels;
 use crate::{
-    api::leaderworkerset::{LeaderWorkerSet, SubGroupPolicyType, SubdomainPolicy},
+    api::leaderworkerset::{
+        LeaderWorkerSet, RollingUpdateConfiguration, SubGroupPolicyType, SubdomainPolicy,
+    },
     k8s::pod::CachedPod,
 };
 
@@ -49,6 +51,19 @@ pub fn size(lws: &LeaderWorkerSet) -> i32 {
 /// Desired groups (`replicas`, default 1).
 pub fn replicas(lws: &LeaderWorkerSet) -> i32 {
     lws.spec.replicas.unwrap_or(1)
+}
+
+/// The rolling update's settings, if the LWS gives any.
+pub fn rolling_update(lws: &LeaderWorkerSet) -> Option<&RollingUpdateConfiguration> {
+    lws.spec
+        .rollout_strategy
+        .as_ref()
+        .and_then(|s| s.rolling_update_configuration.as_ref())
+}
+
+/// The user's rolling-update partition (default 0).
+pub fn user_partition(lws: &LeaderWorkerSet) -> i32 {
+    rolling_update(lws).and_then(|r| r.partition).unwrap_or(0)
 }
 
 /// The subdomain policy (default Shared).

@@ -306,13 +306,7 @@ pub fn observed_status(
         })
         .collect();
     let current = lws.status.clone().unwrap_or_default();
-    let partition = lws
-        .spec
-        .rollout_strategy
-        .as_ref()
-        .and_then(|s| s.rolling_update_configuration.as_ref())
-        .and_then(|r| r.partition)
-        .unwrap_or(0);
+    let partition = objects::user_partition(lws);
     compute(
         &StatusInput {
             name: &lws.name_any(),

@@ -144,9 +144,8 @@ fn rollout_bluegreen_example_previews_switches_and_promotes_losing_no_request() 
 
             // Promotion: the stable Service serves the second LWS's leaders while the user's
             // LWS rolls; then everything comes back to the user's LWS and the second goes.
-            // The Service serves the second LWS only while the user's LWS rolls, seconds on
-            // fake nodes, and the release may be past it before a watch started after the
-            // approve lists: watch the endpoints from before the approve.
+            // That rolling takes seconds on fake nodes, so the endpoints are watched from
+            // before the approve: a watch started after it may list them already back.
             let second_leaders = ready_leader_ips(&ns, &second).await?;
             ensure!(
                 second_leaders.len() == GROUPS as usize,

@@ -140,11 +140,7 @@ pub fn sts_max_unavailable(lws: &LeaderWorkerSet) -> Result<i32, Failure> {
 
 /// The rolling update's `maxSurge` and `maxUnavailable`, defaulted (0 and 1) as upstream's.
 fn surge_and_unavailable(lws: &LeaderWorkerSet) -> (IntOrString, IntOrString) {
-    let ruc = lws
-        .spec
-        .rollout_strategy
-        .as_ref()
-        .and_then(|s| s.rolling_update_configuration.as_ref());
+    let ruc = objects::rolling_update(lws);
     (
         ruc.and_then(|r| r.max_surge.clone())
             .unwrap_or(IntOrString::Int(0)),
@@ -164,13 +160,6 @@ pub fn plan(
     let size = objects::size(lws);
     let replicas = objects::replicas(lws);
     let (max_surge, max_unavailable) = surge_and_unavailable(lws);
-    let user_partition = lws
-        .spec
-        .rollout_strategy
-        .as_ref()
-        .and_then(|s| s.rolling_update_configuration.as_ref())
-        .and_then(|r| r.partition)
-        .unwrap_or(0);
     let leader_sts = observed_sts.map(current);
     let groups = group_states(
         observed,
@@ -186,7 +175,8 @@ pub fn plan(
         max_unavailable: &max_unavailable,
         // A partition-style release keeps the groups below its partition back, on top of
         // the user's own partition (which it never lowers).
-        user_partition: user_partition.max(super::revisions::release_partition(lws).unwrap_or(0)),
+        user_partition: objects::user_partition(lws)
+            .max(super::revisions::release_partition(lws).unwrap_or(0)),
         leader_sts,
         template_changed: revisions.template_changed,
         groups: &groups,
