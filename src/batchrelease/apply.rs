@@ -72,7 +72,7 @@ pub async fn apply(
         written.record(
             &key::<LeaderWorkerSet>(&ns, &name),
             &cached_canary_version(obs, &name),
-            applied.resource_version().as_deref(),
+            applied.resource_version.as_deref(),
         );
     }
     for (pod, patch) in &plan.leader_patches {
@@ -125,7 +125,7 @@ pub async fn apply(
             written.record(
                 &key::<BatchRelease>(&ns, &name),
                 &br.resource_version().unwrap_or_default(),
-                patched.resource_version().as_deref(),
+                patched.resource_version.as_deref(),
             );
         }
         Ok::<(), ApiError>(())

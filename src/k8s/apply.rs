@@ -9,8 +9,12 @@ use k8s_openapi::NamespaceResourceScope;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{DeleteParams, Patch, PatchParams, PostParams, Preconditions, PropagationPolicy},
+    core::Request,
 };
-use serde::{Serialize, de::DeserializeOwned};
+use serde::{
+    Deserialize, Serialize,
+    de::{DeserializeOwned, IgnoredAny},
+};
 use serde_json::Value;
 use thiserror::Error;
 
@@ -150,6 +154,60 @@ impl<K> Object for K where
 {
 }
 
+/// What a write's answer is read for: the object's uid and resourceVersion as stored. The API
+/// server answers a write with the whole object (an LWS: its spec with two pod templates, its
+/// status), and the controllers read only these two fields of it; decoded into this, the rest is
+/// parsed and skipped without an allocation (docs/performance.md, issue 25, session 23).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stored {
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`: when a cache shows it, the cache has the write.
+    pub resource_version: Option<String>,
+}
+
+impl<'de> Deserialize<'de> for Stored {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Answer {
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Meta {
+            uid: Option<String>,
+            resource_version: Option<String>,
+        }
+        let answer = Answer::deserialize(deserializer)?;
+        Ok(Self {
+            uid: answer.metadata.uid,
+            resource_version: answer.metadata.resource_version,
+        })
+    }
+}
+
+/// Sends a request built for `K`'s URL in `namespace` and decodes its answer as `R`: what the
+/// caller reads of it ([`Stored`], or `IgnoredAny` for nothing) instead of the whole object the
+/// API server answers a write with. Errors are the client's, as through `Api`: a refused write
+/// is `kube::Error::Api` with the API server's status.
+pub async fn send<K, R>(
+    client: &Client,
+    namespace: &str,
+    verb: &'static str,
+    build: impl FnOnce(&Request) -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+) -> Result<R, kube::Error>
+where
+    K: Resource<DynamicType = ()>,
+    R: DeserializeOwned,
+{
+    let mut request = build(&Request::new(K::url_path(&(), Some(namespace))))
+        .map_err(kube::Error::BuildRequest)?;
+    // The verb names the client's span, as `Api`'s own methods do.
+    request.extensions_mut().insert(verb);
+    client.request::<R>(request).await
+}
+
 /// The action of a status write, as [`ApiError::action`] starts.
 const PATCHING_STATUS: &str = "patching the status of";
 
@@ -175,6 +233,15 @@ impl Applier {
         Api::namespaced(self.client.clone(), namespace)
     }
 
+    async fn send<K: Object, R: DeserializeOwned>(
+        &self,
+        namespace: &str,
+        verb: &'static str,
+        build: impl FnOnce(&Request) -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<R, kube::Error> {
+        send::<K, R>(&self.client, namespace, verb, build).await
+    }
+
     fn post_params(&self) -> PostParams {
         PostParams {
             field_manager: Some(self.field_manager.into()),
@@ -187,12 +254,17 @@ impl Applier {
     /// user's object of the same name).
     pub async fn create_if_absent<K: Object>(&self, obj: &K) -> Result<Created, ApiError> {
         let namespace = obj.namespace().unwrap_or_default();
-        match self
-            .api::<K>(&namespace)
-            .create(&self.post_params(), obj)
-            .await
-        {
-            Ok(created) => Ok(Created::Created(created.meta().uid.clone())),
+        let created = match serde_json::to_vec(obj) {
+            Ok(body) => {
+                self.send::<K, Stored>(&namespace, "create", |r| {
+                    r.create(&self.post_params(), body)
+                })
+                .await
+            }
+            Err(err) => Err(kube::Error::SerdeError(err)),
+        };
+        match created {
+            Ok(created) => Ok(Created::Created(created.uid)),
             Err(err) if classify(&err) == Failure::Conflict => Ok(Created::AlreadyExists),
             Err(source) => Err(ApiError {
                 action: describe::<K>("creating", &namespace, &obj.name_any()),
@@ -204,18 +276,18 @@ impl Applier {
     /// Server-side applies `obj`, taking over the fields it names from other managers (the
     /// plan already decided the object is ours). The body escapes what the API server's YAML
     /// reader of apply bodies would refuse or change ([`super::apply_body`]).
-    pub async fn apply<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
+    pub async fn apply<K: Object>(&self, obj: &K) -> Result<Stored, ApiError> {
         self.apply_with(obj, true).await
     }
 
     /// Server-side applies `obj` without taking over fields another manager set to other
     /// values: the API server answers 409 instead. Used to create what the cache does not
     /// show without first reading whether someone else's object has that name.
-    pub async fn apply_unforced<K: Object>(&self, obj: &K) -> Result<K, ApiError> {
+    pub async fn apply_unforced<K: Object>(&self, obj: &K) -> Result<Stored, ApiError> {
         self.apply_with(obj, false).await
     }
 
-    async fn apply_with<K: Object>(&self, obj: &K, force: bool) -> Result<K, ApiError> {
+    async fn apply_with<K: Object>(&self, obj: &K, force: bool) -> Result<Stored, ApiError> {
         let namespace = obj.namespace().unwrap_or_default();
         let name = obj.name_any();
         let action = || describe::<K>("applying", &namespace, &name);
@@ -227,13 +299,14 @@ impl Applier {
         })?;
         let params = PatchParams::apply(self.field_manager);
         let params = if force { params.force() } else { params };
-        self.api::<K>(&namespace)
-            .patch(&name, &params, &Patch::Apply(&body))
-            .await
-            .map_err(|source| ApiError {
-                action: action(),
-                source,
-            })
+        self.send::<K, Stored>(&namespace, "patch", |r| {
+            r.patch(&name, &params, &Patch::Apply(&body))
+        })
+        .await
+        .map_err(|source| ApiError {
+            action: action(),
+            source,
+        })
     }
 
     /// Deletes `name`. With `uid`, only that incarnation: a successor of the same name is
@@ -257,7 +330,10 @@ impl Applier {
             }),
             ..Default::default()
         };
-        match self.api::<K>(namespace).delete(name, &params).await {
+        let deleted = self
+            .send::<K, IgnoredAny>(namespace, "delete", |r| r.delete(name, &params))
+            .await;
+        match deleted {
             Ok(_) => Ok(Deleted::Deleted),
             Err(err) => match classify(&err) {
                 Failure::NotFound => Ok(Deleted::Gone),
@@ -285,21 +361,22 @@ impl Applier {
 
     /// Merge-patches the status subresource with a whole body (e.g. carrying
     /// `metadata.resourceVersion`, which makes the write fail with a conflict when the object
-    /// changed since it was read). Returns the object as written (its resourceVersion tells a
-    /// controller when its cache has caught up, see `k8s::written`).
+    /// changed since it was read). Returns the version written (it tells a controller when its
+    /// cache has caught up, see `k8s::written`).
     pub async fn merge_patch_status<K: Object>(
         &self,
         namespace: &str,
         name: &str,
         body: &Value,
-    ) -> Result<K, ApiError> {
-        self.api::<K>(namespace)
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(body))
-            .await
-            .map_err(|source| ApiError {
-                action: describe::<K>(PATCHING_STATUS, namespace, name),
-                source,
-            })
+    ) -> Result<Stored, ApiError> {
+        self.send::<K, Stored>(namespace, "patch_status", |r| {
+            r.patch_subresource("status", name, &PatchParams::default(), &Patch::Merge(body))
+        })
+        .await
+        .map_err(|source| ApiError {
+            action: describe::<K>(PATCHING_STATUS, namespace, name),
+            source,
+        })
     }
 
     /// Merge-patches the object itself (metadata or spec fields a controller owns by
@@ -314,14 +391,15 @@ impl Applier {
             field_manager: Some(self.field_manager.into()),
             ..Default::default()
         };
-        self.api::<K>(namespace)
-            .patch(name, &params, &Patch::Merge(patch))
-            .await
-            .map(|_| ())
-            .map_err(|source| ApiError {
-                action: describe::<K>("patching", namespace, name),
-                source,
-            })
+        self.send::<K, IgnoredAny>(namespace, "patch", |r| {
+            r.patch(name, &params, &Patch::Merge(patch))
+        })
+        .await
+        .map(|_| ())
+        .map_err(|source| ApiError {
+            action: describe::<K>("patching", namespace, name),
+            source,
+        })
     }
 
     /// Applies an RFC 6902 JSON patch (a user's object, where only the fields we add may
@@ -336,14 +414,15 @@ impl Applier {
             field_manager: Some(self.field_manager.into()),
             ..Default::default()
         };
-        self.api::<K>(namespace)
-            .patch(name, &params, &Patch::<()>::Json(patch))
-            .await
-            .map(|_| ())
-            .map_err(|source| ApiError {
-                action: describe::<K>("patching", namespace, name),
-                source,
-            })
+        self.send::<K, IgnoredAny>(namespace, "patch", |r| {
+            r.patch(name, &params, &Patch::<()>::Json(patch))
+        })
+        .await
+        .map(|_| ())
+        .map_err(|source| ApiError {
+            action: describe::<K>("patching", namespace, name),
+            source,
+        })
     }
 
     /// A fresh read, for the few facts a cache may not hold or may hold stale.
@@ -486,6 +565,79 @@ mod tests {
             },
             ..Default::default()
         }
+    }
+
+    /// A client whose "API server" answers every request with a whole stored object, and the
+    /// requests it got (method and path with query).
+    fn storing() -> (Client, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri()));
+            async move {
+                let body = json!({
+                    "apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "cm", "namespace": "ns", "uid": "uid-7",
+                        "resourceVersion": "42", "labels": {"a": "b"},
+                        "managedFields": [{"manager": "test", "fieldsV1": {"f:data": {}}}]},
+                    "data": {"key": "value"},
+                });
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body.to_string().into_bytes()))
+                        .unwrap(),
+                )
+            }
+        });
+        (Client::new(service, "default"), seen)
+    }
+
+    #[tokio::test]
+    async fn writes_read_the_uid_and_version_of_the_answer() {
+        let (client, seen) = storing();
+        let applier = Applier::new(client, "test");
+        let cm = config_map();
+        assert_eq!(
+            applier.create_if_absent(&cm).await.unwrap(),
+            Created::Created(Some("uid-7".into()))
+        );
+        let stored = Stored {
+            uid: Some("uid-7".into()),
+            resource_version: Some("42".into()),
+        };
+        assert_eq!(applier.apply(&cm).await.unwrap(), stored);
+        assert_eq!(
+            applier
+                .merge_patch_status::<ConfigMap>("ns", "cm", &json!({}))
+                .await
+                .unwrap(),
+            stored
+        );
+        applier
+            .merge_patch::<ConfigMap>("ns", "cm", &json!({}))
+            .await
+            .unwrap();
+        assert_eq!(
+            applier
+                .delete::<ConfigMap>("ns", "cm", None, Propagation::Default)
+                .await
+                .unwrap(),
+            Deleted::Deleted
+        );
+        assert_eq!(
+            *seen.lock().unwrap(),
+            [
+                "POST /api/v1/namespaces/ns/configmaps?&fieldManager=test",
+                "PATCH /api/v1/namespaces/ns/configmaps/cm?&force=true&fieldManager=test",
+                "PATCH /api/v1/namespaces/ns/configmaps/cm/status?",
+                "PATCH /api/v1/namespaces/ns/configmaps/cm?&fieldManager=test",
+                "DELETE /api/v1/namespaces/ns/configmaps/cm?",
+            ]
+        );
     }
 
     #[tokio::test]

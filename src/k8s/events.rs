@@ -16,9 +16,10 @@ use k8s_openapi::{
     jiff::Timestamp,
 };
 use kube::{
-    Api, Client, Resource,
+    Client, Resource,
     api::{Patch, PatchParams, PostParams},
 };
+use serde::de::IgnoredAny;
 use tokio::{sync::mpsc, time::Instant};
 use tracing::warn;
 
@@ -175,10 +176,13 @@ impl Sender {
                     last_observed_time: MicroTime(Timestamp::now()),
                 }
             });
-            match Api::<Event>::namespaced(self.client.clone(), &namespace)
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
+            // Nothing of the answer is read: it is skipped, not decoded into an Event.
+            let patched =
+                super::apply::send::<Event, IgnoredAny>(&self.client, &namespace, "patch", |r| {
+                    r.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                })
+                .await;
+            match patched {
                 Ok(_) => {
                     self.remember(key, namespace, name, count, now);
                     return Ok(());
@@ -191,9 +195,11 @@ impl Sender {
         let created = self.new_event(regarding, event);
         let namespace = created.metadata.namespace.clone().unwrap_or_default();
         let name = created.metadata.name.clone().unwrap_or_default();
-        Api::<Event>::namespaced(self.client.clone(), &namespace)
-            .create(&PostParams::default(), &created)
-            .await?;
+        let body = serde_json::to_vec(&created).map_err(kube::Error::SerdeError)?;
+        super::apply::send::<Event, IgnoredAny>(&self.client, &namespace, "create", |r| {
+            r.create(&PostParams::default(), body)
+        })
+        .await?;
         self.remember(key, namespace, name, 1, now);
         Ok(())
     }

@@ -503,7 +503,7 @@ pub async fn write_status(
         let made = applier
             .merge_patch_status::<LeaderWorkerSet>(&ns, &name, &body)
             .await?;
-        written.record(lws, &next, made.metadata.resource_version);
+        written.record(lws, &next, made.resource_version);
     }
     if let Some(event) = failure_event {
         tracing::warn!(reason = %event.reason, problem = %event.note, "LeaderWorkerSet cannot be realised");

@@ -133,7 +133,7 @@ pub async fn apply(
             written.record(
                 &key::<BatchRelease>(&ns, &name),
                 cached,
-                applied.resource_version().as_deref(),
+                applied.resource_version.as_deref(),
             );
         }
         BatchReleaseAction::Delete => {
@@ -189,7 +189,7 @@ pub async fn apply(
             written.record(
                 &key::<Rollout>(&ns, &name),
                 &rollout.resource_version().unwrap_or_default(),
-                patched.resource_version().as_deref(),
+                patched.resource_version.as_deref(),
             );
             record_step(metrics, rollout.status.as_ref(), &plan.status, now);
         }
