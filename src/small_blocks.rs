@@ -10,9 +10,13 @@
 //!
 //! The classes are musl's smallest ones, by the bytes a block of each holds (16-byte units less
 //! its 4-byte header): a request is rounded up to its class's size, which musl would have
-//! served from the same class anyway, so the cache costs no memory per live block. A class
-//! keeps at most [`CLASS_BYTES`] of freed blocks (and [`MAX_KEPT`] blocks): the rest go back to
-//! `malloc`. Each of the first threads to allocate has a shelf of its own (`SHELVES`), so
+//! served from the same class anyway, so the cache costs no memory per live block. A small
+//! class (up to 492 bytes) keeps at most [`CLASS_BYTES`] of freed blocks (and [`MAX_KEPT`]
+//! blocks): the rest go back to `malloc`. The medium classes (up to 16 KiB: buffers, B-tree
+//! nodes of decoded maps) keep a few blocks each within one budget per thread
+//! ([`MEDIUM_BUDGET`]): musl gives a group of them back to the kernel as soon as it empties, so
+//! without the cache each burst of them cost an `mmap`, its pages' faults and a `munmap`
+//! (docs/performance.md, issue 25, session 28). Each of the first threads to allocate has a shelf of its own (`SHELVES`), so
 //! taking and keeping a block takes no lock and never waits.
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -27,17 +31,26 @@ unsafe extern "C" {
     fn free(ptr: *mut u8);
 }
 
-/// The bytes a block of each class holds, smallest first (musl's size classes 0–15).
-const CLASS_SIZES: [usize; 16] = [
-    12, 28, 44, 60, 76, 92, 108, 124, 140, 156, 188, 236, 284, 316, 396, 492,
+/// The bytes a block of each class holds, smallest first: musl's size classes 0–35.
+const CLASS_SIZES: [usize; 36] = [
+    12, 28, 44, 60, 76, 92, 108, 124, 140, 156, 188, 236, 284, 316, 396, 492, // small
+    572, 668, 796, 1004, 1148, 1340, 1628, 2028, 2332, 2716, 3260, 4076, 4668, 5436, 6540, 8172,
+    9340, 10908, 13084, 16364, // medium
 ];
 const CLASSES: usize = CLASS_SIZES.len();
+/// The first medium class.
+const MEDIUM: usize = 16;
 /// The largest request the cache serves.
 const LARGEST: usize = CLASS_SIZES[CLASSES - 1];
 /// `malloc`'s alignment on x86-64 (both musl and glibc): what a cached block can promise.
 const MALLOC_ALIGN: usize = 16;
-/// Freed bytes a class keeps at most.
+/// Freed bytes a small class keeps at most.
 const CLASS_BYTES: usize = 2048;
+/// Freed bytes a medium class keeps at most (but at least two blocks).
+const MEDIUM_CLASS_BYTES: usize = 16 * 1024;
+/// Freed bytes of all medium classes a shelf keeps at most: what the cache may hold back from
+/// musl on each busy thread, beside at most 32 KiB of small blocks.
+const MEDIUM_BUDGET: usize = 96 * 1024;
 /// Freed blocks a class keeps at most.
 const MAX_KEPT: usize = 64;
 
@@ -46,7 +59,13 @@ const KEPT: [u8; CLASSES] = {
     let mut kept = [0; CLASSES];
     let mut class = 0;
     while class < CLASSES {
-        let by_bytes = CLASS_BYTES / CLASS_SIZES[class];
+        let by_bytes = if class < MEDIUM {
+            CLASS_BYTES / CLASS_SIZES[class]
+        } else if MEDIUM_CLASS_BYTES / CLASS_SIZES[class] < 2 {
+            2
+        } else {
+            MEDIUM_CLASS_BYTES / CLASS_SIZES[class]
+        };
         kept[class] = if by_bytes < MAX_KEPT {
             by_bytes
         } else {
@@ -63,12 +82,12 @@ fn class_of(layout: Layout) -> Option<usize> {
     if layout.align() > MALLOC_ALIGN || size > LARGEST {
         return None;
     }
-    // Classes 0–9 are one 16-byte unit apart; the rest are few, so a scan is as quick.
+    // Classes 0–9 are one 16-byte unit apart; above, the smallest class that holds it.
     let linear = (size + 3) >> 4;
     if linear < 10 {
         return Some(linear);
     }
-    (10..CLASSES).find(|&class| size <= CLASS_SIZES[class])
+    Some(CLASS_SIZES.partition_point(|&held| held < size))
 }
 
 /// A thread's freed blocks of each class, a stack of their addresses per class. Not a list
@@ -77,6 +96,8 @@ fn class_of(layout: Layout) -> Option<usize> {
 struct Shelf {
     blocks: [[*mut u8; MAX_KEPT]; CLASSES],
     lens: [u8; CLASSES],
+    /// Bytes kept in medium classes (at most [`MEDIUM_BUDGET`]).
+    medium_bytes: usize,
 }
 
 impl Shelf {
@@ -84,6 +105,7 @@ impl Shelf {
         Shelf {
             blocks: [[ptr::null_mut(); MAX_KEPT]; CLASSES],
             lens: [0; CLASSES],
+            medium_bytes: 0,
         }
     }
 
@@ -95,6 +117,9 @@ impl Shelf {
             return ptr::null_mut();
         }
         self.lens[class] -= 1;
+        if class >= MEDIUM {
+            self.medium_bytes -= CLASS_SIZES[class];
+        }
         self.blocks[class][len - 1]
     }
 
@@ -104,6 +129,12 @@ impl Shelf {
         let len = usize::from(self.lens[class]);
         if len >= usize::from(KEPT[class]) {
             return false;
+        }
+        if class >= MEDIUM {
+            if self.medium_bytes + CLASS_SIZES[class] > MEDIUM_BUDGET {
+                return false;
+            }
+            self.medium_bytes += CLASS_SIZES[class];
         }
         self.blocks[class][len] = block;
         self.lens[class] += 1;
@@ -280,8 +311,11 @@ mod tests {
             (188, Some(10)),
             (189, Some(11)),
             (492, Some(15)),
-            (493, None),
-            (4096, None),
+            (493, Some(16)),
+            (632, Some(17)),
+            (4096, Some(28)),
+            (16364, Some(35)),
+            (16365, None),
         ];
         for (size, class) in cases {
             assert_eq!(class_of(layout(size)), class, "{size} bytes");
@@ -305,6 +339,35 @@ mod tests {
         assert!(!kept[share] && !kept[share + 1]);
         assert_eq!(shelf.take(class), blocks[share - 1]);
         assert!(shelf.take(class - 1).is_null());
+    }
+
+    #[test]
+    fn medium_blocks_are_kept_within_one_budget_per_shelf() {
+        let mut shelf = Box::new(Shelf::new());
+        let largest = CLASSES - 1;
+        assert_eq!(usize::from(KEPT[largest]), 2);
+        assert_eq!(
+            usize::from(KEPT[MEDIUM]),
+            MEDIUM_CLASS_BYTES / CLASS_SIZES[MEDIUM]
+        );
+        // Fill medium classes from the largest down until the budget refuses a block.
+        let mut kept = 0;
+        let mut address = 16;
+        for class in (MEDIUM..CLASSES).rev() {
+            for _ in 0..KEPT[class] {
+                address += 16;
+                if shelf.keep(class, address as *mut u8) {
+                    kept += CLASS_SIZES[class];
+                }
+            }
+        }
+        assert!(kept <= MEDIUM_BUDGET && kept + CLASS_SIZES[MEDIUM] > MEDIUM_BUDGET);
+        assert_eq!(shelf.medium_bytes, kept);
+        // Taking a block gives its bytes back to the budget; small classes are not counted.
+        assert!(!shelf.take(largest).is_null());
+        assert_eq!(shelf.medium_bytes, kept - CLASS_SIZES[largest]);
+        assert!(shelf.keep(0, 8 as *mut u8));
+        assert_eq!(shelf.medium_bytes, kept - CLASS_SIZES[largest]);
     }
 
     #[test]
@@ -366,9 +429,9 @@ mod tests {
             let reused = blocks.alloc(layout(28));
             assert_eq!(reused, same);
             blocks.dealloc(reused, layout(28));
-            // 300 → 2000: out of the classes; and back to 10.
-            now = blocks.realloc(now, layout(300), 2000);
-            now = blocks.realloc(now, layout(2000), 10);
+            // 300 → 20000: out of the classes; and back to 10.
+            now = blocks.realloc(now, layout(300), 20000);
+            now = blocks.realloc(now, layout(20000), 10);
             let kept: Vec<u8> = std::slice::from_raw_parts(now, 10).to_vec();
             assert_eq!(kept, (0..10).collect::<Vec<u8>>());
             blocks.dealloc(now, layout(10));
