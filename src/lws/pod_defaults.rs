@@ -2,8 +2,8 @@
 //! docs/lws.md): group and worker index labels, the group key,
 //! subgroup labels, the per-replica subdomain, exclusive-placement affinity, and the
 //! `LWS_LEADER_ADDRESS` / `LWS_GROUP_SIZE` / `LWS_WORKER_INDEX` variables first in every
-//! container. Pure: the webhook (`webhook::pods`) turns the difference of [`Defaultable`]
-//! before and after into a JSON patch.
+//! container. Pure: the webhook (`webhook::pods`) answers with the JSON patch ([`patch`]) of
+//! the fields defaulting changes ([`Before`]).
 //!
 //! Pods requesting `google.com/tpu` also get the TPU variables (`TPU_WORKER_HOSTNAMES`,
 //! `TPU_WORKER_ID`, `TPU_NAME`, `TPU_PROCESS_ADDRESSES`, `TPU_PROCESS_PORT`) in every container
@@ -48,66 +48,169 @@ pub enum PodDefaultError {
     NoOrdinal(String),
 }
 
-/// The fields of a pod that [`default_pod`] may change, borrowed from it and encoded as a pod
-/// would be: the labels, the subdomain, the affinity, and every container's and init
-/// container's variables (each container in its place, so a patch's paths are the pod's).
-/// The admission patch is the difference of these before and after defaulting, so the rest
-/// of the pod (nearly all of it) is neither copied nor encoded per admission. A field
-/// `default_pod` comes to change must be added here; the test
-/// `a_patch_of_the_defaultable_fields_gives_the_defaulted_pod` fails until it is.
-#[derive(Serialize)]
-pub struct Defaultable<'a> {
-    metadata: DefaultableMeta<'a>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    spec: Option<DefaultableSpec<'a>>,
+/// The fields of a pod that [`default_pod`] may change, as they were before it ran: the
+/// labels, the subdomain, the affinity, and every container's and init container's variables.
+/// The admission patch ([`patch`]) names only these, so the rest of the pod (nearly all of it)
+/// is neither copied nor encoded per admission. A field `default_pod` comes to change must be
+/// added here; the test `a_patch_of_the_defaultable_fields_gives_the_defaulted_pod` fails until
+/// it is.
+pub struct Before {
+    labels: Option<BTreeMap<String, String>>,
+    spec: Option<BeforeSpec>,
 }
 
-#[derive(Serialize)]
-struct DefaultableMeta<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    labels: Option<&'a BTreeMap<String, String>>,
+struct BeforeSpec {
+    affinity: Option<Affinity>,
+    subdomain: Option<String>,
+    containers: Vec<Option<Vec<EnvVar>>>,
+    init_containers: Vec<Option<Vec<EnvVar>>>,
 }
 
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct DefaultableSpec<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    affinity: Option<&'a Affinity>,
-    containers: Vec<DefaultableContainer<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    init_containers: Option<Vec<DefaultableContainer<'a>>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    subdomain: Option<&'a String>,
-}
-
-#[derive(Serialize)]
-struct DefaultableContainer<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    env: Option<&'a Vec<EnvVar>>,
-}
-
-impl<'a> Defaultable<'a> {
+impl Before {
     /// The defaultable fields of `pod`.
-    pub fn of(pod: &'a Pod) -> Self {
-        let containers = |cs: &'a [Container]| {
-            cs.iter()
-                .map(|c| DefaultableContainer {
-                    env: c.env.as_ref(),
-                })
-                .collect()
-        };
+    pub fn of(pod: &Pod) -> Self {
+        let env = |cs: &[Container]| cs.iter().map(|c| c.env.clone()).collect();
         Self {
-            metadata: DefaultableMeta {
-                labels: pod.metadata.labels.as_ref(),
-            },
-            spec: pod.spec.as_ref().map(|spec| DefaultableSpec {
-                affinity: spec.affinity.as_ref(),
-                containers: containers(&spec.containers),
-                init_containers: spec.init_containers.as_deref().map(containers),
-                subdomain: spec.subdomain.as_ref(),
+            labels: pod.metadata.labels.clone(),
+            spec: pod.spec.as_ref().map(|spec| BeforeSpec {
+                affinity: spec.affinity.clone(),
+                subdomain: spec.subdomain.clone(),
+                containers: env(&spec.containers),
+                init_containers: spec.init_containers.as_deref().map_or(Vec::new(), env),
             }),
         }
     }
+}
+
+/// One RFC 6902 operation of the admission patch, its value borrowed from the defaulted pod
+/// and encoded straight from it (no JSON tree of either pod is built: the webhook's largest
+/// share of allocations, docs/performance.md, issue 25, session 28).
+#[derive(Debug, Serialize)]
+pub struct PatchOp<'a> {
+    op: &'static str,
+    path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<PatchValue<'a>>,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum PatchValue<'a> {
+    Text(&'a str),
+    Labels(&'a BTreeMap<String, String>),
+    Affinity(&'a Affinity),
+    Env(&'a [EnvVar]),
+    Spec(&'a k8s_openapi::api::core::v1::PodSpec),
+}
+
+/// A JSON pointer token for `key` (RFC 6901: `~` and `/` escaped).
+fn pointer_token(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.contains(['~', '/']) {
+        key.replace('~', "~0").replace('/', "~1").into()
+    } else {
+        key.into()
+    }
+}
+
+/// The operation that takes a field from `was` (present or not) to `now`, if they differ.
+fn set<'a, T: PartialEq + ?Sized>(
+    ops: &mut Vec<PatchOp<'a>>,
+    path: String,
+    was: Option<&T>,
+    now: Option<&'a T>,
+    value: impl FnOnce(&'a T) -> PatchValue<'a>,
+) {
+    let op = match (was, now) {
+        (None, None) => return,
+        (Some(was), Some(now)) if was == now => return,
+        (None, Some(_)) => "add",
+        (Some(_), Some(_)) => "replace",
+        (Some(_), None) => "remove",
+    };
+    ops.push(PatchOp {
+        op,
+        path,
+        value: now.map(value),
+    });
+}
+
+/// The JSON patch that takes the pod [`Before`] describes to `after`: per label, and per
+/// field for the subdomain, the affinity and each container's variables.
+pub fn patch<'a>(before: &Before, after: &'a Pod) -> Vec<PatchOp<'a>> {
+    let mut ops = Vec::new();
+    match (&before.labels, &after.metadata.labels) {
+        (Some(was), Some(now)) => {
+            for (key, value) in now {
+                let path = format!("/metadata/labels/{}", pointer_token(key));
+                set(
+                    &mut ops,
+                    path,
+                    was.get(key).map(String::as_str),
+                    Some(value.as_str()),
+                    PatchValue::Text,
+                );
+            }
+            for key in was.keys().filter(|k| !now.contains_key(*k)) {
+                let path = format!("/metadata/labels/{}", pointer_token(key));
+                set(&mut ops, path, Some(""), None, PatchValue::Text);
+            }
+        }
+        (was, now) => set(
+            &mut ops,
+            "/metadata/labels".into(),
+            was.as_ref(),
+            now.as_ref(),
+            PatchValue::Labels,
+        ),
+    }
+    let (Some(was), Some(now)) = (&before.spec, &after.spec) else {
+        if before.spec.is_none() {
+            set(
+                &mut ops,
+                "/spec".into(),
+                None,
+                after.spec.as_ref(),
+                PatchValue::Spec,
+            );
+        }
+        return ops;
+    };
+    set(
+        &mut ops,
+        "/spec/affinity".into(),
+        was.affinity.as_ref(),
+        now.affinity.as_ref(),
+        PatchValue::Affinity,
+    );
+    set(
+        &mut ops,
+        "/spec/subdomain".into(),
+        was.subdomain.as_deref(),
+        now.subdomain.as_deref(),
+        PatchValue::Text,
+    );
+    let lists = [
+        ("containers", &was.containers, &now.containers[..]),
+        (
+            "initContainers",
+            &was.init_containers,
+            now.init_containers.as_deref().unwrap_or_default(),
+        ),
+    ];
+    for (field, was, now) in lists {
+        for (i, container) in now.iter().enumerate() {
+            let was = was.get(i).and_then(Option::as_deref);
+            let path = format!("/spec/{field}/{i}/env");
+            set(
+                &mut ops,
+                path,
+                was,
+                container.env.as_deref(),
+                PatchValue::Env,
+            );
+        }
+    }
+    ops
 }
 
 /// Whether the webhook applies to this pod at all (it carries the LWS name label).
@@ -993,10 +1096,10 @@ mod tests {
             let name = before.name_any();
             let mut after = before.clone();
             default_pod(&mut after).unwrap();
-            let patch = json_patch::diff(
-                &serde_json::to_value(Defaultable::of(&before)).unwrap(),
-                &serde_json::to_value(Defaultable::of(&after)).unwrap(),
-            );
+            let patch: json_patch::Patch = serde_json::from_slice(
+                &serde_json::to_vec(&patch(&Before::of(&before), &after)).unwrap(),
+            )
+            .unwrap();
             let mut patched = serde_json::to_value(&before).unwrap();
             json_patch::patch(&mut patched, &patch).unwrap();
             assert_eq!(

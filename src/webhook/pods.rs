@@ -9,7 +9,7 @@ use kube::core::{
 use tracing::warn;
 
 use super::review::Review;
-use crate::lws::pod_defaults::{self, Defaultable};
+use crate::lws::pod_defaults;
 
 /// Path of the pod defaulting endpoint.
 pub const PATH: &str = "/mutate-pod";
@@ -28,18 +28,15 @@ pub async fn mutate(
     Json(respond(request).into_review())
 }
 
-/// The admission decision for one pod (pure apart from logging). The patch is the difference
-/// of the pod's [`Defaultable`] fields before and after defaulting: the only fields defaulting
-/// changes, so the same patch as a difference of the whole pod, without copying or encoding
-/// the rest of it (managedFields included) on every pod creation.
+/// The admission decision for one pod (pure apart from logging): the JSON patch of the
+/// fields defaulting changes ([`pod_defaults::patch`]), encoded from the pod itself without a
+/// JSON tree of it (the rest of the pod, managedFields included, is not encoded at all).
 pub fn respond(mut request: AdmissionRequest<Pod>) -> AdmissionResponse {
     let response = AdmissionResponse::from(&request);
     let Some(mut pod) = request.object.take() else {
         return response;
     };
-    let Ok(before) = serde_json::to_value(Defaultable::of(&pod)) else {
-        return response.deny("cannot serialize the pod");
-    };
+    let before = pod_defaults::Before::of(&pod);
     // The API server has not named the pod in the object when it comes from generateName.
     // (Neither field is defaultable: no patch sets them.)
     if pod.metadata.name.is_none() {
@@ -51,15 +48,21 @@ pub fn respond(mut request: AdmissionRequest<Pod>) -> AdmissionResponse {
     if let Err(err) = pod_defaults::default_pod(&mut pod) {
         return response.deny(err.to_string());
     }
-    let Ok(after) = serde_json::to_value(Defaultable::of(&pod)) else {
-        return response.deny("cannot serialize the pod");
-    };
-    let patch = json_patch::diff(&before, &after);
-    if patch.0.is_empty() {
+    let ops = pod_defaults::patch(&before, &pod);
+    if ops.is_empty() {
         return response;
     }
-    match response.clone().with_patch(patch) {
-        Ok(patched) => patched,
+    let patch = match serde_json::to_vec(&ops) {
+        Ok(patch) => patch,
+        Err(err) => return response.deny(format!("cannot encode the patch: {err}")),
+    };
+    // `with_patch` is the only way to set the response's patch type (JSONPatch); the patch
+    // itself is the one encoded above.
+    match response.clone().with_patch(json_patch::Patch(Vec::new())) {
+        Ok(mut patched) => {
+            patched.patch = Some(patch);
+            patched
+        }
         Err(err) => response.deny(format!("cannot encode the patch: {err}")),
     }
 }
