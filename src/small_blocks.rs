@@ -16,8 +16,8 @@
 //! nodes of decoded maps) keep a few blocks each within one budget per thread
 //! ([`MEDIUM_BUDGET`]): musl gives a group of them back to the kernel as soon as it empties, so
 //! without the cache each burst of them cost an `mmap`, its pages' faults and a `munmap`
-//! (docs/performance.md, issue 25, session 28). Each of the first threads to allocate has a shelf of its own (`SHELVES`), so
-//! taking and keeping a block takes no lock and never waits.
+//! (docs/performance.md, issue 25, session 28). Each of the first threads to allocate has a
+//! shelf of its own (`SHELVES`), so taking and keeping a block takes no lock and never waits.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::{Cell, UnsafeCell};

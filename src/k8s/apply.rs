@@ -233,15 +233,6 @@ impl Applier {
         Api::namespaced(self.client.clone(), namespace)
     }
 
-    async fn send<K: Object, R: DeserializeOwned>(
-        &self,
-        namespace: &str,
-        verb: &'static str,
-        build: impl FnOnce(&Request) -> Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<R, kube::Error> {
-        send::<K, R>(&self.client, namespace, verb, build).await
-    }
-
     fn post_params(&self) -> PostParams {
         PostParams {
             field_manager: Some(self.field_manager.into()),
@@ -256,7 +247,7 @@ impl Applier {
         let namespace = obj.namespace().unwrap_or_default();
         let created = match serde_json::to_vec(obj) {
             Ok(body) => {
-                self.send::<K, Stored>(&namespace, "create", |r| {
+                send::<K, Stored>(&self.client, &namespace, "create", |r| {
                     r.create(&self.post_params(), body)
                 })
                 .await
@@ -299,7 +290,7 @@ impl Applier {
         })?;
         let params = PatchParams::apply(self.field_manager);
         let params = if force { params.force() } else { params };
-        self.send::<K, Stored>(&namespace, "patch", |r| {
+        send::<K, Stored>(&self.client, &namespace, "patch", |r| {
             r.patch(&name, &params, &Patch::Apply(&body))
         })
         .await
@@ -330,9 +321,10 @@ impl Applier {
             }),
             ..Default::default()
         };
-        let deleted = self
-            .send::<K, IgnoredAny>(namespace, "delete", |r| r.delete(name, &params))
-            .await;
+        let deleted = send::<K, IgnoredAny>(&self.client, namespace, "delete", |r| {
+            r.delete(name, &params)
+        })
+        .await;
         match deleted {
             Ok(_) => Ok(Deleted::Deleted),
             Err(err) => match classify(&err) {
@@ -369,7 +361,7 @@ impl Applier {
         name: &str,
         body: &Value,
     ) -> Result<Stored, ApiError> {
-        self.send::<K, Stored>(namespace, "patch_status", |r| {
+        send::<K, Stored>(&self.client, namespace, "patch_status", |r| {
             r.patch_subresource("status", name, &PatchParams::default(), &Patch::Merge(body))
         })
         .await
@@ -391,7 +383,7 @@ impl Applier {
             field_manager: Some(self.field_manager.into()),
             ..Default::default()
         };
-        self.send::<K, IgnoredAny>(namespace, "patch", |r| {
+        send::<K, IgnoredAny>(&self.client, namespace, "patch", |r| {
             r.patch(name, &params, &Patch::Merge(patch))
         })
         .await
@@ -414,7 +406,7 @@ impl Applier {
             field_manager: Some(self.field_manager.into()),
             ..Default::default()
         };
-        self.send::<K, IgnoredAny>(namespace, "patch", |r| {
+        send::<K, IgnoredAny>(&self.client, namespace, "patch", |r| {
             r.patch(name, &params, &Patch::<()>::Json(patch))
         })
         .await

@@ -151,8 +151,11 @@ pub fn patch<'a>(before: &Before, after: &'a Pod) -> Vec<PatchOp<'a>> {
                 );
             }
             for key in was.keys().filter(|k| !now.contains_key(*k)) {
-                let path = format!("/metadata/labels/{}", pointer_token(key));
-                set(&mut ops, path, Some(""), None, PatchValue::Text);
+                ops.push(PatchOp {
+                    op: "remove",
+                    path: format!("/metadata/labels/{}", pointer_token(key)),
+                    value: None,
+                });
             }
         }
         (was, now) => set(
