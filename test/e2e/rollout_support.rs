@@ -53,6 +53,18 @@ pub fn with_ready_delay(lws: &Value, delay: &str) -> Value {
     lws
 }
 
+/// `lws` with every pod answering for `ms` after its deletion (a server's preStop drain within
+/// its termination grace period; the test's pod agent honours the annotation,
+/// `test/podagent/src/pods.rs`). Without it a deleted pod drains for the agent's default, 5 s.
+pub fn with_drain_ms(lws: &Value, ms: u64) -> Value {
+    let mut lws = lws.clone();
+    for t in ["leaderTemplate", "workerTemplate"] {
+        lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]["traffic.lws-rollout.test/drain-ms"] =
+            json!(ms.to_string());
+    }
+    lws
+}
+
 /// The stable LWS with both templates on `image`.
 pub fn with_image(lws: &Value, image: &str) -> Value {
     let mut lws = lws.clone();
