@@ -21,6 +21,7 @@ use k8s_openapi::{
     },
 };
 use kube::{Resource, ResourceExt};
+use serde::Deserialize;
 use sha1::{Digest, Sha1};
 
 use super::labels;
@@ -325,12 +326,15 @@ pub fn controller_revision(
 pub fn revision_worker_template(
     revision: &ControllerRevision,
 ) -> Result<PodTemplateSpec, serde_json::Error> {
-    let data = revision
+    // Decoded from the stored tree in place: the revision holds the whole spec, of which only
+    // the worker template is wanted (no copy of either).
+    let template = revision
         .data
         .as_ref()
-        .map(|d| d.0.clone())
-        .unwrap_or_default();
-    serde_json::from_value(data["spec"]["leaderWorkerTemplate"]["workerTemplate"].clone())
+        .map_or(&serde_json::Value::Null, |d| {
+            &d.0["spec"]["leaderWorkerTemplate"]["workerTemplate"]
+        });
+    PodTemplateSpec::deserialize(template)
 }
 
 /// The worker StatefulSet of one group: named like its leader pod, owned by it, ordinals
