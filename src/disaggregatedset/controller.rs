@@ -65,7 +65,7 @@ pub fn run(
     let changes = caches.sets.subscribe().inspect(move |set| {
         let key = ObjectRef::from_obj(set.as_ref());
         if queued_store.get(&key).is_some() {
-            metrics.queued(key.to_string());
+            metrics.queued(&key);
         }
     });
     Controller::for_shared_stream(changes, caches.sets.store())

@@ -8,8 +8,9 @@
 
 use std::{
     collections::HashMap,
+    hash::{Hash, Hasher},
     sync::{Arc, Mutex},
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use prometheus_client::{
@@ -24,7 +25,11 @@ use prometheus_client::{
 };
 
 /// See [`ControllerMetrics::queued`].
-const QUEUE_STALE: std::time::Duration = std::time::Duration::from_secs(300);
+const QUEUE_STALE: Duration = Duration::from_secs(300);
+
+/// How often a queue drops its stale keys: each watch event used to walk the whole queue (a
+/// clock read per key), the work of one event growing with the number of objects waiting.
+const QUEUE_PRUNE_EVERY: Duration = Duration::from_secs(1);
 
 /// The content type of the OpenMetrics text format [`Metrics::encode`] writes.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -110,7 +115,9 @@ pub struct Metrics {
     reconcile_errors: Family<ErrorLabels, Counter>,
     reconcile_duration: HistogramFamily<ControllerLabels>,
     queue_depth: Family<ControllerLabels, Gauge>,
-    queued: Arc<Mutex<HashMap<String, HashMap<String, Instant>>>>,
+    /// Each controller's queue, by controller name: a new leadership term's controllers go
+    /// on counting in their predecessors' queue.
+    queues: Arc<Mutex<HashMap<String, Arc<Mutex<Queue>>>>>,
     webhook_requests: Family<WebhookLabels, Counter>,
     webhook_duration: HistogramFamily<WebhookLabels>,
     leader: Gauge,
@@ -231,7 +238,7 @@ impl Metrics {
             reconcile_errors,
             reconcile_duration,
             queue_depth,
-            queued: Arc::default(),
+            queues: Arc::default(),
             webhook_requests,
             webhook_duration,
             leader,
@@ -252,13 +259,31 @@ impl Metrics {
         out
     }
 
-    /// The handle a controller records its work with.
+    /// The handle a controller records its work with. Its series are looked up here once, not
+    /// at every event or reconcile.
     pub fn controller(&self, name: &str) -> ControllerMetrics {
+        let labels = ControllerLabels {
+            controller: name.into(),
+        };
+        let queue = self
+            .queues
+            .lock()
+            .expect("not poisoned")
+            .entry(name.into())
+            .or_insert_with(|| {
+                Arc::new(Mutex::new(Queue {
+                    waiting: HashMap::new(),
+                    pruned: Instant::now(),
+                }))
+            })
+            .clone();
         ControllerMetrics {
             metrics: self.clone(),
-            labels: ControllerLabels {
-                controller: name.into(),
-            },
+            queue,
+            depth: self.queue_depth.get_or_create(&labels).clone(),
+            reconciles: self.reconciles.get_or_create(&labels).clone(),
+            duration: self.reconcile_duration.get_or_create(&labels).clone(),
+            labels,
         }
     }
 
@@ -313,6 +338,28 @@ impl Metrics {
 pub struct ControllerMetrics {
     metrics: Metrics,
     labels: ControllerLabels,
+    queue: Arc<Mutex<Queue>>,
+    depth: Gauge,
+    reconciles: Counter,
+    duration: Histogram,
+}
+
+/// The objects a controller's watch events have queued and no reconcile has started on yet,
+/// by a hash of their key (the gauge counts them; nothing reads the keys back).
+#[derive(Debug)]
+struct Queue {
+    waiting: HashMap<u64, Instant>,
+    /// When stale keys were last dropped.
+    pruned: Instant,
+}
+
+impl Queue {
+    fn id(key: &impl Hash) -> u64 {
+        // SipHash with fixed keys: the same key hashes the same at queueing and at its start.
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut hasher);
+        hasher.finish()
+    }
 }
 
 /// A reconcile in progress; [`ControllerMetrics::finished`] records it.
@@ -327,46 +374,45 @@ impl ControllerMetrics {
         self.metrics.leader_lane_job(outcome);
     }
 
-    /// A watch event queued `key` (`namespace/name`) for reconciling. A key queued again
-    /// before its reconcile starts counts once, as the controller's queue holds it once.
-    /// Callers queue only objects still in their cache: the controller never reconciles a
-    /// deleted object, so its key would never leave.
-    pub fn queued(&self, key: String) {
-        self.update_queue(|queue| {
-            queue.entry(key).or_insert_with(Instant::now);
+    /// A watch event queued `key` (the object's reference, as the reconcile's [`Self::started`]
+    /// will name it) for reconciling. A key queued again before its reconcile starts counts
+    /// once, as the controller's queue holds it once. Callers queue only objects still in
+    /// their cache: the controller never reconciles a deleted object, so its key would never
+    /// leave.
+    pub fn queued(&self, key: &impl Hash) {
+        let now = Instant::now();
+        self.update_queue(now, |waiting| {
+            waiting.entry(Queue::id(key)).or_insert(now);
         });
     }
 
     /// A reconcile of `key` starts: it leaves the queue.
-    pub fn started(&self, key: &str) -> ReconcileTimer {
-        self.update_queue(|queue| {
-            queue.remove(key);
+    pub fn started(&self, key: &impl Hash) -> ReconcileTimer {
+        let now = Instant::now();
+        self.update_queue(now, |waiting| {
+            waiting.remove(&Queue::id(key));
         });
-        ReconcileTimer {
-            started: Instant::now(),
-        }
+        ReconcileTimer { started: now }
     }
 
-    fn update_queue(&self, change: impl FnOnce(&mut HashMap<String, Instant>)) {
-        let mut queued = self.metrics.queued.lock().expect("not poisoned");
-        let queue = queued.entry(self.labels.controller.clone()).or_default();
-        change(queue);
+    fn update_queue(&self, now: Instant, change: impl FnOnce(&mut HashMap<u64, Instant>)) {
+        let mut queue = self.queue.lock().expect("not poisoned");
+        change(&mut queue.waiting);
         // An object deleted between its event and its reconcile is never reconciled: after
         // QUEUE_STALE (far beyond any debounce or backoff) it no longer counts as waiting.
-        queue.retain(|_, since| since.elapsed() < QUEUE_STALE);
-        self.metrics
-            .queue_depth
-            .get_or_create(&self.labels)
-            .set(queue.len() as i64);
+        if now.saturating_duration_since(queue.pruned) >= QUEUE_PRUNE_EVERY {
+            queue
+                .waiting
+                .retain(|_, since| now.saturating_duration_since(*since) < QUEUE_STALE);
+            queue.pruned = now;
+        }
+        self.depth.set(queue.waiting.len() as i64);
     }
 
     /// A reconcile ended (successfully or not: failures are counted by [`Self::failed`]).
     pub fn finished(&self, timer: ReconcileTimer) {
-        self.metrics.reconciles.get_or_create(&self.labels).inc();
-        self.metrics
-            .reconcile_duration
-            .get_or_create(&self.labels)
-            .observe(timer.started.elapsed().as_secs_f64());
+        self.reconciles.inc();
+        self.duration.observe(timer.started.elapsed().as_secs_f64());
     }
 
     /// A reconcile failed with an error of `category`.
@@ -417,8 +463,8 @@ mod tests {
     fn names_follow_prometheus_conventions() {
         let m = Metrics::new();
         let c = m.controller("lws");
-        c.queued("ns/a".into());
-        let t = c.started("ns/a");
+        c.queued(&"ns/a");
+        let t = c.started(&"ns/a");
         c.finished(t);
         c.failed("transient");
         m.webhook_request("/mutate-pod", "patched", 0.001);
@@ -459,14 +505,14 @@ mod tests {
         let c = m.controller("lws");
         let depth =
             |m: &Metrics| sample(&m.encode(), r#"lws_rollout_queue_depth{controller="lws"}"#);
-        c.queued("ns/a".into());
-        c.queued("ns/a".into());
-        c.queued("ns/b".into());
+        c.queued(&"ns/a");
+        c.queued(&"ns/a");
+        c.queued(&"ns/b");
         assert_eq!(depth(&m), Some(2.0));
-        let _t = c.started("ns/a");
+        let _t = c.started(&"ns/a");
         assert_eq!(depth(&m), Some(1.0));
         // Another controller's queue is its own.
-        m.controller("rollout").queued("ns/a".into());
+        m.controller("rollout").queued(&"ns/a");
         assert_eq!(depth(&m), Some(1.0));
     }
 

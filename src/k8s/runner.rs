@@ -83,7 +83,7 @@ where
     where
         Fut: Future<Output = Result<Action, E>>,
     {
-        let timer = self.metrics.started(&ObjectRef::from_obj(obj).to_string());
+        let timer = self.metrics.started(&ObjectRef::from_obj(obj));
         let span = info_span!(
             "reconcile",
             controller = self.controller,

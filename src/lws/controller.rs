@@ -117,7 +117,7 @@ pub fn run(
     let lws_store = caches.lws.store();
     let queued = move |trigger: Option<Trigger<ObjectRef<LeaderWorkerSet>>>| {
         if let Some(t) = trigger.as_ref().filter(|t| lws_store.get(&t.key).is_some()) {
-            metrics.queued(t.key.to_string());
+            metrics.queued(&t.key);
         }
         futures::future::ready(trigger)
     };

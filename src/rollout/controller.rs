@@ -81,7 +81,7 @@ pub fn run(
         let key = ObjectRef::from_obj(r.as_ref());
         // A deletion is never reconciled: only what is still cached waits.
         if queued_store.get(&key).is_some() {
-            metrics.queued(key.to_string());
+            metrics.queued(&key);
         }
     });
     Controller::for_shared_stream(changes, caches.rollouts.store())
