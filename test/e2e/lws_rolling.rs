@@ -211,21 +211,26 @@ async fn max_surge_equal_to_replicas_bursts_to_seven_then_back_to_four() -> anyh
         ];
         let seq = roll_scripted(&ns, &obj, 4, &script).await?;
         // Upstream bursts to R + (unready - 1) = 7 rather than 8, then releases one surge
-        // group per group that becomes ready once the partition is at 0.
-        assert_eq!(
-            seq,
-            [
-                (4, 0),
-                (7, 4),
-                (7, 3),
-                (7, 2),
-                (7, 1),
-                (7, 0),
-                (6, 0),
-                (5, 0),
-                (4, 0)
-            ]
-        );
+        // group per group that becomes ready once the partition is at 0. Whether the partition
+        // passes through 3 on its way from 4 to 2 depends on the states the reconcile after the
+        // burst sees (the partition follows the groups observed, upstream's as ours): under the
+        // full suite's load one reconcile saw the later state and went straight to 2 (CI,
+        // 2026-11-28). Every other step is fixed by the script, which holds each group back.
+        let mut want = vec![
+            (4, 0),
+            (7, 4),
+            (7, 3),
+            (7, 2),
+            (7, 1),
+            (7, 0),
+            (6, 0),
+            (5, 0),
+            (4, 0),
+        ];
+        if !seq.contains(&(7, 3)) {
+            want.retain(|&s| s != (7, 3));
+        }
+        assert_eq!(seq, want);
         all_groups_run(&ns, "s4", 4, "vllm:2").await?;
         // The surge groups' Services go with their leaders, through the garbage collector.
         wait_for_names(
