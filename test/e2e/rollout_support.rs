@@ -45,22 +45,21 @@ pub fn stable_lws(replicas: i32, image: &str) -> Value {
 /// `lws` with every pod unready for `delay` after it starts (a Go duration; the cluster's KWOK
 /// honours the annotation, `test/cluster/up.sh`).
 pub fn with_ready_delay(lws: &Value, delay: &str) -> Value {
-    let mut lws = lws.clone();
-    for t in ["leaderTemplate", "workerTemplate"] {
-        lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]["lws-rollout.test/ready-delay"] =
-            json!(delay);
-    }
-    lws
+    with_pod_annotation(lws, "lws-rollout.test/ready-delay", delay)
 }
 
 /// `lws` with every pod answering for `ms` after its deletion (a server's preStop drain within
 /// its termination grace period; the test's pod agent honours the annotation,
 /// `test/podagent/src/pods.rs`). Without it a deleted pod drains for the agent's default, 5 s.
 pub fn with_drain_ms(lws: &Value, ms: u64) -> Value {
+    with_pod_annotation(lws, "traffic.lws-rollout.test/drain-ms", &ms.to_string())
+}
+
+/// `lws` with annotation `key` set to `value` on both pod templates.
+fn with_pod_annotation(lws: &Value, key: &str, value: &str) -> Value {
     let mut lws = lws.clone();
     for t in ["leaderTemplate", "workerTemplate"] {
-        lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"]["traffic.lws-rollout.test/drain-ms"] =
-            json!(ms.to_string());
+        lws["spec"]["leaderWorkerTemplate"][t]["metadata"]["annotations"][key] = json!(value);
     }
     lws
 }
