@@ -367,15 +367,34 @@ async fn ready_groups(ns: &TestNs, name: &str, size: i32) -> anyhow::Result<i32>
 /// One step of a scripted rollout: let `group` (held by [`HOLD_GATE`]) start, then wait until
 /// the leader StatefulSet reaches `then` — the (replicas, partition) the update must move to
 /// once that group is ready — or, for `None` (no move due), until the LWS status counts it.
+/// With `held_until`, the group is only let go once the StatefulSet has reached that state
+/// with the group still held: a move the controller must make while the group is unready.
 #[derive(Debug, Clone, Copy)]
 pub struct Release {
     pub group: i32,
     pub then: Option<(i32, i32)>,
+    pub held_until: Option<(i32, i32)>,
 }
 
 /// Shorthand for a [`Release`].
 pub fn release(group: i32, then: Option<(i32, i32)>) -> Release {
-    Release { group, then }
+    Release {
+        group,
+        then,
+        held_until: None,
+    }
+}
+
+impl Release {
+    /// Keeps the group held until the leader StatefulSet is at `state`. Without it, a
+    /// controller slow to react (the suite's load) may first see the group ready and skip
+    /// the state, as the plan allows: the script then decides what it sees, not the load.
+    pub fn held_until(self, state: (i32, i32)) -> Self {
+        Release {
+            held_until: Some(state),
+            ..self
+        }
+    }
 }
 
 /// Runs a scripted rollout: for each step, waits until the group's leader is held (the update
@@ -415,6 +434,16 @@ pub async fn release_in_order(
                 return Err(late("waiting for the update to reach the group"));
             }
             tokio::time::sleep(POLL).await;
+        }
+        if let Some(state) = step.held_until {
+            while recorder.sequence().last() != Some(&state) {
+                if Instant::now() > deadline {
+                    return Err(late(&format!(
+                        "for the StatefulSet to reach {state:?} with the group held"
+                    )));
+                }
+                tokio::time::sleep(POLL).await;
+            }
         }
         loop {
             let pods = pods_of(ns, name).await?;
