@@ -67,6 +67,11 @@ struct Args {
     /// Worker threads of the async runtime; 0 runs everything on the main thread.
     #[arg(long, env = "LWS_ROLLOUT_WORKER_THREADS", default_value_t = 0)]
     worker_threads: usize,
+    /// Milliseconds the controllers' thread waits, once it has run out of work, before it
+    /// sleeps until the next watch event: events that arrive meanwhile are then handled in one
+    /// wake-up instead of one each (0: sleep at once).
+    #[arg(long, env = "LWS_ROLLOUT_PARK_LINGER_MS", default_value_t = 5)]
+    park_linger_ms: u64,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LWS_ROLLOUT_LOG_JSON")]
     log_json: bool,
@@ -112,11 +117,24 @@ fn exit_for(err: &anyhow::Error) -> std::process::ExitCode {
 /// the scheduler's task switches) and one glibc malloc arena per thread, i.e. memory held in
 /// several arenas at once. `--worker-threads N` gives a multi-threaded runtime, e.g. for a
 /// webhook under heavy load.
+///
+/// The park linger: the API server writes each watch event as it happens, so a burst of
+/// events (a GitOps sync creating dozens of LWS, a roll) woke the thread once per event, and
+/// the wake-ups (the task switch back from `epoll_pwait`, the poll of the runtime) were a
+/// large share of its CPU. Waiting a few milliseconds before sleeping lets the events of a
+/// burst gather and be read and handled in one wake-up. An event that arrives while the
+/// thread sleeps is not delayed; one that arrives within the linger after other work waits at
+/// most the linger. The webhook's thread does not linger.
 fn runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
     match args.worker_threads {
-        0 => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build(),
+        0 => {
+            let mut builder = tokio::runtime::Builder::new_current_thread();
+            if args.park_linger_ms > 0 {
+                let linger = std::time::Duration::from_millis(args.park_linger_ms);
+                builder.on_thread_park(move || std::thread::sleep(linger));
+            }
+            builder.enable_all().build()
+        }
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()
