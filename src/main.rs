@@ -69,7 +69,7 @@ struct Args {
     worker_threads: usize,
     /// Milliseconds the controllers' thread waits, once it has run out of work, before it
     /// sleeps until the next watch event: events that arrive meanwhile are then handled in one
-    /// wake-up instead of one each (0: sleep at once).
+    /// wake-up instead of one each (0: sleep at once). Only with `--worker-threads 0`.
     #[arg(long, env = "LWS_ROLLOUT_PARK_LINGER_MS", default_value_t = 5)]
     park_linger_ms: u64,
     /// Log as JSON lines instead of text.
