@@ -2,6 +2,7 @@
 //! delivery. See `docs/architecture.md` for how the pieces fit together.
 #![forbid(unsafe_code)]
 
+pub mod analysis;
 pub mod api;
 pub mod batchrelease;
 pub mod cli;

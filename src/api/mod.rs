@@ -1,5 +1,6 @@
 //! API types, one file per kind, and the CRDs generated from them.
 
+pub mod analysis;
 pub mod batchrelease;
 pub mod disaggregatedset;
 pub mod kueue;
@@ -30,6 +31,9 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
             disaggregatedset::crd(),
         ),
     ]
+    .into_iter()
+    .chain(analysis::crds())
+    .collect()
 }
 
 /// YAML of one CRD exactly as `crdgen` writes it.

@@ -49,6 +49,9 @@ fn write_or_check(check: bool) -> anyhow::Result<()> {
                 stale.push(path.display().to_string());
             }
         } else {
+            if let Some(parent) = path.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
             std::fs::write(&path, yaml).with_context(|| format!("writing {}", path.display()))?;
         }
     }
