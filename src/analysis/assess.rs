@@ -8,8 +8,7 @@ use k8s_openapi::apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrSt
 use k8s_openapi::jiff::Timestamp;
 
 use crate::api::analysis::{
-    AnalysisRunSpec, AnalysisRunStatus, MEASUREMENTS_KEPT, Measurement, Metric, MetricResult,
-    phase,
+    AnalysisRunSpec, AnalysisRunStatus, MEASUREMENTS_KEPT, Measurement, Metric, MetricResult, phase,
 };
 
 /// Argo's default number of consecutive errors tolerated.
@@ -40,14 +39,21 @@ pub fn limits(m: &Metric) -> Result<Limits, String> {
         None => Ok(default),
         Some(IntOrString::Int(i)) => Ok(Some(*i)),
         Some(IntOrString::String(s)) => s.trim().parse::<i32>().map(Some).map_err(|_| {
-            format!("metric {:?}: {field} must be a whole number, not {s:?}", m.name)
+            format!(
+                "metric {:?}: {field} must be a whole number, not {s:?}",
+                m.name
+            )
         }),
     };
     let duration = |field: &str, v: &Option<String>| {
         v.as_deref()
             .map(|text| {
-                parse_duration(text)
-                    .ok_or_else(|| format!("metric {:?}: {field} {text:?} is not a duration such as 30s or 5m", m.name))
+                parse_duration(text).ok_or_else(|| {
+                    format!(
+                        "metric {:?}: {field} {text:?} is not a duration such as 30s or 5m",
+                        m.name
+                    )
+                })
             })
             .transpose()
     };
@@ -79,7 +85,9 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.')?;
         let (number, tail) = rest.split_at(digits);
         let value: f64 = number.parse().ok()?;
-        let unit_len = tail.find(|c: char| c.is_ascii_digit()).unwrap_or(tail.len());
+        let unit_len = tail
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(tail.len());
         let (unit, tail) = tail.split_at(unit_len);
         let seconds = match unit {
             "ms" => value / 1000.0,
@@ -105,7 +113,12 @@ pub struct Due {
 
 /// Which metrics are due at `now`, and when the next one is. `started` is when the run
 /// started (its `status.startedAt`, else its creation).
-pub fn due(spec: &AnalysisRunSpec, status: &AnalysisRunStatus, started: Timestamp, now: Timestamp) -> Due {
+pub fn due(
+    spec: &AnalysisRunSpec,
+    status: &AnalysisRunStatus,
+    started: Timestamp,
+    now: Timestamp,
+) -> Due {
     let mut out = Due::default();
     if status.phase.as_deref().is_some_and(phase::is_done) || spec.terminate == Some(true) {
         return out;
@@ -267,17 +280,34 @@ pub fn run_phase(spec: &AnalysisRunSpec, status: &AnalysisRunStatus) -> (String,
         return (phase::SUCCESSFUL.into(), None);
     }
     if spec.metrics.is_empty() {
-        return (phase::SUCCESSFUL.into(), Some("no metrics to measure".into()));
+        return (
+            phase::SUCCESSFUL.into(),
+            Some("no metrics to measure".into()),
+        );
     }
-    let started = status.metric_results.iter().any(|r| !r.measurements.is_empty());
+    let started = status
+        .metric_results
+        .iter()
+        .any(|r| !r.measurements.is_empty());
     (
-        if started { phase::RUNNING } else { phase::PENDING }.into(),
+        if started {
+            phase::RUNNING
+        } else {
+            phase::PENDING
+        }
+        .into(),
         None,
     )
 }
 
 /// A measurement finished at `now`.
-pub fn measurement(phase: &str, value: Option<String>, message: Option<String>, started: Timestamp, now: Timestamp) -> Measurement {
+pub fn measurement(
+    phase: &str,
+    value: Option<String>,
+    message: Option<String>,
+    started: Timestamp,
+    now: Timestamp,
+) -> Measurement {
     Measurement {
         phase: phase.into(),
         value,
@@ -325,12 +355,24 @@ mod tests {
         mm.interval = Some("10s".into());
         mm.initial_delay = Some("5s".into());
         mm.count = Some(IntOrString::Int(3));
-        let spec = AnalysisRunSpec { metrics: vec![mm.clone()], ..Default::default() };
+        let spec = AnalysisRunSpec {
+            metrics: vec![mm.clone()],
+            ..Default::default()
+        };
         let mut status = AnalysisRunStatus::default();
-        assert_eq!(due(&spec, &status, t(0), t(2)), Due { measure: vec![], requeue_after: Some(Duration::from_secs(3)) });
+        assert_eq!(
+            due(&spec, &status, t(0), t(2)),
+            Due {
+                measure: vec![],
+                requeue_after: Some(Duration::from_secs(3))
+            }
+        );
         assert_eq!(due(&spec, &status, t(0), t(5)).measure, vec![0]);
         record(&mut status, &mm, m(phase::SUCCESSFUL, 5));
-        assert_eq!(due(&spec, &status, t(0), t(6)).requeue_after, Some(Duration::from_secs(9)));
+        assert_eq!(
+            due(&spec, &status, t(0), t(6)).requeue_after,
+            Some(Duration::from_secs(9))
+        );
         assert_eq!(due(&spec, &status, t(0), t(15)).measure, vec![0]);
         record(&mut status, &mm, m(phase::SUCCESSFUL, 15));
         record(&mut status, &mm, m(phase::SUCCESSFUL, 25));
@@ -345,7 +387,10 @@ mod tests {
         mm.count = Some(IntOrString::Int(5));
         mm.interval = Some("1s".into());
         mm.failure_limit = Some(IntOrString::Int(1));
-        let spec = AnalysisRunSpec { metrics: vec![mm.clone()], ..Default::default() };
+        let spec = AnalysisRunSpec {
+            metrics: vec![mm.clone()],
+            ..Default::default()
+        };
         let mut status = AnalysisRunStatus::default();
         let failed = |at| measurement(phase::FAILED, Some("[0.5]".into()), None, t(at), t(at));
         record(&mut status, &mm, failed(0));
@@ -354,7 +399,10 @@ mod tests {
         let (p, why) = run_phase(&spec, &status);
         assert_eq!(p, phase::FAILED);
         let why = why.expect("message");
-        assert!(why.contains("[0.5]") && why.contains("result[0] < 0.05") && why.contains("errors"), "{why}");
+        assert!(
+            why.contains("[0.5]") && why.contains("result[0] < 0.05") && why.contains("errors"),
+            "{why}"
+        );
     }
 
     #[test]
@@ -363,9 +411,20 @@ mod tests {
         mm.interval = Some("1s".into());
         mm.count = Some(IntOrString::Int(10));
         mm.consecutive_error_limit = Some(IntOrString::Int(2));
-        let spec = AnalysisRunSpec { metrics: vec![mm.clone()], ..Default::default() };
+        let spec = AnalysisRunSpec {
+            metrics: vec![mm.clone()],
+            ..Default::default()
+        };
         let mut status = AnalysisRunStatus::default();
-        let error = |at| measurement(phase::ERROR, None, Some("Prometheus at http://x is unreachable".into()), t(at), t(at));
+        let error = |at| {
+            measurement(
+                phase::ERROR,
+                None,
+                Some("Prometheus at http://x is unreachable".into()),
+                t(at),
+                t(at),
+            )
+        };
         record(&mut status, &mm, error(0));
         record(&mut status, &mm, error(1));
         record(&mut status, &mm, m(phase::SUCCESSFUL, 2));
@@ -387,15 +446,24 @@ mod tests {
         mm.interval = Some("1s".into());
         mm.count = Some(IntOrString::Int(20));
         mm.inconclusive_limit = Some(IntOrString::Int(-1));
-        let spec = AnalysisRunSpec { metrics: vec![mm.clone()], ..Default::default() };
+        let spec = AnalysisRunSpec {
+            metrics: vec![mm.clone()],
+            ..Default::default()
+        };
         let mut status = AnalysisRunStatus::default();
         for i in 0..15 {
             record(&mut status, &mm, m(phase::INCONCLUSIVE, i));
         }
-        assert_eq!(status.metric_results[0].measurements.len(), MEASUREMENTS_KEPT);
+        assert_eq!(
+            status.metric_results[0].measurements.len(),
+            MEASUREMENTS_KEPT
+        );
         assert_eq!(run_phase(&spec, &status).0, phase::RUNNING);
         mm.inconclusive_limit = None;
-        let spec = AnalysisRunSpec { metrics: vec![mm.clone()], ..Default::default() };
+        let spec = AnalysisRunSpec {
+            metrics: vec![mm.clone()],
+            ..Default::default()
+        };
         record(&mut status, &mm, m(phase::INCONCLUSIVE, 16));
         assert_eq!(run_phase(&spec, &status).0, phase::INCONCLUSIVE);
     }

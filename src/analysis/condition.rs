@@ -75,7 +75,9 @@ fn holds(expression: &str, result: &QueryResult) -> Result<bool, String> {
 
 fn environment() -> Environment<'static> {
     let mut env = Environment::new();
-    env.add_function("isNaN", |c| Ok(one_float(&c.args).is_some_and(f64::is_nan).into()));
+    env.add_function("isNaN", |c| {
+        Ok(one_float(&c.args).is_some_and(f64::is_nan).into())
+    });
     env.add_function("isInf", |c| {
         Ok(one_float(&c.args).is_some_and(f64::is_infinite).into())
     });
@@ -135,20 +137,74 @@ mod tests {
     #[test]
     fn conditions_real_templates_use() {
         let cases: &[(&QueryResult, Option<&str>, Option<&str>, Verdict)] = &[
-            (&vector(&[0.01]), Some("result[0] < 0.05"), None, Verdict::Successful),
-            (&vector(&[0.2]), Some("result[0] < 0.05"), None, Verdict::Failed),
-            (&vector(&[]), Some("len(result) == 0 || result[0] < 0.05"), None, Verdict::Successful),
-            (&vector(&[f64::NAN]), Some("isNaN(result[0]) || result[0] < 0.05"), None, Verdict::Successful),
-            (&vector(&[0.5]), None, Some("result[0] > 0.1"), Verdict::Failed),
-            (&vector(&[0.05]), None, Some("result[0] > 0.1"), Verdict::Successful),
-            (&vector(&[0.07]), Some("result[0] < 0.05"), Some("result[0] > 0.1"), Verdict::Inconclusive),
-            (&vector(&[0.5, 0.2]), Some("all(result, {# < 0.6})"), None, Verdict::Successful),
-            (&QueryResult::Scalar(0.9), Some("result >= 0.9"), None, Verdict::Successful),
-            (&vector(&[]), Some("default(result[0], 0) < 1"), None, Verdict::Successful),
+            (
+                &vector(&[0.01]),
+                Some("result[0] < 0.05"),
+                None,
+                Verdict::Successful,
+            ),
+            (
+                &vector(&[0.2]),
+                Some("result[0] < 0.05"),
+                None,
+                Verdict::Failed,
+            ),
+            (
+                &vector(&[]),
+                Some("len(result) == 0 || result[0] < 0.05"),
+                None,
+                Verdict::Successful,
+            ),
+            (
+                &vector(&[f64::NAN]),
+                Some("isNaN(result[0]) || result[0] < 0.05"),
+                None,
+                Verdict::Successful,
+            ),
+            (
+                &vector(&[0.5]),
+                None,
+                Some("result[0] > 0.1"),
+                Verdict::Failed,
+            ),
+            (
+                &vector(&[0.05]),
+                None,
+                Some("result[0] > 0.1"),
+                Verdict::Successful,
+            ),
+            (
+                &vector(&[0.07]),
+                Some("result[0] < 0.05"),
+                Some("result[0] > 0.1"),
+                Verdict::Inconclusive,
+            ),
+            (
+                &vector(&[0.5, 0.2]),
+                Some("all(result, {# < 0.6})"),
+                None,
+                Verdict::Successful,
+            ),
+            (
+                &QueryResult::Scalar(0.9),
+                Some("result >= 0.9"),
+                None,
+                Verdict::Successful,
+            ),
+            (
+                &vector(&[]),
+                Some("default(result[0], 0) < 1"),
+                None,
+                Verdict::Successful,
+            ),
             (&vector(&[0.0]), None, None, Verdict::Successful),
         ];
         for (result, s, f, want) in cases {
-            assert_eq!(evaluate(result, *s, *f), Ok(*want), "{s:?} / {f:?} on {result:?}");
+            assert_eq!(
+                evaluate(result, *s, *f),
+                Ok(*want),
+                "{s:?} / {f:?} on {result:?}"
+            );
         }
     }
 

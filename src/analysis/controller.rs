@@ -131,7 +131,11 @@ async fn steps(run: &AnalysisRun, ctx: &Context) -> Result<Action, ApiError> {
             } else {
                 EventSpec::warning(
                     event::COMPLETED,
-                    format!("analysis {} {p}: {}", run.name_any(), message.as_deref().unwrap_or("")),
+                    format!(
+                        "analysis {} {p}: {}",
+                        run.name_any(),
+                        message.as_deref().unwrap_or("")
+                    ),
                 )
             });
         }
@@ -166,7 +170,8 @@ async fn steps(run: &AnalysisRun, ctx: &Context) -> Result<Action, ApiError> {
     Ok(if !next.measure.is_empty() {
         Action::requeue(Duration::from_millis(10))
     } else {
-        next.requeue_after.map_or_else(Action::await_change, Action::requeue)
+        next.requeue_after
+            .map_or_else(Action::await_change, Action::requeue)
     })
 }
 
@@ -179,13 +184,23 @@ async fn measure(metric: &Metric, started: Timestamp) -> crate::api::analysis::M
         return done(phase::ERROR, None, Some(e));
     }
     let Some(p) = metric.provider.prometheus.as_ref() else {
-        let named = metric.provider.other.keys().cloned().collect::<Vec<_>>().join(", ");
+        let named = metric
+            .provider
+            .other
+            .keys()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join(", ");
         return done(
             phase::ERROR,
             None,
             Some(format!(
                 "provider {} is not supported here: only prometheus is measured",
-                if named.is_empty() { "(none)".into() } else { named }
+                if named.is_empty() {
+                    "(none)".into()
+                } else {
+                    named
+                }
             )),
         );
     };
@@ -218,13 +233,20 @@ fn measurement_event(metric: &Metric, m: &crate::api::analysis::Measurement) -> 
                     .success_condition
                     .as_deref()
                     .map(|s| format!("successCondition {s:?}"))
-                    .or_else(|| metric.failure_condition.as_deref().map(|f| format!("(failureCondition {f:?} holds)")))
+                    .or_else(|| metric
+                        .failure_condition
+                        .as_deref()
+                        .map(|f| format!("(failureCondition {f:?} holds)")))
                     .unwrap_or_default()
             ),
         )),
         phase::ERROR => Some(EventSpec::warning(
             event::MEASUREMENT_ERROR,
-            format!("metric {:?}: {}", metric.name, m.message.as_deref().unwrap_or("error")),
+            format!(
+                "metric {:?}: {}",
+                metric.name,
+                m.message.as_deref().unwrap_or("error")
+            ),
         )),
         _ => None,
     }
@@ -271,13 +293,25 @@ mod tests {
         };
         let got = measure(&m, Timestamp::now()).await;
         assert_eq!(got.phase, phase::ERROR);
-        assert!(got.message.as_deref().is_some_and(|s| s.contains("web")), "{got:?}");
+        assert!(
+            got.message.as_deref().is_some_and(|s| s.contains("web")),
+            "{got:?}"
+        );
         m.provider = Provider {
-            prometheus: Some(PrometheusMetric { address: "https://p:9090".into(), query: "up".into(), timeout: None }),
+            prometheus: Some(PrometheusMetric {
+                address: "https://p:9090".into(),
+                query: "up".into(),
+                timeout: None,
+            }),
             ..Provider::default()
         };
         let got = measure(&m, Timestamp::now()).await;
-        assert!(got.message.as_deref().is_some_and(|s| s.contains("http://")), "{got:?}");
+        assert!(
+            got.message
+                .as_deref()
+                .is_some_and(|s| s.contains("http://")),
+            "{got:?}"
+        );
     }
 
     #[test]
@@ -287,8 +321,18 @@ mod tests {
             success_condition: Some("result[0] < 0.05".into()),
             ..Metric::default()
         };
-        let m = Measurement { phase: phase::FAILED.into(), value: Some("[0.5]".into()), ..Measurement::default() };
+        let m = Measurement {
+            phase: phase::FAILED.into(),
+            value: Some("[0.5]".into()),
+            ..Measurement::default()
+        };
         let e = measurement_event(&metric, &m).expect("event");
-        assert!(e.note.contains("error-ratio") && e.note.contains("[0.5]") && e.note.contains("result[0] < 0.05"), "{}", e.note);
+        assert!(
+            e.note.contains("error-ratio")
+                && e.note.contains("[0.5]")
+                && e.note.contains("result[0] < 0.05"),
+            "{}",
+            e.note
+        );
     }
 }

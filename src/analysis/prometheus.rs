@@ -21,7 +21,9 @@ impl QueryResult {
     /// The value conditions see as `result`.
     pub fn to_value(&self) -> expr::Value {
         match self {
-            Self::Vector(v) => expr::Value::Array(v.iter().map(|f| expr::Value::Float(*f)).collect()),
+            Self::Vector(v) => {
+                expr::Value::Array(v.iter().map(|f| expr::Value::Float(*f)).collect())
+            }
             Self::Scalar(f) => expr::Value::Float(*f),
         }
     }
@@ -53,7 +55,11 @@ pub const DEFAULT_TIMEOUT_SECONDS: i64 = 30;
 
 /// Runs `query` against the Prometheus at `address`. `Err` says what went wrong in words a
 /// user can act on (unreachable, timed out, the query refused and Prometheus's reason).
-pub async fn query(address: &str, query: &str, timeout_seconds: Option<i64>) -> Result<QueryResult, String> {
+pub async fn query(
+    address: &str,
+    query: &str,
+    timeout_seconds: Option<i64>,
+) -> Result<QueryResult, String> {
     let base = address.trim_end_matches('/');
     if !base.starts_with("http://") {
         return Err(format!(
@@ -85,9 +91,16 @@ pub async fn query(address: &str, query: &str, timeout_seconds: Option<i64>) -> 
             .to_bytes();
         parse(status.as_u16(), &body).map_err(|e| format!("Prometheus at {base}: {e}"))
     };
-    tokio::time::timeout(Duration::from_secs(u64::try_from(seconds).unwrap_or(30)), fetch)
-        .await
-        .unwrap_or_else(|_| Err(format!("Prometheus at {base} did not answer within {seconds}s")))
+    tokio::time::timeout(
+        Duration::from_secs(u64::try_from(seconds).unwrap_or(30)),
+        fetch,
+    )
+    .await
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "Prometheus at {base} did not answer within {seconds}s"
+        ))
+    })
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {
@@ -157,7 +170,9 @@ mod tests {
             {"metric":{"service":"a"},"value":[1700000000.1,"0.05"]},
             {"metric":{"service":"b"},"value":[1700000000.1,"NaN"]}]}}"#;
         let r = parse(200, vector).expect("vector");
-        let QueryResult::Vector(v) = &r else { panic!("{r:?}") };
+        let QueryResult::Vector(v) = &r else {
+            panic!("{r:?}")
+        };
         assert_eq!(v[0], 0.05);
         assert!(v[1].is_nan());
         assert_eq!(r.display(), "[0.05 NaN]");
@@ -171,7 +186,8 @@ mod tests {
 
     #[test]
     fn refusals_say_why() {
-        let bad = br#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected"}"#;
+        let bad =
+            br#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected"}"#;
         let e = parse(400, bad).expect_err("refused");
         assert!(e.contains("bad_data") && e.contains("parse error"), "{e}");
         let e = parse(502, b"<html>bad gateway</html>").expect_err("not json");

@@ -63,7 +63,11 @@ pub fn resolve(
                 ));
             }
         };
-        args.push(Argument { name, value: Some(value), value_from: None });
+        args.push(Argument {
+            name,
+            value: Some(value),
+            value_from: None,
+        });
     }
     let lookup: BTreeMap<&str, &str> = args
         .iter()
@@ -81,11 +85,18 @@ pub fn resolve(
             let mut tree = serde_json::to_value(m).map_err(|e| e.to_string())?;
             substitute(&mut tree, &lookup)?;
             metrics.push(serde_json::from_value(tree).map_err(|e| {
-                format!("metric {:?} of template {:?} after its arguments: {e}", m.name, t.name)
+                format!(
+                    "metric {:?} of template {:?} after its arguments: {e}",
+                    m.name, t.name
+                )
             })?);
         }
     }
-    Ok(AnalysisRunSpec { args, metrics, terminate: None })
+    Ok(AnalysisRunSpec {
+        args,
+        metrics,
+        terminate: None,
+    })
 }
 
 fn given_value(a: &Argument, release: &ReleaseValues) -> Result<String, String> {
@@ -93,7 +104,10 @@ fn given_value(a: &Argument, release: &ReleaseValues) -> Result<String, String> 
         return Ok(v.clone());
     }
     let Some(from) = &a.value_from else {
-        return Err(format!("argument {:?} in the Rollout has neither value nor valueFrom", a.name));
+        return Err(format!(
+            "argument {:?} in the Rollout has neither value nor valueFrom",
+            a.name
+        ));
     };
     if let Some(which) = &from.pod_template_hash_value {
         return match which.as_str() {
@@ -107,10 +121,16 @@ fn given_value(a: &Argument, release: &ReleaseValues) -> Result<String, String> 
     }
     if let Some(f) = &from.field_ref {
         return release.fields.get(&f.field_path).cloned().ok_or_else(|| {
-            format!("argument {:?}: the Rollout has no field {:?}", a.name, f.field_path)
+            format!(
+                "argument {:?}: the Rollout has no field {:?}",
+                a.name, f.field_path
+            )
         });
     }
-    Err(format!("argument {:?}: valueFrom names nothing this controller reads", a.name))
+    Err(format!(
+        "argument {:?}: valueFrom names nothing this controller reads",
+        a.name
+    ))
 }
 
 /// Replaces `{{args.NAME}}` (spaces inside the braces allowed) in every string of `tree`.
@@ -142,7 +162,11 @@ fn replace(text: &str, args: &BTreeMap<&str, &str>) -> Result<String, String> {
         match inner.strip_prefix("args.") {
             Some(name) => match args.get(name) {
                 Some(v) => out.push_str(v),
-                None => return Err(format!("{{{{args.{name}}}}} names an argument no template declares")),
+                None => {
+                    return Err(format!(
+                        "{{{{args.{name}}}}} names an argument no template declares"
+                    ));
+                }
             },
             // Not ours (another templating a query may contain): kept as written.
             None => out.push_str(&rest[open..open + 2 + close + 2]),
@@ -175,14 +199,29 @@ mod tests {
     }
 
     fn arg(name: &str, value: Option<&str>) -> Argument {
-        Argument { name: name.into(), value: value.map(str::to_string), value_from: None }
+        Argument {
+            name: name.into(),
+            value: value.map(str::to_string),
+            value_from: None,
+        }
     }
 
     #[test]
     fn arguments_come_from_the_rollout_then_the_template_then_the_release() {
-        let metrics = [metric("sum(x{ns=\"{{args.namespace}}\",rev=\"{{args.rev}}\",s=\"{{args.canary-service}}\"})")];
-        let args = [arg("namespace", None), arg("rev", None), arg("canary-service", None), arg("max-ratio", Some("0.05"))];
-        let t = TemplateParts { name: "t", args: &args, metrics: &metrics };
+        let metrics = [metric(
+            "sum(x{ns=\"{{args.namespace}}\",rev=\"{{args.rev}}\",s=\"{{args.canary-service}}\"})",
+        )];
+        let args = [
+            arg("namespace", None),
+            arg("rev", None),
+            arg("canary-service", None),
+            arg("max-ratio", Some("0.05")),
+        ];
+        let t = TemplateParts {
+            name: "t",
+            args: &args,
+            metrics: &metrics,
+        };
         let release = ReleaseValues {
             latest_hash: "abc".into(),
             known: BTreeMap::from([
@@ -194,12 +233,22 @@ mod tests {
         let given = [Argument {
             name: "rev".into(),
             value: None,
-            value_from: Some(ValueFrom { pod_template_hash_value: Some("Latest".into()), field_ref: None }),
+            value_from: Some(ValueFrom {
+                pod_template_hash_value: Some("Latest".into()),
+                field_ref: None,
+            }),
         }];
         let spec = resolve(&[t], &given, &release).expect("resolves");
-        let p = spec.metrics[0].provider.prometheus.as_ref().expect("prometheus");
+        let p = spec.metrics[0]
+            .provider
+            .prometheus
+            .as_ref()
+            .expect("prometheus");
         assert_eq!(p.query, "sum(x{ns=\"ns1\",rev=\"abc\",s=\"vllm-canary\"})");
-        assert_eq!(spec.metrics[0].success_condition.as_deref(), Some("result[0] < 0.05"));
+        assert_eq!(
+            spec.metrics[0].success_condition.as_deref(),
+            Some("result[0] < 0.05")
+        );
         assert_eq!(spec.args.len(), 4);
     }
 
@@ -207,26 +256,51 @@ mod tests {
     fn a_missing_argument_or_field_says_which() {
         let metrics = [metric("{{args.service}}")];
         let args = [arg("service", None), arg("max-ratio", Some("1"))];
-        let t = TemplateParts { name: "t", args: &args, metrics: &metrics };
+        let t = TemplateParts {
+            name: "t",
+            args: &args,
+            metrics: &metrics,
+        };
         let e = resolve(&[t], &[], &ReleaseValues::default()).expect_err("missing");
         assert!(e.contains("\"service\""), "{e}");
         let given = [Argument {
             name: "service".into(),
             value: None,
-            value_from: Some(ValueFrom { pod_template_hash_value: None, field_ref: Some(FieldRef { field_path: "metadata.labels['x']".into() }) }),
+            value_from: Some(ValueFrom {
+                pod_template_hash_value: None,
+                field_ref: Some(FieldRef {
+                    field_path: "metadata.labels['x']".into(),
+                }),
+            }),
         }];
         let e = resolve(&[t], &given, &ReleaseValues::default()).expect_err("no field");
         assert!(e.contains("metadata.labels['x']"), "{e}");
         let undeclared = [metric("{{args.nope}}")];
-        let t = TemplateParts { name: "t", args: &args[1..], metrics: &undeclared };
-        assert!(resolve(&[t], &[], &ReleaseValues::default()).expect_err("undeclared").contains("nope"));
+        let t = TemplateParts {
+            name: "t",
+            args: &args[1..],
+            metrics: &undeclared,
+        };
+        assert!(
+            resolve(&[t], &[], &ReleaseValues::default())
+                .expect_err("undeclared")
+                .contains("nope")
+        );
     }
 
     #[test]
     fn metric_names_are_unique_across_templates() {
         let metrics = [metric("q")];
         let args = [arg("max-ratio", Some("1"))];
-        let t = TemplateParts { name: "t", args: &args, metrics: &metrics };
-        assert!(resolve(&[t, t], &[], &ReleaseValues::default()).expect_err("dup").contains("twice"));
+        let t = TemplateParts {
+            name: "t",
+            args: &args,
+            metrics: &metrics,
+        };
+        assert!(
+            resolve(&[t, t], &[], &ReleaseValues::default())
+                .expect_err("dup")
+                .contains("twice")
+        );
     }
 }

@@ -12,7 +12,11 @@ use kube::{Api, Client, runtime::watcher::Config};
 
 use crate::{
     api::{
-        BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset,
+        BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout,
+        analysis::{
+            AnalysisRun, AnalysisTemplate, ClusterAnalysisTemplate, INSTANCE_ID, INSTANCE_ID_LABEL,
+        },
+        disaggregatedset,
         kueue::{self, Workload},
     },
     k8s::{apply::controller_kind, metrics::Metrics, pod::CachedPod, watch::SharedCache},
@@ -42,11 +46,25 @@ pub struct Caches {
     pub disaggregated_sets: SharedCache<DisaggregatedSet>,
     /// Services that belong to a DisaggregatedSet.
     pub set_services: SharedCache<Service>,
+    /// Argo's analysis kinds, where the API server serves them.
+    pub analysis: Option<AnalysisCaches>,
+}
+
+/// The caches of Argo's analysis kinds.
+pub struct AnalysisCaches {
+    /// All AnalysisTemplates.
+    pub templates: SharedCache<AnalysisTemplate>,
+    /// All ClusterAnalysisTemplates.
+    pub cluster_templates: SharedCache<ClusterAnalysisTemplate>,
+    /// AnalysisRuns of ours (our instance id): a default Argo Rollouts' runs never enter
+    /// memory.
+    pub runs: SharedCache<AnalysisRun>,
 }
 
 impl Caches {
-    /// Caches for `client` (nothing is watched until the drivers run).
-    pub fn new(client: &Client) -> Self {
+    /// Caches for `client` (nothing is watched until the drivers run); `analysis`: the API
+    /// server serves Argo's analysis kinds ([`serves_analysis`]).
+    pub fn new(client: &Client, analysis: bool) -> Self {
         let owned = Config::default().labels(labels::NAME);
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -80,6 +98,14 @@ impl Caches {
                 Api::all(client.clone()),
                 Config::default().labels(disaggregatedset::SET_NAME_LABEL),
             ),
+            analysis: analysis.then(|| AnalysisCaches {
+                templates: SharedCache::new(Api::all(client.clone()), Config::default()),
+                cluster_templates: SharedCache::new(Api::all(client.clone()), Config::default()),
+                runs: SharedCache::new(
+                    Api::all(client.clone()),
+                    Config::default().labels(&format!("{INSTANCE_ID_LABEL}={INSTANCE_ID}")),
+                ),
+            }),
         }
     }
 
@@ -90,7 +116,7 @@ impl Caches {
         client: &Client,
         metrics: &Metrics,
     ) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
-        vec![
+        let mut drivers = vec![
             self.lws.driver(metrics),
             self.pods.driver(metrics),
             self.statefulsets.driver(metrics),
@@ -101,7 +127,13 @@ impl Caches {
             once_kueue_serves(client.clone(), self.workloads.driver(metrics)),
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
-        ]
+        ];
+        if let Some(a) = self.analysis.as_mut() {
+            drivers.push(a.templates.driver(metrics));
+            drivers.push(a.cluster_templates.driver(metrics));
+            drivers.push(a.runs.driver(metrics));
+        }
+        drivers
     }
 }
 
@@ -157,6 +189,21 @@ fn once_kueue_serves(
         }
         driver.await
     })
+}
+
+/// Whether the API server serves Argo's analysis kinds (`argoproj.io/v1alpha1`): asked once
+/// per leadership term; without them a Rollout that asks for analysis says so in its status.
+pub async fn serves_analysis(client: &Client) -> bool {
+    match client.list_api_groups().await {
+        Ok(groups) => groups.groups.iter().any(|g| {
+            g.name == crate::api::analysis::GROUP
+                && g.versions.iter().any(|v| v.version == "v1alpha1")
+        }),
+        Err(err) => {
+            tracing::warn!(%err, "cannot list API groups: analysis is off until the next leadership term");
+            false
+        }
+    }
 }
 
 /// Whether the API groups include Kueue's at the version the Workload type reads.

@@ -239,7 +239,14 @@ async fn run_controllers(
             let _ = rx.recv().await;
         }
     };
-    let mut caches = caches::Caches::new(&client);
+    let analysis = caches::serves_analysis(&client).await;
+    if !analysis {
+        info!(
+            "Argo's analysis kinds (argoproj.io/v1alpha1) are not served: Rollouts that ask for \
+             analysis will say so; apply crds/argoproj.io/ and restart to enable it"
+        );
+    }
+    let mut caches = caches::Caches::new(&client, analysis);
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -259,6 +266,13 @@ async fn run_controllers(
             batch_releases: &mut caches.batch_releases,
             lws: &mut caches.lws,
             revisions: &caches.revisions,
+            analysis: caches.analysis.as_mut().map(|a| {
+                crate::rollout::controller::AnalysisCaches {
+                    templates: &mut a.templates,
+                    cluster_templates: &mut a.cluster_templates,
+                    runs: &mut a.runs,
+                }
+            }),
         },
         metrics.controller("rollout"),
         stopped(&stop_all),
@@ -292,14 +306,26 @@ async fn run_controllers(
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),
     );
+    let analysis_runs = caches.analysis.as_mut().map(|a| {
+        crate::analysis::controller::run(
+            client.clone(),
+            &mut a.runs,
+            metrics.controller("analysisrun"),
+            stopped(&stop_all),
+        )
+    });
     let drivers = run_all(caches.drivers(&client, &metrics));
-    let controllers = run_all(vec![
+    let mut all = vec![
         lws.boxed(),
         rollouts.boxed(),
         releases.boxed(),
         kueue_waits.boxed(),
         sets.boxed(),
-    ]);
+    ];
+    if let Some(runs) = analysis_runs {
+        all.push(runs.boxed());
+    }
+    let controllers = run_all(all);
     let stop = async move {
         let lost = lost_or_stopped.await;
         let _ = stop_all.send(());

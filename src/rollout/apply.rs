@@ -13,7 +13,7 @@ use super::{
 };
 use crate::k8s::written::{Written, key};
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet, Rollout, rollout::RolloutStatus},
+    api::{BatchRelease, LeaderWorkerSet, Rollout, analysis::AnalysisRun, rollout::RolloutStatus},
     k8s::{
         apply::{ApiError, Applier, Propagation, status_patch},
         error::{Categorized, Category},
@@ -141,6 +141,14 @@ pub async fn apply(
                 .delete::<BatchRelease>(&ns, &name, None, Propagation::Background)
                 .await?;
         }
+    }
+    for run in &plan.analysis.create {
+        applier.create_if_absent(run).await?;
+    }
+    for stale in &plan.analysis.delete {
+        applier
+            .delete::<AnalysisRun>(&ns, stale, None, Propagation::Background)
+            .await?;
     }
     if !plan.traffic_writes.is_empty() {
         traffic::apply::apply(applier.client(), &ns, &plan.traffic_writes)

@@ -20,7 +20,10 @@ use kube::{
 
 use super::{apply, deref, observe, plan};
 use crate::{
-    api::{BatchRelease, LeaderWorkerSet, Rollout},
+    api::{
+        BatchRelease, LeaderWorkerSet, Rollout,
+        analysis::{AnalysisRun, AnalysisTemplate, ClusterAnalysisTemplate},
+    },
     k8s::{
         apply::Applier,
         events::Events,
@@ -52,6 +55,18 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// LWS ControllerRevisions (read, not subscribed).
     pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
+    /// Argo's analysis kinds, where the API server serves them.
+    pub analysis: Option<AnalysisCaches<'a>>,
+}
+
+/// The caches of Argo's analysis kinds.
+pub struct AnalysisCaches<'a> {
+    /// AnalysisTemplates.
+    pub templates: &'a mut SharedCache<AnalysisTemplate>,
+    /// ClusterAnalysisTemplates.
+    pub cluster_templates: &'a mut SharedCache<ClusterAnalysisTemplate>,
+    /// AnalysisRuns.
+    pub runs: &'a mut SharedCache<AnalysisRun>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -66,6 +81,11 @@ pub fn run(
         batch_releases: caches.batch_releases.store(),
         lws: caches.lws.store(),
         revisions: caches.revisions.store(),
+        analysis: caches.analysis.as_ref().map(|a| observe::AnalysisStores {
+            templates: a.templates.store(),
+            cluster_templates: a.cluster_templates.store(),
+            runs: a.runs.store(),
+        }),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
@@ -84,7 +104,7 @@ pub fn run(
             metrics.queued(&key);
         }
     });
-    Controller::for_shared_stream(changes, caches.rollouts.store())
+    let mut controller = Controller::for_shared_stream(changes, caches.rollouts.store())
         // A release step is a burst of LWS and BatchRelease status updates; 20 ms folds those
         // that arrive together into one reconcile. Longer only delays the step: the canary's
         // status change that makes a batch ready is itself the last of its burst, and a
@@ -94,12 +114,48 @@ pub fn run(
             caches.batch_releases.subscribe(),
             |br: Arc<BatchRelease>| Some(ObjectRef::new(&br.name_any()).within(&br.namespace()?)),
         )
-        .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
-            rollouts_of(&rollouts, &lws)
-        })
+        .watches_shared_stream(caches.lws.subscribe(), {
+            let rollouts = rollouts.clone();
+            move |lws: Arc<LeaderWorkerSet>| rollouts_of(&rollouts, &lws)
+        });
+    if let Some(a) = caches.analysis {
+        // A run's verdict moves its step; a template created or fixed lets a waiting
+        // analysis start.
+        controller = controller
+            .watches_shared_stream(a.runs.subscribe(), |run: Arc<AnalysisRun>| {
+                let ns = run.namespace()?;
+                run.owner_references()
+                    .iter()
+                    .find(|o| o.kind == "Rollout" && o.controller == Some(true))
+                    .map(|o| ObjectRef::new(&o.name).within(&ns))
+            })
+            .watches_shared_stream(a.templates.subscribe(), {
+                let rollouts = rollouts.clone();
+                move |t: Arc<AnalysisTemplate>| analysing(&rollouts, t.namespace().as_deref())
+            })
+            .watches_shared_stream(a.cluster_templates.subscribe(), {
+                let rollouts = rollouts.clone();
+                move |_: Arc<ClusterAnalysisTemplate>| analysing(&rollouts, None)
+            });
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
+}
+
+/// Rollouts that ask for analysis, in `namespace` (every namespace for `None`).
+fn analysing(rollouts: &Store<Rollout>, namespace: Option<&str>) -> Vec<ObjectRef<Rollout>> {
+    rollouts
+        .state()
+        .iter()
+        .filter(|r| {
+            r.annotations()
+                .contains_key(crate::rollout::names::STEP_ANALYSIS)
+                && namespace.is_none_or(|ns| r.namespace().as_deref() == Some(ns))
+        })
+        .map(|r| ObjectRef::from_obj(r.as_ref()))
+        .collect()
 }
 
 /// Rollouts whose workloadRef names `lws`, or whose BatchRelease (named after the Rollout)

@@ -23,6 +23,20 @@ pub const PROGRESS_DEADLINE: &str = "lws-rollout.x-k8s.io/progress-deadline-seco
 /// revision until its template changes.
 pub const ROLLBACK_ON_DEADLINE: &str = "lws-rollout.x-k8s.io/rollback-on-deadline";
 
+/// Rollout annotation (ours, off when absent): the analysis run at the steps it names (every
+/// step without `steps`), in Argo Rollouts' terms — `{"templates": [{"templateName": …,
+/// "clusterScope": false}], "args": [{"name": …, "value": …}], "steps": [1, 2]}` (JSON). A
+/// step's analysis that passes is its approval; one that fails rolls the release back as a
+/// missed deadline does; an inconclusive one, or one whose metrics cannot be read, pauses for a
+/// person (docs/analysis.md).
+pub const STEP_ANALYSIS: &str = "lws-rollout.x-k8s.io/analysis";
+/// Label on every AnalysisRun a Rollout creates: the Rollout's name.
+pub const ANALYSIS_ROLLOUT_LABEL: &str = "lws-rollout.x-k8s.io/rollout";
+/// Label on every AnalysisRun: the revision it analyses.
+pub const ANALYSIS_REVISION_LABEL: &str = "lws-rollout.x-k8s.io/revision";
+/// Label on a step's AnalysisRun: the step (1-based).
+pub const ANALYSIS_STEP_LABEL: &str = "lws-rollout.x-k8s.io/step";
+
 pub use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
 /// Condition types.
@@ -59,6 +73,9 @@ pub mod reason {
     /// Progressing=False (ours): the deadline passed and the release rolled itself back; the
     /// workload stays on its stable revision until its template changes.
     pub const ROLLED_BACK_ON_DEADLINE: &str = "RolledBackOnDeadline";
+    /// Progressing=False (ours): a step's analysis failed and the release rolled itself back;
+    /// the workload stays on its stable revision until its template changes.
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
     /// Accepted=False: a style this controller does not run (partition style).
     pub const UNSUPPORTED_STRATEGY: &str = "UnsupportedStrategy";
     /// Accepted=False: another Rollout already releases this workload.
@@ -81,6 +98,11 @@ pub mod event {
     pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
     /// The release rolled itself back after its deadline (ours).
     pub const ROLLED_BACK_ON_DEADLINE: &str = "RolledBackOnDeadline";
+    /// A step's analysis failed and the release rolled itself back (ours).
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
+    /// A step's analysis cannot start (a template missing, an argument without value) or
+    /// needs a person (inconclusive, metrics unreadable) (ours).
+    pub const ANALYSIS_WAITING: &str = "AnalysisWaiting";
     /// The canary is not ready; the message names the groups.
     pub const CANARY_NOT_READY: &str = "CanaryNotReady";
     /// A trafficRoutings object does not exist.

@@ -2,6 +2,11 @@
 //! Nothing here talks to the API server; tests build these structs by hand.
 
 use crate::api::batchrelease::{BatchReleaseSpec, BatchReleaseStatus};
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use crate::api::analysis::{AnalysisRun, AnalysisTemplateSpec, ClusterAnalysisTemplateSpec};
 use crate::api::rollout::Rollout;
 use crate::release::progress::CanaryCounts;
 use crate::traffic::observe::{OwnerInfo, TrafficObserved};
@@ -22,6 +27,37 @@ pub struct RolloutObserved {
     /// The objects `trafficRoutings[0]` names, as `rollout::deref` read them (users' objects,
     /// not cached); `None` without trafficRoutings (or before the read).
     pub traffic: Option<TrafficObserved>,
+    /// Analysis templates and this Rollout's runs.
+    pub analysis: AnalysisObserved,
+}
+
+/// What an analysis of this Rollout's release reads: the templates it may name and the runs
+/// it created.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnalysisObserved {
+    /// The API server served Argo's analysis kinds when the manager started.
+    pub served: bool,
+    /// Their caches are filled.
+    pub synced: bool,
+    /// AnalysisTemplates of the Rollout's namespace, by name.
+    pub templates: BTreeMap<String, AnalysisTemplateSpec>,
+    /// ClusterAnalysisTemplates, by name.
+    pub cluster_templates: BTreeMap<String, ClusterAnalysisTemplateSpec>,
+    /// This Rollout's AnalysisRuns, by name.
+    pub runs: BTreeMap<String, RunSummary>,
+}
+
+/// One AnalysisRun, reduced to what the plan reads.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunSummary {
+    /// `status.phase` (empty before the analysis controller's first write).
+    pub phase: String,
+    /// `status.message`.
+    pub message: Option<String>,
+    /// When it was created: a run older than its step is a stale one from an earlier release.
+    pub created: Option<Time>,
+    /// Each metric's last measured value, for the Rollout's message.
+    pub last_values: Vec<(String, String)>,
 }
 
 /// The stable LWS, reduced to what the plan needs.
@@ -129,6 +165,20 @@ pub struct Stores {
     pub lws: kube::runtime::reflector::Store<crate::api::leaderworkerset::LeaderWorkerSet>,
     /// ControllerRevisions of LWSes (the revisions a stable LWS still runs).
     pub revisions: kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
+    /// Argo's analysis kinds; `None` where the API server does not serve them.
+    pub analysis: Option<AnalysisStores>,
+}
+
+/// The stores of Argo's analysis kinds.
+#[derive(Clone)]
+pub struct AnalysisStores {
+    /// AnalysisTemplates.
+    pub templates: kube::runtime::reflector::Store<crate::api::analysis::AnalysisTemplate>,
+    /// ClusterAnalysisTemplates.
+    pub cluster_templates:
+        kube::runtime::reflector::Store<crate::api::analysis::ClusterAnalysisTemplate>,
+    /// AnalysisRuns.
+    pub runs: kube::runtime::reflector::Store<AnalysisRun>,
 }
 
 /// Fills everything but the traffic objects (a fresh read: see `rollout::deref`).
@@ -166,6 +216,86 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
         batch_release,
         conflicting_rollout: owner_of_workload(stores, rollout),
         traffic: None,
+        analysis: stores
+            .analysis
+            .as_ref()
+            .map(|a| analysis_of(a, rollout))
+            .unwrap_or_default(),
+    }
+}
+
+/// The templates of the Rollout's namespace and the runs it owns. Only read when the Rollout
+/// asks for analysis: the plan reads nothing else from here.
+fn analysis_of(stores: &AnalysisStores, rollout: &Rollout) -> AnalysisObserved {
+    use kube::ResourceExt;
+    let wants = rollout
+        .annotations()
+        .contains_key(crate::rollout::names::STEP_ANALYSIS);
+    use futures::FutureExt;
+    let synced = [
+        stores.templates.wait_until_ready().now_or_never(),
+        stores.cluster_templates.wait_until_ready().now_or_never(),
+        stores.runs.wait_until_ready().now_or_never(),
+    ]
+    .iter()
+    .all(|r| matches!(r, Some(Ok(()))));
+    if !wants {
+        return AnalysisObserved {
+            served: true,
+            synced,
+            ..AnalysisObserved::default()
+        };
+    }
+    let ns = rollout.namespace().unwrap_or_default();
+    let uid = rollout.metadata.uid.clone().unwrap_or_default();
+    AnalysisObserved {
+        served: true,
+        synced,
+        templates: stores
+            .templates
+            .state()
+            .iter()
+            .filter(|t| t.namespace().as_deref() == Some(ns.as_str()))
+            .map(|t| (t.name_any(), t.spec.clone()))
+            .collect(),
+        cluster_templates: stores
+            .cluster_templates
+            .state()
+            .iter()
+            .map(|t| (t.name_any(), t.spec.clone()))
+            .collect(),
+        runs: stores
+            .runs
+            .state()
+            .iter()
+            .filter(|r| {
+                r.namespace().as_deref() == Some(ns.as_str())
+                    && r.owner_references().iter().any(|o| o.uid == uid)
+            })
+            .map(|r| (r.name_any(), run_summary(r)))
+            .collect(),
+    }
+}
+
+fn run_summary(run: &AnalysisRun) -> RunSummary {
+    let status = run.status.clone().unwrap_or_default();
+    RunSummary {
+        phase: status.phase.unwrap_or_default(),
+        message: status.message,
+        created: run.metadata.creation_timestamp.clone(),
+        last_values: status
+            .metric_results
+            .iter()
+            .filter_map(|m| {
+                let last = m.measurements.last()?;
+                let shown = last
+                    .value
+                    .clone()
+                    .or_else(|| last.message.clone())
+                    .unwrap_or_default();
+                Some((m.name.clone(), shown))
+            })
+            .collect(),
     }
 }
 

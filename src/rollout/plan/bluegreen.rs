@@ -36,7 +36,7 @@ pub fn finalising_order(reason: Reason) -> &'static [FinalisingStep] {
         // Rollback, disable, delete and a third template: the canary style's orders.
         Reason::Rollback | Reason::Disabled | Reason::Deleting => &canary::CANCEL_ORDER,
         Reason::Continuous => &canary::CONTINUOUS_ORDER,
-        Reason::Deadline => &super::deadline::ROLLBACK_ORDER,
+        Reason::AutoRollback => &super::deadline::ROLLBACK_ORDER,
     }
 }
 

@@ -47,7 +47,7 @@ pub fn finalising_order(reason: Reason) -> &'static [FinalisingStep] {
         Reason::Success => &SUCCESS_ORDER,
         Reason::Rollback | Reason::Disabled | Reason::Deleting => &CANCEL_ORDER,
         Reason::Continuous => &CONTINUOUS_ORDER,
-        Reason::Deadline => &super::deadline::ROLLBACK_ORDER,
+        Reason::AutoRollback => &super::deadline::ROLLBACK_ORDER,
     }
 }
 

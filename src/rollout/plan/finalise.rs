@@ -53,7 +53,7 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                 // Partition style rolled back by its deadline: the template still is the new
                 // one, so only the hold can take the moved groups back — lift the release
                 // partition and keep the hold.
-                let moved = why == Reason::Deadline
+                let moved = why == Reason::AutoRollback
                     && d.obs
                         .workload
                         .as_ref()

@@ -14,6 +14,7 @@
 //! - [`status`]: conditions and messages with Kruise's strings.
 
 pub mod accept;
+pub mod analysis;
 pub mod batch;
 pub mod bluegreen;
 pub mod canary;
@@ -61,11 +62,22 @@ pub struct RolloutPlan {
     pub finalizer: FinalizerAction,
     /// New value for the `rollouts.kruise.io/hash` annotation, when it differs.
     pub hash_annotation: Option<String>,
+    /// AnalysisRuns to create, and stale ones to delete.
+    pub analysis: AnalysisActions,
     /// Events to publish on the Rollout.
     pub events: Vec<EventSpec>,
     /// Reconcile again after this long (pause durations and grace periods only; everything
     /// else is woken by watch events).
     pub requeue_after: Option<Duration>,
+}
+
+/// What to do with this Rollout's AnalysisRuns.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct AnalysisActions {
+    /// Create these (if absent).
+    pub create: Vec<crate::api::analysis::AnalysisRun>,
+    /// Delete these, by name (stale runs of an earlier release).
+    pub delete: Vec<String>,
 }
 
 /// What to do with the BatchRelease.
@@ -126,6 +138,8 @@ pub struct Draft<'a> {
     pub visited: Vec<(i32, crate::api::rollout::StepState)>,
     /// The current batch missed the Rollout's deadline (`deadline`): what it waits for.
     pub deadline_missed: Option<String>,
+    /// The current step's analysis failed (`analysis`): why.
+    pub analysis_failed: Option<String>,
 }
 
 impl Draft<'_> {
@@ -190,6 +204,7 @@ fn plan_in(obs: &RolloutObserved, now: Timestamp, style: style::Style) -> Rollou
             hold: HoldAction::Keep,
             finalizer: FinalizerAction::Keep,
             hash_annotation: (stored_hash != Some(&hash)).then(|| hash.clone()),
+            analysis: AnalysisActions::default(),
             events: Vec::new(),
             requeue_after: None,
         },
@@ -198,6 +213,7 @@ fn plan_in(obs: &RolloutObserved, now: Timestamp, style: style::Style) -> Rollou
         traffic: routing::observed(obs),
         visited: Vec::new(),
         deadline_missed: None,
+        analysis_failed: None,
     };
     phase::run(&mut draft);
     // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out (a

@@ -322,7 +322,7 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
                     return;
                 }
             }
-            reason::ROLLED_BACK_ON_DEADLINE => {
+            reason::ROLLED_BACK_ON_DEADLINE | reason::ANALYSIS_FAILED => {
                 if !rolled_back_on_deadline(d, w) {
                     return;
                 }
@@ -528,6 +528,9 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     }
     steps::correct_next(d);
     let completed = steps::run_canary(d);
+    if let Some(why) = d.analysis_failed.take() {
+        return analysis_failed(d, &why);
+    }
     if let Some(why) = d.deadline_missed.take() {
         return deadline_missed(d, &why);
     }
@@ -610,7 +613,23 @@ fn deadline_missed(d: &mut Draft<'_>, why: &str) -> bool {
     true
 }
 
-/// Rolled back after a missed deadline: finish the rollback, then stay — until the template
+/// The current step's analysis failed: a Warning Event, `Progressing=False` /
+/// `AnalysisFailed` naming the metric, its value and condition, and the rollback starts —
+/// traffic to the stable side first, then the new side removed; the workload stays on its
+/// stable revision until its template changes (as after a missed deadline). `true`: dispatch on.
+fn analysis_failed(d: &mut Draft<'_>, why: &str) -> bool {
+    let now = d.now;
+    restart_finalising_order(d);
+    let msg = format!(
+        "{why}; rolling back: traffic to the stable side, the new side removed; the workload \
+         stays on its stable revision until its template changes"
+    );
+    d.event(EventSpec::warning(event::ANALYSIS_FAILED, msg.clone()));
+    status::progressing(d.status(), "False", reason::ANALYSIS_FAILED, &msg, now);
+    true
+}
+
+/// Rolled back after a missed deadline or a failed analysis: finish the rollback, then stay — until the template
 /// changes: back to the stable revision is a cancel (the hold is released, no group moves), a
 /// new one starts a new release. `true` when the Progressing reason changed.
 fn rolled_back_on_deadline(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
@@ -627,7 +646,7 @@ fn rolled_back_on_deadline(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         status::progressing(d.status(), "True", why, msg, now);
         return true;
     }
-    finalise::run(d, Reason::Deadline);
+    finalise::run(d, Reason::AutoRollback);
     false
 }
 

@@ -20,8 +20,9 @@ pub enum Reason {
     Deleting,
     /// A third template mid-release: reset, then start again.
     Continuous,
-    /// The release missed its deadline and rolls itself back (`deadline`); the hold stays.
-    Deadline,
+    /// The release rolls itself back — its deadline passed (`deadline`) or its analysis
+    /// failed (`analysis`); the hold stays.
+    AutoRollback,
 }
 
 /// The finalising reason a status is in, if any.
@@ -35,7 +36,7 @@ pub fn reason_of(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Reason
     match status::progressing_reason(status) {
         reason::FINALISING => Some(Reason::Success),
         reason::CANCELLING => Some(Reason::Rollback),
-        reason::ROLLED_BACK_ON_DEADLINE => Some(Reason::Deadline),
+        reason::ROLLED_BACK_ON_DEADLINE | reason::ANALYSIS_FAILED => Some(Reason::AutoRollback),
         reason::IN_ROLLING
             if status
                 .canary_status

@@ -185,7 +185,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         // it serves every leader of the LWS, since its remaining groups roll to that template.
         let pinned = matches!(
             reason,
-            None | Some(Reason::Rollback | Reason::Deadline | Reason::Continuous)
+            None | Some(Reason::Rollback | Reason::AutoRollback | Reason::Continuous)
         );
         (
             Leaders {

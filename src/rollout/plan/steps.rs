@@ -20,6 +20,7 @@ use crate::release::{
 use crate::rollout::names::event;
 use crate::rollout::observe::BatchReleaseSummary;
 
+use super::analysis::{self, StepVerdict};
 use super::{BatchReleaseAction, Draft, routing, status};
 use crate::k8s::events::EventSpec;
 
@@ -258,11 +259,33 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
                 StepState::StepMetricsAnalysis
             }
             // Kruise leaves lastUpdateTime alone here, so a pause counts from the end of
-            // traffic routing.
-            StepState::StepMetricsAnalysis => {
-                status::canary(d.status()).common.current_step_state = StepState::StepPaused;
-                continue;
-            }
+            // traffic routing (and a step's run older than that is an earlier release's).
+            StepState::StepMetricsAnalysis => match analysis::step(d, index, n) {
+                StepVerdict::NotAnalysed => {
+                    status::canary(d.status()).common.current_step_state = StepState::StepPaused;
+                    continue;
+                }
+                StepVerdict::Wait => return false,
+                StepVerdict::Passed => {
+                    // A passed analysis is the step's approval; a pause duration still runs.
+                    let timed = step.pause.as_ref().and_then(|p| p.duration).is_some();
+                    let c = status::canary(d.status());
+                    if timed {
+                        c.common.current_step_state = StepState::StepPaused;
+                        continue;
+                    }
+                    StepState::StepReady
+                }
+                StepVerdict::Failed(why) => {
+                    d.analysis_failed = Some(why);
+                    return false;
+                }
+                StepVerdict::NeedsPerson(why) => {
+                    paused_for_analysis(d, index, n, &why);
+                    status::canary(d.status()).common.current_step_state = StepState::StepPaused;
+                    return false;
+                }
+            },
             StepState::StepPaused => {
                 if !pause_over(d, step, index, n) {
                     return false;
@@ -400,6 +423,10 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
         return true;
     }
     let now = d.now;
+    if let Some(why) = analysis::needs_person(d, index) {
+        paused_for_analysis(d, index, steps, &why);
+        return false;
+    }
     let Some(seconds) = step.pause.as_ref().and_then(|p| p.duration) else {
         status::progressing_message(d.status(), status::needs_approval(index, steps), now);
         return false;
@@ -417,4 +444,24 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
         }
         None => true,
     }
+}
+
+/// The step's analysis was inconclusive or could not read its metrics: the step waits for
+/// approval (`kubectl-kruise rollout approve`), saying why, with one Warning Event.
+fn paused_for_analysis(d: &mut Draft<'_>, index: i32, steps: usize, why: &str) {
+    let msg = format!(
+        "Rollout is in step({index}/{steps}), paused by its analysis: {why}; approve to go on \
+         (kubectl-kruise rollout approve), or roll back"
+    );
+    let stored = d
+        .obs
+        .rollout
+        .status
+        .as_ref()
+        .and_then(|s| s.message.as_deref());
+    if stored != Some(msg.as_str()) {
+        d.event(EventSpec::warning(event::ANALYSIS_WAITING, why));
+    }
+    let now = d.now;
+    status::progressing_message(d.status(), msg, now);
 }
