@@ -1,6 +1,7 @@
 //! Table and story tests of the Rollout plan: plain data in, plan out, driven through whole
 //! releases by `world`.
 
+mod analysis;
 mod bluegreen;
 mod deadline;
 mod partition;

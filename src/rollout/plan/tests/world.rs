@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -16,7 +16,7 @@ use crate::api::rollout::{
 };
 use crate::release::{groups::desired_groups, progress::CanaryCounts};
 use crate::rollout::names;
-use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, StableWorkload};
+use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, RunSummary, StableWorkload};
 use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan, plan};
 use crate::traffic::{fixtures, intent::TrafficIntent, observe::TrafficObserved};
 
@@ -112,6 +112,8 @@ pub struct World {
     pub stable_rolls: bool,
     /// The BatchRelease says Completed as soon as its spec says finalise.
     pub br_finalises: bool,
+    /// The phase the analysis controller gives each run the plans create, with its message.
+    pub analysis_outcome: (String, Option<String>),
     /// Every plan so far.
     pub plans: Vec<RolloutPlan>,
 }
@@ -134,6 +136,7 @@ impl World {
             canary_healthy: true,
             stable_rolls: true,
             br_finalises: true,
+            analysis_outcome: ("Successful".into(), None),
             plans: Vec::new(),
         }
     }
@@ -283,6 +286,22 @@ impl World {
             }
             BatchReleaseAction::Delete => self.obs.batch_release = None,
             BatchReleaseAction::Keep => {}
+        }
+        for run in &p.analysis.create {
+            let name = run.metadata.name.clone().unwrap_or_default();
+            self.obs
+                .analysis
+                .runs
+                .entry(name)
+                .or_insert_with(|| RunSummary {
+                    phase: self.analysis_outcome.0.clone(),
+                    message: self.analysis_outcome.1.clone(),
+                    created: Some(Time(self.now)),
+                    last_values: vec![("error-ratio".into(), "[0.01]".into())],
+                });
+        }
+        for name in &p.analysis.delete {
+            self.obs.analysis.runs.remove(name);
         }
         self.run_batch_release();
         self.plans.push(p.clone());
