@@ -37,6 +37,7 @@ pub const INSTANCE_ID: &str = "lws-rollout";
     version = "v1alpha1",
     kind = "AnalysisTemplate",
     plural = "analysistemplates",
+    shortname = "at",
     namespaced,
     schema = "disabled",
     derive = "Default",
@@ -59,6 +60,7 @@ pub struct AnalysisTemplateSpec {
     version = "v1alpha1",
     kind = "ClusterAnalysisTemplate",
     plural = "clusteranalysistemplates",
+    shortname = "cat",
     schema = "disabled",
     derive = "Default",
     derive = "PartialEq"
@@ -81,6 +83,7 @@ pub struct ClusterAnalysisTemplateSpec {
     version = "v1alpha1",
     kind = "AnalysisRun",
     plural = "analysisruns",
+    shortname = "ar",
     namespaced,
     schema = "disabled",
     status = "AnalysisRunStatus",

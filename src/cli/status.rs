@@ -57,7 +57,8 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
     if let Some(c) = find_condition(&status, condition::PROGRESSING).filter(|c| {
         c.status == "False"
             && (c.reason == reason::DEADLINE_EXCEEDED
-                || c.reason == reason::ROLLED_BACK_ON_DEADLINE)
+                || c.reason == reason::ROLLED_BACK_ON_DEADLINE
+                || c.reason == reason::ANALYSIS_FAILED)
     }) {
         return Verdict::Failed(format!("{}: {}", c.reason, c.message));
     }

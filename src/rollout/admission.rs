@@ -29,7 +29,7 @@ use std::fmt;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use crate::api::rollout::{CanaryStep, Phase, Rollout, RolloutStrategy, TrafficRoutingRef};
-use crate::rollout::plan::deadline;
+use crate::rollout::plan::{analysis, deadline};
 
 /// One refused field: its path and what is allowed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -95,7 +95,10 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
     {
         return Vec::new();
     }
-    if old.spec == new.spec && deadline::of(old) == deadline::of(new) {
+    if old.spec == new.spec
+        && deadline::of(old) == deadline::of(new)
+        && analysis::of(old) == analysis::of(new)
+    {
         return Vec::new();
     }
     let mut out = immutable_while_releasing(old, new);
@@ -113,6 +116,9 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     let mut out = spec_problems(&r.spec.strategy);
     out.extend(conflict(r, others));
     if let Err(why) = deadline::of(r) {
+        out.push(refusal("metadata.annotations", why));
+    }
+    if let Err(why) = analysis::of(r) {
         out.push(refusal("metadata.annotations", why));
     }
     out

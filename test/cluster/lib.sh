@@ -32,16 +32,18 @@ gateway_crds_dir() {
   echo "$dir"
 }
 
-# install_crds KUBECTL: server-side applies crds/ and returns once every CRD is Established.
+# install_crds KUBECTL: server-side applies crds/ and crds/argoproj.io/ (Argo's analysis kinds)
+# and returns once every CRD is Established.
 # (`kubectl wait` errors out instead of waiting while a new CRD has no conditions yet, hence
 # the retry loop.)
 install_crds() {
   local kubectl=$1 repo deadline
   repo="$(cd "$CLUSTER_DIR/../.." && pwd)"
-  "$kubectl" apply --server-side -f "$repo/crds/" >/dev/null
+  "$kubectl" apply --server-side -f "$repo/crds/" -f "$repo/crds/argoproj.io/" >/dev/null
   deadline=$((SECONDS + 60))
   until "$kubectl" wait --for=condition=Established --timeout=10s \
-      crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io >/dev/null 2>&1; do
+      crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io \
+      crd/analysistemplates.argoproj.io crd/clusteranalysistemplates.argoproj.io crd/analysisruns.argoproj.io >/dev/null 2>&1; do
     [ $SECONDS -lt $deadline ] || die "CRDs in crds/ not Established after 60s"
     sleep 0.5
   done
