@@ -290,6 +290,14 @@ fn release_values(d: &Draft<'_>, revision: &str) -> ReleaseValues {
         ("namespace".to_string(), ns.clone()),
         ("rollout".to_string(), r.name_any()),
         ("workload".to_string(), r.spec.workload_ref.name.clone()),
+        (
+            "canary-workload".to_string(),
+            if d.style == super::style::Style::Partition {
+                r.spec.workload_ref.name.clone()
+            } else {
+                crate::release::names::canary_name(&r.spec.workload_ref.name, revision)
+            },
+        ),
         ("stable-revision".to_string(), stable_hash.clone()),
         ("canary-revision".to_string(), revision.to_string()),
     ]);
