@@ -366,6 +366,18 @@ fn desired_run(
         })?);
     }
     let spec = resolve(&parts, &config.args, &release_values(d, revision))?;
+    for m in &spec.metrics {
+        match crate::analysis::assess::limits(m) {
+            Ok(l) if l.count.is_none() => {
+                return Err(format!(
+                    "metric {:?} has an interval but no count: a step's analysis would never end",
+                    m.name
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(e),
+        }
+    }
     let r = &d.obs.rollout;
     let mut run = AnalysisRun::new(name, spec);
     run.metadata.namespace = Some(ns);
