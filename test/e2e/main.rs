@@ -37,6 +37,7 @@ mod metrics;
 mod partition;
 mod rbac;
 mod rollout_admission;
+mod rollout_analysis;
 mod rollout_argocd;
 mod rollout_bluegreen;
 mod rollout_bluegreen_crash;

@@ -596,6 +596,12 @@ impl<F: Fn(&Outcome) -> bool> ReleaseTraffic<F> {
             .unwrap_or_default()
     }
 
+    /// Ends the traffic and returns every outcome, failures included (a test that expects
+    /// some — a bad canary's — counts them itself).
+    pub async fn stop(self) -> Report {
+        self.driver.stop().await
+    }
+
     /// Ends the traffic; not one request may have failed during the whole release.
     pub async fn finish(self) -> anyhow::Result<Report> {
         let report = self.driver.stop().await;
