@@ -553,3 +553,77 @@ fn rollout_analysis_bad_input_is_refused_or_waits() -> anyhow::Result<()> {
         })
     })
 }
+
+/// The manager SIGKILLed mid-analysis, on a cluster of the test's own: the measurements taken
+/// so far survive in the run, the restarted manager goes on from them, and no measurement is
+/// recorded twice — the run ends with exactly its count, each at its own time. The queries go
+/// to the suite's Prometheus (they need no data of this cluster: `vector(0.01)`).
+#[test]
+fn rollout_analysis_survives_a_manager_killed_mid_analysis() -> anyhow::Result<()> {
+    on_big_stack(|| async move {
+        let Some(prom) = prometheus_or_skip("rollout_analysis_survives_a_manager_killed") else {
+            return Ok(());
+        };
+        let (mut cc, ns) = crate::rollout_crash::CrashCluster::start("analysis-crash").await?;
+        let template: AnalysisTemplate = serde_json::from_value(json!({
+            "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
+            "metadata": {"name": "steady"},
+            "spec": {"metrics": [{"name": "steady", "interval": "2s", "count": 6,
+                "successCondition": "result[0] < 0.05",
+                "provider": {"prometheus": {"address": prom, "query": "vector(0.01)"}}}]}
+        }))?;
+        ns.api::<AnalysisTemplate>()
+            .create(&PostParams::default(), &template)
+            .await?;
+        let v1 = stable_lws(1, "vllm:1");
+        let mut r = rollout(json!([{"replicas": 1}]), None);
+        r["metadata"]["annotations"] =
+            json!({ ANALYSIS: json!({"templates": [{"templateName": "steady"}]}).to_string() });
+        crate::lws_support::create_available(&ns, &v1).await?;
+        create_rollout(&ns, &r).await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+        apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
+        let measured = |n: usize| {
+            move |runs: &[std::sync::Arc<AnalysisRun>]| {
+                runs.iter().any(|r| {
+                    r.status
+                        .as_ref()
+                        .is_some_and(|s| s.metric_results.iter().any(|m| m.measurements.len() >= n))
+                })
+            }
+        };
+        wait_for_all(&ns.api::<AnalysisRun>(), "", WAIT, measured(2)).await?;
+        let before = runs(&ns).await?;
+        cc.kill_and_restart("mid-analysis").await?;
+        let done = wait_rollout(&ns, "released", finished("True")).await?;
+        ensure!(phase(&done) == "Healthy");
+        let run = ns
+            .api::<AnalysisRun>()
+            .list(&Default::default())
+            .await?
+            .items;
+        ensure!(run.len() == 1, "one run: {before:?}");
+        let status = run[0].status.clone().unwrap_or_default();
+        let m = &status.metric_results[0];
+        ensure!(
+            m.count == 6 && m.successful == 6 && m.measurements.len() == 6,
+            "exactly six measurements, none twice: {m:?}"
+        );
+        let mut times: Vec<_> = m
+            .measurements
+            .iter()
+            .map(|x| x.started_at.clone().map(|t| t.0))
+            .collect();
+        times.dedup();
+        ensure!(
+            times.len() == 6,
+            "each measurement at its own time: {times:?}"
+        );
+        ensure!(
+            before[0].2 >= 2 && status.phase.as_deref() == Some("Successful"),
+            "the measurements before the kill counted: {before:?}"
+        );
+        cc.passed = true;
+        Ok(())
+    })
+}
