@@ -21,7 +21,7 @@ cargo build --locked --bin lws-rollout
 # canary (up to 2 groups) needs two more and the stable's surge group while it rolls at the
 # end one more. 10 nodes; nodes 4-9 become zones c, d and e below.
 export LWS_CLUSTER_NODES="${LWS_CLUSTER_NODES:-10}"
-KUBECONFIG_FILE=$(test/cluster/up.sh "$STATE")
+KUBECONFIG_FILE=$(LWS_CLUSTER_PROMETHEUS="${LWS_CLUSTER_PROMETHEUS:-1}" test/cluster/up.sh "$STATE")
 export KUBECONFIG="$KUBECONFIG_FILE"
 on_exit() {
   if [ "${LWS_KEEP_CLUSTER:-0}" = 1 ]; then

@@ -37,6 +37,9 @@ fi
 # The traffic layer's proxy, Traefik (cold: a Go build of ~10 min; warm: instant). Without it
 # the cluster still comes up and the traffic tests report SKIPPED with the reason.
 test/cluster/build-traefik.sh >/dev/null || true
+# Prometheus for the release-analysis tests (Debian's package, unpacked into the cache in
+# seconds). Not available: the cluster runs without it and those tests print SKIPPED.
+test/cluster/build-prometheus.sh >/dev/null || log "Prometheus not available: the analysis e2e tests will be skipped"
 
 # Helm (cold: a Go build of a few minutes) and the manager image, built without a container
 # engine as an OCI layout from a static release binary (cold: a release build).
@@ -65,6 +68,7 @@ cleanup() {
 trap cleanup EXIT
 # The audit log shows which requests the manager made (the RBAC check in step 6).
 KUBECONFIG_FILE=$(LWS_CLUSTER_AUDIT_POLICY="$REPO/test/helm/audit-policy.yaml" LWS_CLUSTER_KUEUE="$KUEUE" \
+  LWS_CLUSTER_PROMETHEUS="${LWS_CLUSTER_PROMETHEUS:-1}" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent" test/cluster/up.sh "$STATE")
 TRAFFIC_SKIPPED=$(cat "$STATE/traffic/skipped" 2>/dev/null || true)
 [ -z "$TRAFFIC_SKIPPED" ] || log "traffic tests will be SKIPPED: $TRAFFIC_SKIPPED"

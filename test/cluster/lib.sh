@@ -82,6 +82,8 @@ TRAFFIC_RUN="${LWS_ROLLOUT_TRAFFIC_RUN:-/run/lws-rollout/traffic}"
 # The proxy's ports inside the namespace (its own loopback: no clash with anything outside).
 TRAFFIC_WEB_PORT=8000
 TRAFFIC_PING_PORT=8080
+# Prometheus's port inside the namespace (bridged to a free port on the host's loopback).
+PROMETHEUS_NS_PORT=9090
 
 ip2int() { local IFS=.; set -- $1; echo $(( ($1 << 24) | ($2 << 16) | ($3 << 8) | $4 )); }
 int2ip() { echo "$(( ($1 >> 24) & 255 )).$(( ($1 >> 16) & 255 )).$(( ($1 >> 8) & 255 )).$(( $1 & 255 ))"; }

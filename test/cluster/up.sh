@@ -41,7 +41,7 @@ GW_CRDS=$(gateway_crds_dir)
 # (its namespace and host route) before the record of it is removed.
 if [ -f "$STATE/traffic/slot" ]; then traffic_release "$(cat "$STATE/traffic/slot")" "$(cd "$STATE" && pwd)"; fi
 rm -rf "$STATE"
-mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok,cmd}
+mkdir -p "$STATE"/{pki,logs,pids,etcd,kwok,cmd,prometheus}
 STATE="$(cd "$STATE" && pwd)"
 export PATH="$BIN:$PATH"
 
@@ -91,6 +91,7 @@ else
     # Every address of the slot's range is local to the namespace's loopback (an AnyIP
     # route), so a pod's IP can be bound without adding it first.
     free_port ENTRY_PORT
+    free_port PROM_PORT
     log "traffic: network namespace $NETNS, pod range $POD_RANGE, entry http://127.0.0.1:$ENTRY_PORT"
   fi
 fi
@@ -305,7 +306,8 @@ if [ "$TRAFFIC" = 1 ]; then
   start podagent "$PODAGENT_BIN" --netns "$NETNS" --pod-cidr "$POD_RANGE" \
     --bridge-in "127.0.0.1:$API_PORT=127.0.0.1:$API_PORT" \
     --bridge-out "127.0.0.1:$ENTRY_PORT=127.0.0.1:$TRAFFIC_WEB_PORT" \
-    --ready-file "$TRAFFIC_DIR/podagent.ready"
+    --bridge-out "127.0.0.1:$PROM_PORT=127.0.0.1:$PROMETHEUS_NS_PORT" \
+    --ready-file "$TRAFFIC_DIR/podagent.ready" --prometheus-targets "$STATE/prometheus/targets.json"
   if traffic_wait "the pod agent" 30 podagent test -f "$TRAFFIC_DIR/podagent.ready"; then
     # Traefik runs inside the namespace: the only place pod addresses exist. Its kubeconfig
     # names 127.0.0.1:$API_PORT, which the agent bridges to the API server.
@@ -314,6 +316,8 @@ if [ "$TRAFFIC" = 1 ]; then
       --global.checknewversion=false --global.sendanonymoususage=false --log.level=INFO \
       --entrypoints.web.address="127.0.0.1:$TRAFFIC_WEB_PORT" \
       --entrypoints.traefik.address="127.0.0.1:$TRAFFIC_PING_PORT" --ping=true \
+      --metrics.prometheus=true --metrics.prometheus.entrypoint=traefik \
+      --metrics.prometheus.addserviceslabels=true --metrics.prometheus.addrouterslabels=true \
       --providers.providersthrottleduration=100ms \
       --providers.kubernetesgateway=true --providers.kubernetesgateway.statusaddress.ip=127.0.0.1 \
       --providers.kubernetesingressnginx=true --providers.kubernetesingressnginx.httpentrypoint=web
@@ -356,6 +360,53 @@ EOF
   fi
 fi
 
+# --- Prometheus (opt-in: LWS_CLUSTER_PROMETHEUS=1; docs/local-cluster.md, "Metrics") ---------
+# Inside the namespace, beside Traefik: it scrapes Traefik's counters and every Ready leader
+# pod's vLLM metrics (the pod agent answers /metrics on the pod's address), finding the pods
+# through the API server's bridge; the pod agent bridges its port to the host's loopback, where
+# the manager's analyses query it. Asked for and failing leaves the cluster up without it.
+PROM_DIR="$STATE/prometheus"
+mkdir -p "$PROM_DIR"
+prom_skip() { echo "$*" >"$PROM_DIR/skipped"; log "prometheus off: $*"; }
+if [ "${LWS_CLUSTER_PROMETHEUS:-0}" != 1 ]; then
+  prom_skip "not requested (LWS_CLUSTER_PROMETHEUS=${LWS_CLUSTER_PROMETHEUS:-unset})"
+elif [ "$TRAFFIC" != 1 ]; then
+  prom_skip "no traffic layer: $(cat "$TRAFFIC_DIR/skipped" 2>/dev/null)"
+elif ! PROM_BIN=$("$CLUSTER_DIR/build-prometheus.sh" 2>"$PROM_DIR/build.err"); then
+  prom_skip "no Prometheus: $(tail -n 1 "$PROM_DIR/build.err")"
+else
+  cat >"$PROM_DIR/prometheus.yml" <<EOF
+global: {scrape_interval: 1s, evaluation_interval: 1s, scrape_timeout: 1s}
+scrape_configs:
+  - job_name: traefik
+    static_configs: [{targets: ["127.0.0.1:$TRAFFIC_PING_PORT"]}]
+  # Leader pods answer requests (workers are reached through them): the pod agent writes one
+  # target per serving leader address, labelled as a pod scrape with labelmap labels it
+  # (Debian's build has no Kubernetes service discovery; file discovery stands in).
+  - job_name: pods
+    file_sd_configs: [{files: ["$PROM_DIR/targets.json"], refresh_interval: 1s}]
+EOF
+  start prometheus ip netns exec "$NETNS" "$PROM_BIN" --config.file="$PROM_DIR/prometheus.yml" \
+    --storage.tsdb.path="$PROM_DIR/data" --storage.tsdb.retention.time=2h \
+    --web.listen-address="127.0.0.1:$PROMETHEUS_NS_PORT" --log.level=warn
+  prom_ready() { curl -sf "http://127.0.0.1:$PROM_PORT/-/ready"; }
+  deadline=$((SECONDS + 60))
+  until prom_ready >/dev/null 2>&1; do
+    if ! kill -0 "$(cat "$STATE/pids/prometheus.pid")" 2>/dev/null; then
+      prom_skip "prometheus exited: $(tail -n 1 "$STATE/logs/prometheus.log")"; break
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      kill -TERM "$(cat "$STATE/pids/prometheus.pid")" 2>/dev/null; rm -f "$STATE/pids/prometheus.pid"
+      prom_skip "not ready within 60s (log: $STATE/logs/prometheus.log)"; break
+    fi
+    sleep 0.2
+  done
+  if [ ! -f "$PROM_DIR/skipped" ]; then
+    echo "http://127.0.0.1:$PROM_PORT" >"$PROM_DIR/url"
+    log "prometheus: http://127.0.0.1:$PROM_PORT"
+  fi
+fi
+
 # --- Kueue (opt-in: LWS_CLUSTER_KUEUE=1; docs/kueue.md) ---------------------------------------
 # Kueue's LeaderWorkerSet integration needs the LWS CRD when it starts (else it defers its
 # controller with a backoff of up to minutes), so our CRDs go in first. Asked for and failing
@@ -390,6 +441,7 @@ export PATH=$BIN:\$PATH
 export LWS_CLUSTER_DIR=$STATE
 EOF
 if [ "$TRAFFIC" = 1 ]; then echo "export LWS_TRAFFIC_URL=http://127.0.0.1:$ENTRY_PORT" >>"$STATE/env"; fi
+if [ -f "$PROM_DIR/url" ]; then echo "export LWS_PROMETHEUS_URL=$(cat "$PROM_DIR/url")" >>"$STATE/env"; fi
 trap - EXIT
 log "cluster up in ${SECONDS}s: export KUBECONFIG=$KUBECONFIG_FILE (or: source $STATE/env)"
 echo "$KUBECONFIG_FILE"

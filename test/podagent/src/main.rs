@@ -11,6 +11,7 @@ mod netns;
 mod pods;
 mod serve;
 mod table;
+mod vllm;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -49,6 +50,10 @@ struct Args {
     /// Written once the bridges listen and the first pod list is served.
     #[arg(long)]
     ready_file: PathBuf,
+    /// Where to keep Prometheus's file service discovery up to date: every serving leader
+    /// address with its pod's labels (`vllm::targets`).
+    #[arg(long)]
+    prometheus_targets: Option<PathBuf>,
 }
 
 fn pair(s: &str) -> anyhow::Result<(SocketAddr, SocketAddr)> {
@@ -106,6 +111,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
     // Ready once the first full pod list is applied (an empty cluster counts too).
     let mut listed = false;
     let mut ready = false;
+    let mut last_targets: Option<String> = None;
     let mut events = watcher(api, watcher::Config::default()).boxed();
     // Drains end on time even when no pod event arrives.
     let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -145,6 +151,16 @@ async fn run(args: Args) -> anyhow::Result<()> {
             Instant::now(),
         );
         server.apply(next).await;
+        if let Some(path) = &args.prometheus_targets {
+            let text = vllm::targets(&server.table());
+            if last_targets.as_deref() != Some(text.as_str()) {
+                // Renamed into place: Prometheus never reads half a file.
+                let tmp = path.with_extension("tmp");
+                std::fs::write(&tmp, &text).context("writing the Prometheus targets")?;
+                std::fs::rename(&tmp, path).context("writing the Prometheus targets")?;
+                last_targets = Some(text);
+            }
+        }
         if listed && !ready {
             std::fs::write(&args.ready_file, b"ready\n").context("writing the ready file")?;
             ready = true;

@@ -60,7 +60,7 @@ pub struct Behaviour {
 }
 
 /// What the agent says about the pod in every answer.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct PodInfo {
     pub uid: String,
     pub namespace: String,
@@ -72,6 +72,10 @@ pub struct PodInfo {
     pub container: String,
     pub image: String,
     pub behaviour: Behaviour,
+    /// A bad model's faults, from the first container's env (`vllm::Faults`).
+    pub faults: crate::vllm::Faults,
+    /// The pod's labels (Prometheus's target labels).
+    pub labels: BTreeMap<String, String>,
 }
 
 /// Reads the test annotations; a malformed value is ignored (the pod answers normally), as a
@@ -138,6 +142,18 @@ pub fn endpoints(pod: &Pod, range: &Cidr) -> Vec<(SocketAddr, PodInfo)> {
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     let annotations = pod.metadata.annotations.clone().unwrap_or_default();
     let behaviour = behaviour(&annotations);
+    let faults = spec
+        .containers
+        .first()
+        .map(|c| {
+            crate::vllm::Faults::from_env(
+                c.env
+                    .iter()
+                    .flatten()
+                    .filter_map(|e| Some((e.name.as_str(), e.value.as_deref()?))),
+            )
+        })
+        .unwrap_or_default();
     let mut out = Vec::new();
     for c in &spec.containers {
         for p in c.ports.iter().flatten() {
@@ -157,6 +173,8 @@ pub fn endpoints(pod: &Pod, range: &Cidr) -> Vec<(SocketAddr, PodInfo)> {
                 container: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
                 behaviour: behaviour.clone(),
+                faults: faults.clone(),
+                labels: labels.clone(),
             };
             out.push((SocketAddr::from((ip, p.container_port as u16)), info));
         }

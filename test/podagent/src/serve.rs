@@ -4,6 +4,7 @@
 use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Request, State};
@@ -14,10 +15,12 @@ use tokio::sync::oneshot;
 
 use crate::netns::Netns;
 use crate::table::Table;
+use crate::vllm::Metrics;
 
 pub struct Server {
     netns: Netns,
     table: Arc<Mutex<Table>>,
+    metrics: Arc<Mutex<HashMap<String, Metrics>>>,
     listeners: HashMap<SocketAddr, oneshot::Sender<()>>,
     bind_failed: HashSet<SocketAddr>,
 }
@@ -26,6 +29,8 @@ pub struct Server {
 struct Listener {
     addr: SocketAddr,
     table: Arc<Mutex<Table>>,
+    /// Each pod's serving figures, by pod uid (an address may pass to another pod).
+    metrics: Arc<Mutex<HashMap<String, Metrics>>>,
 }
 
 impl Server {
@@ -33,6 +38,7 @@ impl Server {
         Server {
             netns,
             table: Default::default(),
+            metrics: Default::default(),
             listeners: HashMap::new(),
             bind_failed: HashSet::new(),
         }
@@ -86,6 +92,17 @@ impl Server {
         }
         self.bind_failed
             .retain(|a| self.table.lock().unwrap().contains_key(a));
+        let serving: HashSet<String> = self
+            .table
+            .lock()
+            .unwrap()
+            .values()
+            .map(|e| e.info.uid.clone())
+            .collect();
+        self.metrics
+            .lock()
+            .unwrap()
+            .retain(|uid, _| serving.contains(uid));
         for addr in added {
             match self.netns.bind(addr).await {
                 Ok(l) => {
@@ -93,6 +110,7 @@ impl Server {
                     let app = Router::new().fallback(answer).with_state(Listener {
                         addr,
                         table: self.table.clone(),
+                        metrics: self.metrics.clone(),
                     });
                     tokio::spawn(async move {
                         let _ = axum::serve(l, app)
@@ -124,9 +142,58 @@ async fn answer(State(l): State<Listener>, req: Request) -> Response {
         )
             .into_response();
     };
+    if req.uri().path() == "/metrics" {
+        let text = l
+            .metrics
+            .lock()
+            .unwrap()
+            .get(&info.uid)
+            .cloned()
+            .unwrap_or_default()
+            .render(&info.image);
+        let mut resp = (StatusCode::OK, text).into_response();
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        );
+        return resp;
+    }
+    let started = Instant::now();
+    let n = {
+        let mut all = l.metrics.lock().unwrap();
+        let m = all.entry(info.uid.clone()).or_default();
+        m.received += 1;
+        m.running += 1;
+        m.received
+    };
+    let done = |ok: bool, ttft: Duration| {
+        let mut all = l.metrics.lock().unwrap();
+        let m = all.entry(info.uid.clone()).or_default();
+        m.running -= 1;
+        if ok {
+            m.success += 1;
+            m.ttft.observe(ttft.as_secs_f64());
+            m.e2e.observe(started.elapsed().as_secs_f64());
+        }
+    };
+    if info.faults.fails(n) {
+        done(false, Duration::ZERO);
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            json!({"pod": info.name, "lws": info.lws, "revision": info.revision,
+                   "error": "AGENT_ERROR_RATIO: this request fails"})
+            .to_string()
+                + "\n",
+        )
+            .into_response();
+    }
+    if let Some(ttft) = info.faults.ttft {
+        tokio::time::sleep(ttft).await;
+    }
     if !info.behaviour.delay.is_zero() {
         tokio::time::sleep(info.behaviour.delay).await;
     }
+    let ttft = started.elapsed();
     let mut headers = serde_json::Map::new();
     for (name, value) in req.headers() {
         let v = String::from_utf8_lossy(value.as_bytes()).into_owned();
@@ -157,6 +224,7 @@ async fn answer(State(l): State<Listener>, req: Request) -> Response {
         "headers": headers,
     });
     let status = StatusCode::from_u16(info.behaviour.status).unwrap_or(StatusCode::OK);
+    done(status.is_success(), ttft);
     let mut resp = (status, body.to_string() + "\n").into_response();
     resp.headers_mut().insert(
         header::CONTENT_TYPE,
