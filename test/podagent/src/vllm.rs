@@ -252,8 +252,10 @@ mod tests {
 
     #[test]
     fn metrics_render_with_vllm_names_and_cumulative_buckets() {
-        let mut m = Metrics::default();
-        m.success = 2;
+        let mut m = Metrics {
+            success: 2,
+            ..Metrics::default()
+        };
         m.ttft.observe(0.9);
         m.ttft.observe(0.015);
         let text = m.render("vllm:1");
