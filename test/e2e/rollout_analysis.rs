@@ -64,7 +64,8 @@ fn steps() -> Value {
 }
 
 /// The analysis annotation of examples/rollout-canary-analysis.yaml with the test cluster's
-/// Prometheus and a test's pace (a measurement every 2 s, two per step, over 10 s windows).
+/// Prometheus and a test's pace (a measurement every 2 s, two per step, over 10 s windows; one
+/// without data tolerated, the example's default).
 fn annotation(prometheus: &str, extra: &[(&str, &str)]) -> anyhow::Result<String> {
     let example = yaml_documents("examples/rollout-canary-analysis.yaml")?
         .into_iter()
@@ -78,7 +79,7 @@ fn annotation(prometheus: &str, extra: &[(&str, &str)]) -> anyhow::Result<String
     let mut args = vec![
         json!({"name": "prometheus-address", "value": prometheus}),
         json!({"name": "interval", "value": "2s"}),
-        json!({"name": "initial-delay", "value": "4s"}),
+        json!({"name": "initial-delay", "value": "5s"}),
         json!({"name": "count", "value": "2"}),
         json!({"name": "window", "value": "10s"}),
     ];
@@ -139,7 +140,7 @@ async fn setup(
     Ok((v1, t))
 }
 
-/// This Rollout's AnalysisRuns as `(name, phase, measurements)`.
+/// This Rollout's AnalysisRuns as `(uid, phase, measurements)`.
 async fn runs(ns: &TestNs) -> anyhow::Result<Vec<(String, String, usize)>> {
     Ok(ns
         .api::<AnalysisRun>()
@@ -151,7 +152,7 @@ async fn runs(ns: &TestNs) -> anyhow::Result<Vec<(String, String, usize)>> {
             let s = r.status.unwrap_or_default();
             let taken = s.metric_results.iter().map(|m| m.measurements.len()).sum();
             (
-                r.metadata.name.unwrap_or_default(),
+                r.metadata.uid.unwrap_or_default(),
                 s.phase.unwrap_or_default(),
                 taken,
             )
@@ -234,6 +235,7 @@ async fn rolls_back(
     fault: &[(&str, &str)],
     metric: &str,
     condition_text: &str,
+    again: bool,
 ) -> anyhow::Result<()> {
     let (v1, t) = setup(ns, traffic, annotation(prom, &[])?).await?;
     let user_pods = uids(ns, STABLE).await?;
@@ -272,13 +274,17 @@ async fn rolls_back(
     // Only requests the canary answered failed: at most the first step's share of those sent
     // while it served (a slow model fails none, it only answers late).
     let release = t.elapsed();
-    let whole = t.stop().await;
+    let whole = t.report();
     let during: Vec<&Outcome> = whole
         .outcomes
         .iter()
         .filter(|o| o.at >= from && o.at <= release)
         .collect();
     let failed_n = during.iter().filter(|o| o.failed()).count();
+    eprintln!(
+        "rollout_analysis ({metric}): {failed_n} of {} requests failed while the bad canary served",
+        during.len()
+    );
     ensure!(
         (failed_n as f64) <= FIRST_SHARE * during.len() as f64,
         "{failed_n} of {} requests failed during the release: more than the canary's {}% share",
@@ -313,6 +319,34 @@ async fn rolls_back(
     wait_rollout(ns, "cancelled", finished("False")).await?;
     nothing_left(ns).await?;
     ensure!(uids(ns, STABLE).await? == user_pods, "a user pod restarted");
+    if again {
+        // The same bad template once more is a new release: the run the last one left is
+        // replaced, never believed, and the new one fails on its own measurements.
+        let before = runs(ns).await?;
+        apply_lws(ns, &with_env(&with_image(&v1, "vllm:2-bad"), fault)).await?;
+        wait_for_rollout(ns, "rolled back again", Duration::from_secs(120), |r| {
+            condition(r, "Progressing").is_some_and(|c| c.0 == "False" && c.1 == "AnalysisFailed")
+        })
+        .await?;
+        let after = ns
+            .api::<AnalysisRun>()
+            .list(&Default::default())
+            .await?
+            .items;
+        ensure!(
+            after.len() == 1
+                && after[0].metadata.uid.as_deref() != Some(before[0].0.as_str())
+                && after[0]
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.phase.as_deref() == Some("Failed")),
+            "a fresh run made the verdict: before {before:?}"
+        );
+        apply_lws(ns, &v1).await?;
+        wait_rollout(ns, "cancelled again", finished("False")).await?;
+        ensure!(uids(ns, STABLE).await? == user_pods, "a user pod restarted");
+    }
+    t.stop().await;
     Ok(())
 }
 
@@ -330,6 +364,7 @@ fn rollout_analysis_a_model_answering_errors_rolls_itself_back() -> anyhow::Resu
                 &[("AGENT_ERROR_RATIO", "0.5")],
                 "error-ratio",
                 "result[0] < 0.05",
+                true,
             )
             .await
         })
@@ -351,6 +386,7 @@ fn rollout_analysis_a_model_slow_to_first_token_rolls_itself_back() -> anyhow::R
                 &[("AGENT_TTFT_MS", "900")],
                 "ttft-p95",
                 "result[0] < 0.5",
+                false,
             )
             .await
         })

@@ -596,6 +596,11 @@ impl<F: Fn(&Outcome) -> bool> ReleaseTraffic<F> {
             .unwrap_or_default()
     }
 
+    /// Every outcome so far, failures included (the traffic goes on).
+    pub fn report(&self) -> Report {
+        self.driver.report()
+    }
+
     /// Ends the traffic and returns every outcome, failures included (a test that expects
     /// some — a bad canary's — counts them itself).
     pub async fn stop(self) -> Report {
