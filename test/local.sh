@@ -103,6 +103,24 @@ cat >&2 <<MSG
         -p '{"status":{"blueGreenStatus":{"currentStepState":"StepReady"}}}'   # switch: 100% new
       # the same patch again promotes: your LWS takes the new template while the second LWS
       # serves, traffic comes back, the second LWS goes (revert the image before it: rollback)
+
+  A release that judges itself (docs/analysis.md): every step analysed on the model's time to
+  first token and error ratio from Prometheus (\$LWS_PROMETHEUS_URL), no approval needed:
+      kubectl -n demo apply -f examples/analysistemplate-vllm.yaml
+      sed "s|http://prometheus-operated.monitoring.svc:9090|\$LWS_PROMETHEUS_URL|" \
+        examples/rollout-canary-analysis.yaml | kubectl -n demo apply -f -   # replaces the Rollout
+      # requests to judge by (the analysis pauses for a person when there are none):
+      while :; do curl -s -o /dev/null -H 'Host: vllm.local' "\$LWS_TRAFFIC_URL/v1/models"; sleep 0.05; done &
+      # a good model: released to the end by itself
+      kubectl -n demo patch lws vllm --type=json -p '[
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.11.2"}]'
+      target/debug/kubectl-lws rollout status -n demo vllm   # each step's analysis and its values
+      # a bad one — half its answers are errors (the test pod agent reads AGENT_ERROR_RATIO):
+      # rolled back by itself at step 1, Progressing=False AnalysisFailed naming the metric
+      kubectl -n demo patch lws vllm --type=json -p '[
+        {"op":"replace","path":"/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/image","value":"vllm/vllm-openai:v0.12.0"},
+        {"op":"add","path":"/spec/leaderWorkerTemplate/leaderTemplate/spec/containers/0/env/-","value":{"name":"AGENT_ERROR_RATIO","value":"0.5"}}]'
+      kubectl -n demo get analysisruns          # every measurement, kept in the runs
 $TRAFFIC_MSG
   The manager runs in this shell; Ctrl-C stops it and the cluster.
 

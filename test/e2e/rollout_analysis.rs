@@ -663,3 +663,84 @@ fn rollout_analysis_survives_a_manager_killed_mid_analysis() -> anyhow::Result<(
         Ok(())
     })
 }
+
+/// Partition style (the user's own groups moved in place, no second LWS): a bad model's
+/// analysis fails at step 1 and the moved group goes back to the stable template — the style's
+/// own rollback path — with the canary's share of requests at most failing meanwhile.
+#[test]
+fn rollout_analysis_partition_style_moves_a_bad_models_group_back() -> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-analysis-partition", |ns| async move {
+            let Some((prom, traffic)) = parts("rollout_analysis_partition_style") else {
+                return Ok(());
+            };
+            let v1 = stable_lws(2, "vllm:1");
+            create_template(&ns).await?;
+            let mut r = analysed_rollout(annotation(&prom, &[])?);
+            let canary = &mut r["spec"]["strategy"]["canary"];
+            canary.as_object_mut().context("canary")?.retain(|k, _| {
+                k != "enableExtraWorkloadForCanary" && k != "patchPodTemplateMetadata"
+            });
+            release_setup(&ns, &v1, &r).await?;
+            let plain = RequestSpec::new(&host(&ns));
+            wait_until_served(&traffic, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+            let t = ReleaseTraffic::start(
+                &traffic,
+                plain,
+                None,
+                RATE,
+                is_canary as fn(&Outcome) -> bool,
+            );
+            apply_lws(
+                &ns,
+                &with_env(
+                    &with_image(&v1, "vllm:2-bad"),
+                    &[("AGENT_ERROR_RATIO", "0.5")],
+                ),
+            )
+            .await?;
+            wait_rollout(&ns, "a group moved", |r| {
+                step(r).0 == 1 && step(r).1 == "StepMetricsAnalysis"
+            })
+            .await?;
+            let failed = wait_for_rollout(
+                &ns,
+                "rolled back by its analysis",
+                Duration::from_secs(120),
+                |r| {
+                    condition(r, "Progressing")
+                        .is_some_and(|c| c.0 == "False" && c.1 == "AnalysisFailed")
+                },
+            )
+            .await?;
+            let msg = condition(&failed, "Progressing").context("condition")?.2;
+            ensure!(msg.contains("error-ratio"), "{msg}");
+            // Every group back on the stable template, whole and ready.
+            crate::harness::wait_for_all(
+                &ns.api::<k8s_openapi::api::core::v1::Pod>(),
+                &format!("leaderworkerset.sigs.k8s.io/name={STABLE}"),
+                WAIT,
+                |pods| {
+                    pods.len() == 4
+                        && pods.iter().all(|p| {
+                            crate::lws_support::pod_ready(p)
+                                && p.metadata.deletion_timestamp.is_none()
+                                && crate::lws_support::image(p) == "vllm:1"
+                        })
+                },
+            )
+            .await
+            .context("the moved group back on vllm:1")?;
+            let after = t.assert_rolled_back(200).await?;
+            ensure!(after.failures().is_empty());
+            let whole = t.stop().await;
+            let failed_n = whole.failures().len();
+            ensure!(
+                (failed_n as f64) <= FIRST_SHARE * whole.total() as f64,
+                "{failed_n} of {} requests failed: more than the moved group's share",
+                whole.total()
+            );
+            Ok(())
+        })
+    })
+}
