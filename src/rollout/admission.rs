@@ -98,6 +98,7 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
     if old.spec == new.spec
         && deadline::of(old) == deadline::of(new)
         && analysis::of(old) == analysis::of(new)
+        && analysis::background_of(old) == analysis::background_of(new)
     {
         return Vec::new();
     }
@@ -119,6 +120,9 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
         out.push(refusal("metadata.annotations", why));
     }
     if let Err(why) = analysis::of(r) {
+        out.push(refusal("metadata.annotations", why));
+    }
+    if let Err(why) = analysis::background_of(r) {
         out.push(refusal("metadata.annotations", why));
     }
     out

@@ -150,6 +150,11 @@ pub async fn apply(
             .delete::<AnalysisRun>(&ns, stale, None, Propagation::Background)
             .await?;
     }
+    for done in &plan.analysis.terminate {
+        applier
+            .merge_patch::<AnalysisRun>(&ns, done, &json!({"spec": {"terminate": true}}))
+            .await?;
+    }
     if !plan.traffic_writes.is_empty() {
         traffic::apply::apply(applier.client(), &ns, &plan.traffic_writes)
             .await

@@ -30,6 +30,12 @@ pub const ROLLBACK_ON_DEADLINE: &str = "lws-rollout.x-k8s.io/rollback-on-deadlin
 /// missed deadline does; an inconclusive one, or one whose metrics cannot be read, pauses for a
 /// person (docs/analysis.md).
 pub const STEP_ANALYSIS: &str = "lws-rollout.x-k8s.io/analysis";
+/// Rollout annotation (ours, off when absent): an analysis over the whole release from its
+/// `startingStep` on (default 1, once that step's traffic has moved) to its end, in Argo
+/// Rollouts' terms — `{"templates": [...], "args": [...], "startingStep": 1}` (JSON). Failing
+/// rolls the release back at whatever step it is; inconclusive, or unreadable metrics, holds the
+/// release at its current step until a person approves, after which it starts over.
+pub const BACKGROUND_ANALYSIS: &str = "lws-rollout.x-k8s.io/background-analysis";
 /// Label on every AnalysisRun a Rollout creates: the Rollout's name.
 pub const ANALYSIS_ROLLOUT_LABEL: &str = "lws-rollout.x-k8s.io/rollout";
 /// Label on every AnalysisRun: the revision it analyses.

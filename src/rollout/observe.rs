@@ -58,6 +58,8 @@ pub struct RunSummary {
     pub created: Option<Time>,
     /// Each metric's last measured value, for the Rollout's message.
     pub last_values: Vec<(String, String)>,
+    /// `spec.terminate` is set.
+    pub terminated: bool,
 }
 
 /// The stable LWS, reduced to what the plan needs.
@@ -230,7 +232,10 @@ fn analysis_of(stores: &AnalysisStores, rollout: &Rollout) -> AnalysisObserved {
     use kube::ResourceExt;
     let wants = rollout
         .annotations()
-        .contains_key(crate::rollout::names::STEP_ANALYSIS);
+        .contains_key(crate::rollout::names::STEP_ANALYSIS)
+        || rollout
+            .annotations()
+            .contains_key(crate::rollout::names::BACKGROUND_ANALYSIS);
     use futures::FutureExt;
     let synced = [
         stores.templates.wait_until_ready().now_or_never(),
@@ -283,6 +288,7 @@ fn run_summary(run: &AnalysisRun) -> RunSummary {
         phase: status.phase.unwrap_or_default(),
         message: status.message,
         created: run.metadata.creation_timestamp.clone(),
+        terminated: run.spec.terminate == Some(true),
         last_values: status
             .metric_results
             .iter()

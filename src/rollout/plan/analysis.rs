@@ -20,7 +20,8 @@ use crate::api::analysis::{
 use crate::api::rollout::Rollout;
 use crate::k8s::events::EventSpec;
 use crate::rollout::names::{
-    ANALYSIS_REVISION_LABEL, ANALYSIS_ROLLOUT_LABEL, ANALYSIS_STEP_LABEL, STEP_ANALYSIS, event,
+    ANALYSIS_REVISION_LABEL, ANALYSIS_ROLLOUT_LABEL, ANALYSIS_STEP_LABEL, BACKGROUND_ANALYSIS,
+    STEP_ANALYSIS, condition, event,
 };
 use crate::rollout::observe::RunSummary;
 
@@ -49,6 +50,82 @@ pub struct TemplateRef {
     /// A ClusterAnalysisTemplate rather than an AnalysisTemplate of the Rollout's namespace.
     #[serde(default)]
     pub cluster_scope: bool,
+}
+
+/// What a Rollout's background-analysis annotation asks for.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BackgroundAnalysis {
+    /// The templates whose metrics make up the analysis.
+    pub templates: Vec<TemplateRef>,
+    /// Arguments for the templates.
+    #[serde(default)]
+    pub args: Vec<Argument>,
+    /// The step (1-based) from whose traffic on the release is analysed; absent, 1.
+    #[serde(default)]
+    pub starting_step: Option<i32>,
+}
+
+fn step_count(rollout: &Rollout) -> usize {
+    rollout
+        .spec
+        .strategy
+        .canary
+        .as_ref()
+        .map(|c| c.steps.len())
+        .or_else(|| {
+            rollout
+                .spec
+                .strategy
+                .blue_green
+                .as_ref()
+                .map(|b| b.steps.len())
+        })
+        .unwrap_or(0)
+}
+
+fn check_parts(key: &str, templates: &[TemplateRef], args: &[Argument]) -> Result<(), String> {
+    if templates.is_empty() {
+        return Err(format!("{key}: \"templates\" names no template"));
+    }
+    if let Some(t) = templates.iter().find(|t| t.template_name.is_empty()) {
+        return Err(format!("{key}: a template without templateName: {t:?}"));
+    }
+    if let Some(a) = args
+        .iter()
+        .find(|a| a.value.is_none() && a.value_from.is_none())
+    {
+        return Err(format!(
+            "{key}: argument {:?} has neither value nor valueFrom",
+            a.name
+        ));
+    }
+    Ok(())
+}
+
+/// The background analysis `rollout` asks for, `Ok(None)` without one, or why its annotation
+/// is wrong (admission refuses it with this message).
+pub fn background_of(rollout: &Rollout) -> Result<Option<BackgroundAnalysis>, String> {
+    let Some(text) = rollout.annotations().get(BACKGROUND_ANALYSIS) else {
+        return Ok(None);
+    };
+    let parsed: BackgroundAnalysis = serde_json::from_str(text).map_err(|e| {
+        format!(
+            "{BACKGROUND_ANALYSIS} must be JSON like {{\"templates\": [{{\"templateName\": \"error-ratio\"}}], \
+             \"startingStep\": 1}}: {e}"
+        )
+    })?;
+    check_parts(BACKGROUND_ANALYSIS, &parsed.templates, &parsed.args)?;
+    let n = step_count(rollout);
+    if let Some(bad) = parsed
+        .starting_step
+        .filter(|s| *s < 1 || usize::try_from(*s).is_ok_and(|s| s > n))
+    {
+        return Err(format!(
+            "{BACKGROUND_ANALYSIS}: startingStep {bad} does not exist (the strategy has {n} steps, numbered from 1)"
+        ));
+    }
+    Ok(Some(parsed))
 }
 
 /// The analysis `rollout` asks for, `Ok(None)` without one, or why its annotation is wrong
@@ -176,7 +253,14 @@ pub fn step(d: &mut Draft<'_>, index: i32, steps: usize) -> StepVerdict {
         }
         Some(r) => verdict(d, &name, r, index, steps),
         None => {
-            match desired_run(d, &config, &name, &revision, index) {
+            match desired_run(
+                d,
+                &config.templates,
+                &config.args,
+                &name,
+                &revision,
+                Some(index),
+            ) {
                 Ok(run) => d.plan.analysis.create.push(run),
                 Err(why) => waiting(d, index, steps, why),
             }
@@ -330,15 +414,16 @@ fn release_values(d: &Draft<'_>, revision: &str) -> ReleaseValues {
 /// without a value).
 fn desired_run(
     d: &Draft<'_>,
-    config: &StepAnalysis,
+    templates: &[TemplateRef],
+    args: &[Argument],
     name: &str,
     revision: &str,
-    index: i32,
+    index: Option<i32>,
 ) -> Result<AnalysisRun, String> {
     let a = &d.obs.analysis;
     let ns = d.obs.rollout.namespace().unwrap_or_default();
-    let mut parts = Vec::with_capacity(config.templates.len());
-    for t in &config.templates {
+    let mut parts = Vec::with_capacity(templates.len());
+    for t in templates {
         let part = if t.cluster_scope {
             a.cluster_templates
                 .get(&t.template_name)
@@ -365,8 +450,8 @@ fn desired_run(
             }
         })?);
     }
-    let spec = resolve(&parts, &config.args, &release_values(d, revision))?;
-    for m in &spec.metrics {
+    let spec = resolve(&parts, args, &release_values(d, revision))?;
+    for m in spec.metrics.iter().filter(|_| index.is_some()) {
         match crate::analysis::assess::limits(m) {
             Ok(l) if l.count.is_none() => {
                 return Err(format!(
@@ -381,12 +466,15 @@ fn desired_run(
     let r = &d.obs.rollout;
     let mut run = AnalysisRun::new(name, spec);
     run.metadata.namespace = Some(ns);
-    run.metadata.labels = Some(BTreeMap::from([
+    let mut labels = BTreeMap::from([
         (INSTANCE_ID_LABEL.to_string(), INSTANCE_ID.to_string()),
         (ANALYSIS_ROLLOUT_LABEL.to_string(), r.name_any()),
         (ANALYSIS_REVISION_LABEL.to_string(), revision.to_string()),
-        (ANALYSIS_STEP_LABEL.to_string(), index.to_string()),
-    ]));
+    ]);
+    if let Some(index) = index {
+        labels.insert(ANALYSIS_STEP_LABEL.to_string(), index.to_string());
+    }
+    run.metadata.labels = Some(labels);
     run.metadata.owner_references = Some(vec![OwnerReference {
         api_version: "rollouts.kruise.io/v1beta1".into(),
         kind: "Rollout".into(),
@@ -400,4 +488,116 @@ fn desired_run(
         ..AnalysisRunStatus::default()
     });
     Ok(run)
+}
+
+/// Name of the background run for `revision`.
+pub fn background_name(rollout: &str, revision: &str) -> String {
+    let tail = format!("-{revision}-background");
+    let keep = 253usize.saturating_sub(tail.len());
+    let head: String = rollout.chars().take(keep).collect();
+    format!("{head}{tail}")
+}
+
+/// What the background analysis says now.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Background {
+    /// None asked for, not started yet, or running with no verdict.
+    Quiet,
+    /// A metric failed: roll back, with this reason.
+    Failed(String),
+    /// Inconclusive, or its metrics could not be read: hold the release for a person.
+    NeedsPerson(String),
+}
+
+/// The background analysis of the release in flight: its run asked for once the starting
+/// step's traffic has moved (a run older than the release — the Progressing condition's last
+/// transition — is an earlier release's, deleted and made again), and its verdict.
+pub fn background(d: &mut Draft<'_>) -> Background {
+    let Ok(Some(config)) = background_of(&d.obs.rollout) else {
+        return Background::Quiet;
+    };
+    if !d.obs.analysis.served || !d.obs.analysis.synced {
+        // Said by the step analysis, or by the next reconcile once the caches are filled.
+        if d.obs.analysis.served {
+            d.requeue(std::time::Duration::from_secs(1));
+        }
+        return Background::Quiet;
+    }
+    let c = status::canary(d.status()).clone();
+    let from = config.starting_step.unwrap_or(1);
+    let moved = c.common.current_step_index > from
+        || (c.common.current_step_index == from
+            && matches!(
+                c.common.current_step_state,
+                crate::api::rollout::StepState::StepMetricsAnalysis
+                    | crate::api::rollout::StepState::StepPaused
+                    | crate::api::rollout::StepState::StepReady
+                    | crate::api::rollout::StepState::Completed
+            ));
+    if !moved {
+        return Background::Quiet;
+    }
+    let name = background_name(&d.obs.rollout.name_any(), &c.canary_revision);
+    let started = status::condition(&d.plan.status, condition::PROGRESSING)
+        .and_then(|c| c.last_transition_time.clone());
+    match d.obs.analysis.runs.get(&name) {
+        Some(r)
+            if r.created
+                .as_ref()
+                .zip(started.as_ref())
+                .is_some_and(|(c, s)| c.0 < s.0) =>
+        {
+            d.plan.analysis.delete.push(name);
+            Background::Quiet
+        }
+        Some(r) => match r.phase.as_str() {
+            phase::FAILED => Background::Failed(format!(
+                "background analysis {name} failed: {}",
+                r.message.as_deref().unwrap_or("")
+            )),
+            phase::INCONCLUSIVE | phase::ERROR => Background::NeedsPerson(format!(
+                "background analysis {name}: {}{}",
+                r.phase,
+                r.message
+                    .as_deref()
+                    .map(|m| format!(": {m}"))
+                    .unwrap_or_default()
+            )),
+            _ => Background::Quiet,
+        },
+        None => {
+            match desired_run(
+                d,
+                &config.templates,
+                &config.args,
+                &name,
+                &c.canary_revision,
+                None,
+            ) {
+                Ok(run) => d.plan.analysis.create.push(run),
+                Err(why) => {
+                    let index = c.common.current_step_index;
+                    let n = step_count(&d.obs.rollout);
+                    waiting(d, index, n, format!("background analysis: {why}"));
+                }
+            }
+            Background::Quiet
+        }
+    }
+}
+
+/// Stops the background run of the release in flight (its release is over).
+pub fn end_background(d: &mut Draft<'_>) {
+    let Some(c) = d.plan.status.canary_status.as_ref() else {
+        return;
+    };
+    let name = background_name(&d.obs.rollout.name_any(), &c.canary_revision);
+    if d.obs
+        .analysis
+        .runs
+        .get(&name)
+        .is_some_and(|r| !r.terminated && !phase::is_done(&r.phase))
+    {
+        d.plan.analysis.terminate.push(name);
+    }
 }

@@ -76,8 +76,11 @@ pub struct RolloutPlan {
 pub struct AnalysisActions {
     /// Create these (if absent).
     pub create: Vec<crate::api::analysis::AnalysisRun>,
-    /// Delete these, by name (stale runs of an earlier release).
+    /// Delete these, by name (stale runs of an earlier release, a background run to start
+    /// over).
     pub delete: Vec<String>,
+    /// Stop measuring these, by name (a background run at the end of its release).
+    pub terminate: Vec<String>,
 }
 
 /// What to do with the BatchRelease.
@@ -140,6 +143,8 @@ pub struct Draft<'a> {
     pub deadline_missed: Option<String>,
     /// The current step's analysis failed (`analysis`): why.
     pub analysis_failed: Option<String>,
+    /// The background analysis holds the release for a person (`analysis::background`): why.
+    pub background_hold: Option<String>,
 }
 
 impl Draft<'_> {
@@ -214,6 +219,7 @@ fn plan_in(obs: &RolloutObserved, now: Timestamp, style: style::Style) -> Rollou
         visited: Vec::new(),
         deadline_missed: None,
         analysis_failed: None,
+        background_hold: None,
     };
     phase::run(&mut draft);
     // Argo CD's health Lua indexes status.canaryStatus unguarded: never leave it out (a

@@ -471,6 +471,7 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         return true;
     }
     if rolled_back && c.common.finalising_step.is_unset() {
+        super::analysis::end_background(d);
         d.event(EventSpec::normal(
             event::PROGRESSING,
             "workload has been rollback, then rollout is canceled",
@@ -528,6 +529,9 @@ fn in_rolling(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     }
     steps::correct_next(d);
     let completed = steps::run_canary(d);
+    if completed || d.analysis_failed.is_some() {
+        super::analysis::end_background(d);
+    }
     if let Some(why) = d.analysis_failed.take() {
         return analysis_failed(d, &why);
     }
@@ -595,6 +599,7 @@ fn deadline_missed(d: &mut Draft<'_>, why: &str) -> bool {
         return false;
     }
     restart_finalising_order(d);
+    super::analysis::end_background(d);
     let msg = format!(
         "{why}; rolling back: traffic to the stable side, the new side removed; the \
          workload stays on its stable revision until its template changes"

@@ -223,6 +223,14 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
     }
     let steps = routing::steps(d.obs).to_vec();
     let n = steps.len();
+    match analysis::background(d) {
+        analysis::Background::Quiet => {}
+        analysis::Background::Failed(why) => {
+            d.analysis_failed = Some(why);
+            return false;
+        }
+        analysis::Background::NeedsPerson(why) => d.background_hold = Some(why),
+    }
     for _ in 0..8 {
         let now = d.now;
         let c = status::canary(d.status());
@@ -269,8 +277,9 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
                 StepVerdict::Passed => {
                     // A passed analysis is the step's approval; a pause duration still runs.
                     let timed = step.pause.as_ref().and_then(|p| p.duration).is_some();
+                    let held = d.background_hold.is_some();
                     let c = status::canary(d.status());
-                    if timed {
+                    if timed || held {
                         c.common.current_step_state = StepState::StepPaused;
                         continue;
                     }
@@ -293,6 +302,14 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
                 StepState::StepReady
             }
             StepState::StepReady => {
+                if d.background_hold.take().is_some() {
+                    // Approved over a held background analysis: it starts over.
+                    let name = analysis::background_name(
+                        &d.obs.rollout.metadata.name.clone().unwrap_or_default(),
+                        &status::canary(d.status()).canary_revision,
+                    );
+                    d.plan.analysis.delete.push(name);
+                }
                 let c = status::canary(d.status());
                 c.common.last_update_time = Some(Time(now));
                 if usize::try_from(index).unwrap_or(0) < n {
@@ -415,6 +432,10 @@ fn missed_deadline(
 /// StepPaused: approval (no duration) or the duration since the step's last change. The last
 /// canary step with `replicas: "100%"` does not pause (Kruise; a blue-green one does).
 fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) -> bool {
+    if let Some(why) = d.background_hold.clone() {
+        paused_for_analysis(d, index, steps, &why);
+        return false;
+    }
     let last = usize::try_from(index).is_ok_and(|i| i == steps);
     if last
         && d.style.skips_last_full_pause()

@@ -300,3 +300,119 @@ fn annotations_that_cannot_be_read_say_what_is_allowed() {
     set(&mut r, &every_step());
     assert!(crate::rollout::plan::analysis::of(&r).is_ok_and(|a| a.is_some()));
 }
+
+/// Three steps of no pause at all (duration 0), analysed in the background from step 1.
+fn background(outcome: &str, message: Option<&str>) -> World {
+    let mut steps = three_steps();
+    for s in &mut steps {
+        s.pause = Some(crate::api::rollout::RolloutPause { duration: Some(0) });
+    }
+    let mut w = World::new(steps);
+    w.obs
+        .rollout
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(
+            crate::rollout::names::BACKGROUND_ANALYSIS.into(),
+            format!(r#"{{"templates":[{{"templateName":"{TEMPLATE}"}}],"startingStep":1}}"#),
+        );
+    w.obs.analysis.served = true;
+    w.obs.analysis.synced = true;
+    w.obs.analysis.templates.insert(TEMPLATE.into(), template());
+    w.analysis_outcome = (outcome.into(), message.map(str::to_string));
+    w.reconcile();
+    w
+}
+
+#[test]
+fn a_background_analysis_runs_from_its_step_to_the_end_and_is_stopped_there() {
+    let mut w = background("Running", None);
+    w.change_template("rev2");
+    w.until("completed", |w| {
+        w.status().phase == "Healthy" && w.obs.workload.as_ref().unwrap().hold.is_none()
+    });
+    let created: Vec<_> = w
+        .plans
+        .iter()
+        .flat_map(|p| &p.analysis.create)
+        .map(|r| r.metadata.name.clone().unwrap())
+        .collect();
+    assert_eq!(
+        created,
+        ["vllm-rev2-background"],
+        "one run for the whole release"
+    );
+    assert!(
+        w.plans
+            .iter()
+            .any(|p| p.analysis.terminate == ["vllm-rev2-background"]),
+        "stopped at the end"
+    );
+}
+
+#[test]
+fn a_failing_background_analysis_rolls_back_at_whatever_step() {
+    let mut w = background("Running", None);
+    w.change_template("rev2");
+    w.until("background running", |w| {
+        w.obs.analysis.runs.contains_key("vllm-rev2-background")
+    });
+    w.obs
+        .analysis
+        .runs
+        .get_mut("vllm-rev2-background")
+        .unwrap()
+        .phase = "Failed".into();
+    w.until("rolled back", |w| {
+        w.obs.batch_release.is_none()
+            && cond(w, condition::PROGRESSING).is_some_and(|c| c.1 == reason::ANALYSIS_FAILED)
+    });
+    w.until("traffic restored", |w| {
+        w.traffic == Some(TrafficIntent::Restored)
+    });
+    assert_eq!(
+        w.obs.workload.as_ref().unwrap().hold.as_deref(),
+        Some("rev1")
+    );
+}
+
+#[test]
+fn an_inconclusive_background_analysis_holds_the_step_until_approved_then_starts_over() {
+    let mut w = background("Inconclusive", Some("metric \"error-ratio\" inconclusive"));
+    w.change_template("rev2");
+    w.until("held", |w| {
+        w.at().1 == "StepPaused"
+            && w.status()
+                .message
+                .unwrap_or_default()
+                .contains("background analysis")
+    });
+    let held_at = w.at().0;
+    for _ in 0..3 {
+        w.advance(60);
+        w.reconcile();
+    }
+    assert_eq!(
+        w.at(),
+        (
+            held_at,
+            "StepPaused".into(),
+            "".into(),
+            "Progressing".into()
+        ),
+        "a duration does not end a held step"
+    );
+    w.analysis_outcome = ("Running".into(), None);
+    w.approve();
+    w.until("next step", |w| {
+        w.canary().common.current_step_index == held_at + 1
+    });
+    assert!(
+        w.plans
+            .iter()
+            .any(|p| p.analysis.delete == ["vllm-rev2-background"]),
+        "started over"
+    );
+    w.until("completed", |w| w.status().phase == "Healthy");
+}

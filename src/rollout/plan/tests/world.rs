@@ -298,10 +298,21 @@ impl World {
                     message: self.analysis_outcome.1.clone(),
                     created: Some(Time(self.now)),
                     last_values: vec![("error-ratio".into(), "[0.01]".into())],
+                    terminated: false,
                 });
         }
         for name in &p.analysis.delete {
             self.obs.analysis.runs.remove(name);
+        }
+        for name in &p.analysis.terminate {
+            if let Some(r) = self.obs.analysis.runs.get_mut(name) {
+                r.terminated = true;
+            }
+        }
+        for name in &p.analysis.terminate {
+            if let Some(r) = self.obs.analysis.runs.get_mut(name) {
+                r.terminated = true;
+            }
         }
         self.run_batch_release();
         self.plans.push(p.clone());
