@@ -744,3 +744,90 @@ fn rollout_analysis_partition_style_moves_a_bad_models_group_back() -> anyhow::R
         })
     })
 }
+
+/// Blue-green: the new side is analysed on previewers' requests before the switch, so a bad
+/// model is rolled back without one plain request ever reaching it.
+#[test]
+fn rollout_analysis_blue_green_a_bad_new_side_never_takes_traffic() -> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-analysis-bluegreen", |ns| async move {
+            let Some((prom, traffic)) = parts("rollout_analysis_blue_green") else {
+                return Ok(());
+            };
+            let v1 = stable_lws(2, "vllm:1");
+            create_template(&ns).await?;
+            crate::lws_support::create_available(&ns, &v1).await?;
+            create_service(&ns).await?;
+            create_route_named(&ns, "vllm").await?;
+            let mut r = yaml_documents("examples/rollout-bluegreen.yaml")?.remove(0);
+            let mut a: Value = serde_json::from_str(&annotation(&prom, &[])?)?;
+            a["steps"] = json!([1]);
+            r["metadata"]["annotations"] = json!({ ANALYSIS: a.to_string() });
+            create_rollout(&ns, &r).await?;
+            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+            let user_pods = uids(&ns, STABLE).await?;
+            let plain = RequestSpec::new(&host(&ns));
+            let preview = RequestSpec::new(&host(&ns)).header("x-preview", "new");
+            wait_until_served(&traffic, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+            let new_side = |o: &Outcome| {
+                o.lws
+                    .as_deref()
+                    .is_some_and(|l| l.starts_with(&format!("{STABLE}-canary-")))
+            };
+            let t = ReleaseTraffic::start(
+                &traffic,
+                plain,
+                Some(preview),
+                RATE,
+                new_side as fn(&Outcome) -> bool,
+            );
+            apply_lws(
+                &ns,
+                &with_env(
+                    &with_image(&v1, "vllm:2-bad"),
+                    &[("AGENT_ERROR_RATIO", "0.5")],
+                ),
+            )
+            .await?;
+            let failed = wait_for_rollout(
+                &ns,
+                "rolled back before the switch",
+                Duration::from_secs(180),
+                |r| {
+                    condition(r, "Progressing")
+                        .is_some_and(|c| c.0 == "False" && c.1 == "AnalysisFailed")
+                },
+            )
+            .await?;
+            ensure!(
+                step(&failed).0 == 1,
+                "rolled back at the preview step: {:?}",
+                step(&failed)
+            );
+            crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+            let whole = t.stop().await;
+            let plain: Vec<&Outcome> = whole
+                .outcomes
+                .iter()
+                .filter(|o| o.label.is_empty())
+                .collect();
+            ensure!(
+                plain.iter().all(|o| !o.failed() && !new_side(o)),
+                "a plain request failed or reached the bad new side: {}",
+                whole.summary()
+            );
+            ensure!(
+                whole
+                    .outcomes
+                    .iter()
+                    .any(|o| !o.label.is_empty() && new_side(o)),
+                "previewers reached the new side (what the analysis judged)"
+            );
+            ensure!(
+                uids(&ns, STABLE).await? == user_pods,
+                "a user pod restarted"
+            );
+            Ok(())
+        })
+    })
+}
