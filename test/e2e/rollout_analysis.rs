@@ -831,3 +831,77 @@ fn rollout_analysis_blue_green_a_bad_new_side_never_takes_traffic() -> anyhow::R
         })
     })
 }
+
+/// Background analysis: a release paused for a person at step 1 is rolled back by its
+/// background analysis as soon as the bad model's errors show, without anyone acting; the
+/// background run is one for the whole release.
+#[test]
+fn rollout_analysis_background_rolls_back_while_a_step_waits_for_a_person() -> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-analysis-background", |ns| async move {
+            let Some((prom, traffic)) = parts("rollout_analysis_background") else {
+                return Ok(());
+            };
+            let v1 = stable_lws(2, "vllm:1");
+            create_template(&ns).await?;
+            let mut r = rollout(
+                json!([{"replicas": 1, "traffic": "20%", "pause": {}}, {"replicas": "100%", "traffic": "100%", "pause": {}}]),
+                Some(gateway_routing()),
+            );
+            let mut a: Value = serde_json::from_str(&annotation(&prom, &[("count", "20")])?)?;
+            a.as_object_mut()
+                .context("annotation")?
+                .insert("startingStep".into(), json!(1));
+            r["metadata"]["annotations"] =
+                json!({ "lws-rollout.x-k8s.io/background-analysis": a.to_string() });
+            release_setup(&ns, &v1, &r).await?;
+            let user_pods = uids(&ns, STABLE).await?;
+            let plain = RequestSpec::new(&host(&ns));
+            wait_until_served(&traffic, &plain, |o| o.lws.clone(), &[STABLE], WAIT).await?;
+            let t = ReleaseTraffic::start(
+                &traffic,
+                plain,
+                None,
+                RATE,
+                is_canary as fn(&Outcome) -> bool,
+            );
+            apply_lws(
+                &ns,
+                &with_env(
+                    &with_image(&v1, "vllm:2-bad"),
+                    &[("AGENT_ERROR_RATIO", "0.5")],
+                ),
+            )
+            .await?;
+            wait_paused_at(&ns, 1).await?;
+            let failed = wait_for_rollout(
+                &ns,
+                "rolled back by the background analysis",
+                Duration::from_secs(120),
+                |r| {
+                    condition(r, "Progressing")
+                        .is_some_and(|c| c.0 == "False" && c.1 == "AnalysisFailed")
+                },
+            )
+            .await?;
+            let msg = condition(&failed, "Progressing").context("condition")?.2;
+            ensure!(
+                msg.contains("background analysis") && msg.contains("error-ratio"),
+                "{msg}"
+            );
+            crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+            t.assert_rolled_back(200).await?;
+            t.stop().await;
+            let runs = runs(&ns).await?;
+            ensure!(
+                runs.len() == 1 && runs[0].1 == "Failed",
+                "one background run, Failed: {runs:?}"
+            );
+            ensure!(
+                uids(&ns, STABLE).await? == user_pods,
+                "a user pod restarted"
+            );
+            Ok(())
+        })
+    })
+}
