@@ -239,7 +239,8 @@ async fn run_controllers(
             let _ = rx.recv().await;
         }
     };
-    let mut caches = caches::Caches::new(&client);
+    let pod_groups_served = caches::serves_pod_groups(&client).await;
+    let mut caches = caches::Caches::new(&client, pod_groups_served);
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -248,6 +249,7 @@ async fn run_controllers(
             statefulsets: &mut caches.statefulsets,
             services: &mut caches.services,
             revisions: &mut caches.revisions,
+            pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("lws"),
         stopped(&stop_all),
