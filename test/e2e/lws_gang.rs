@@ -384,3 +384,113 @@ async fn gang_asked_for_on_a_cluster_without_podgroups_says_so() -> anyhow::Resu
     })
     .await
 }
+
+/// Each pod's PodGroup, by pod name.
+async fn joined(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={lws}")),
+        )
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .map(|p| {
+            let group = p.spec.as_ref().and_then(|s| s.scheduling_group.as_ref());
+            let name = group.and_then(|g| g.pod_group_name.clone());
+            (p.name_any(), name.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// The LWS's PodGroups: name → uid.
+async fn pod_groups(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let groups = ns
+        .api::<PodGroup>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={lws}")),
+        )
+        .await?;
+    Ok(groups
+        .items
+        .iter()
+        .map(|pg| (pg.name_any(), pg.uid().unwrap_or_default()))
+        .collect())
+}
+
+#[tokio::test]
+async fn a_gang_lws_restarts_and_rolls_with_one_podgroup_per_group_incarnation()
+-> anyhow::Result<()> {
+    with_pool("lws-gang-roll", 4, |ns, pool| async move {
+        // Exactly the room for both groups: a node per pod.
+        apply(&ns, &pool.lws("g", 2, 2, true)).await?;
+        wait_bound(&ns, "g", 4, 4).await?;
+        let before = pod_groups(&ns, "g").await?;
+        ensure!(before.len() == 2, "one PodGroup per group: {before:?}");
+        let key = crate::lws_support::leader_key(&ns, "g").await?;
+        let joined_before = joined(&ns, "g").await?;
+        for (pod, group) in &joined_before {
+            let index = if pod.starts_with("g-0") { 0 } else { 1 };
+            ensure!(*group == format!("g-{index}-{key}"), "{pod} joins {group}");
+        }
+
+        // A restart rebuilds group 0 on the same revision: it joins the same PodGroup again.
+        let worker_uid = ns.api::<Pod>().get("g-0-1").await?.uid();
+        ns.api::<Pod>().delete("g-0-1", &DeleteParams::default()).await?;
+        eventually(WAIT, "group 0 rebuilt and bound", || async {
+            let leader = ns.api::<Pod>().get_opt("g-0").await?;
+            let worker = ns.api::<Pod>().get_opt("g-0-1").await?;
+            let placed = placement(&ns, "g").await?;
+            let rebuilt = worker.as_ref().is_some_and(|w| w.uid() != worker_uid)
+                && leader.is_some()
+                && placed.len() == 4
+                && bound(&placed) == 4;
+            Ok((rebuilt, placed))
+        })
+        .await?;
+        ensure!(
+            pod_groups(&ns, "g").await? == before,
+            "the same PodGroups, not new ones"
+        );
+
+        // A new template: each group moves to a new PodGroup, and the old ones go.
+        let mut updated = pool.lws("g", 2, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let new_key = eventually(WAIT, "a new revision on every pod, all bound", || async {
+            let key_now = crate::lws_support::leader_key(&ns, "g").await?;
+            let pods = ns
+                .api::<Pod>()
+                .list(&kube::api::ListParams::default().labels("leaderworkerset.sigs.k8s.io/name=g"))
+                .await?;
+            let all_new = pods.items.len() == 4
+                && key_now != key
+                && pods.items.iter().all(|p| {
+                    p.labels().get("leaderworkerset.sigs.k8s.io/template-revision-hash")
+                        == Some(&key_now)
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                        && p.metadata.deletion_timestamp.is_none()
+                });
+            Ok((all_new, key_now))
+        })
+        .await?;
+        let groups = eventually(WAIT, "only the new revision's PodGroups", || async {
+            let groups = pod_groups(&ns, "g").await?;
+            let names: Vec<_> = groups.keys().cloned().collect();
+            Ok((
+                names == [format!("g-0-{new_key}"), format!("g-1-{new_key}")],
+                names,
+            ))
+        })
+        .await?;
+        for (pod, group) in joined(&ns, "g").await? {
+            ensure!(groups.contains(&group), "{pod} joins one of {groups:?}: {group}");
+        }
+        Ok(())
+    })
+    .await
+}
