@@ -494,3 +494,48 @@ async fn a_gang_lws_restarts_and_rolls_with_one_podgroup_per_group_incarnation()
     })
     .await
 }
+
+#[test]
+fn a_canary_of_a_gang_lws_binds_whole() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(canary_binds_whole)
+}
+
+async fn canary_binds_whole() -> anyhow::Result<()> {
+    use crate::rollout_support::{
+        STABLE, create_rollout, phase, rollout, the_canary, wait_paused_at, wait_rollout,
+    };
+    // The stable's two groups fill four nodes; one node is spare: half a canary group.
+    with_pool("lws-gang-canary", 5, |ns, mut pool| async move {
+        crate::lws_support::create_available(&ns, &pool.lws(STABLE, 2, 2, true)).await?;
+        create_rollout(&ns, &rollout(json!([{"replicas": 1, "pause": {}}]), None)).await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+
+        let mut updated = pool.lws(STABLE, 2, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let canary = eventually(WAIT, "the canary LWS", || async {
+            let canary = the_canary(&ns).await.ok();
+            Ok((canary.is_some(), canary))
+        })
+        .await?
+        .context("a canary")?;
+        let canary = canary.name_any();
+        ensure!(
+            ns.api::<LeaderWorkerSet>().get(&canary).await?.annotations().get(GANG)
+                == Some(&"native".to_string()),
+            "the canary keeps gang scheduling"
+        );
+        // Room for one of its two pods: none binds.
+        pod_group_scheduled(&ns, &canary, "False").await?;
+        wait_bound(&ns, &canary, 2, 0).await?;
+        ensure!(bound(&placement(&ns, STABLE).await?) == 4, "the stable groups run on");
+
+        // Room for the whole group: it binds whole and the release reaches its pause.
+        pool.add_node().await?;
+        wait_bound(&ns, &canary, 2, 2).await?;
+        wait_paused_at(&ns, 1).await?;
+        Ok(())
+    })
+    .await
+}
