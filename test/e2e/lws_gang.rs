@@ -294,6 +294,15 @@ async fn without_gang_the_same_group_binds_three_of_four() -> anyhow::Result<()>
         .await?;
         let groups = ns.api::<PodGroup>().list(&Default::default()).await?;
         ensure!(groups.items.is_empty(), "no PodGroups: {:?}", groups.items);
+        // Turning gang on for running groups is refused: half a group in a gang never binds.
+        let refused = apply(&ns, &pool.lws("big", 1, 4, true))
+            .await
+            .err()
+            .context("adding the annotation to a running LWS is refused")?;
+        ensure!(
+            format!("{refused:#}").contains("cannot be added, changed or removed"),
+            "{refused:#}"
+        );
         Ok(())
     })
     .await
