@@ -30,6 +30,8 @@ use crate::{
 
 const GANG: &str = "lws-rollout.x-k8s.io/gang-scheduling";
 const POOL: &str = "lws-rollout.test/gang-pool";
+/// A topology key of the test nodes only: node i of a pool is in rack `i % 2`.
+const RACK: &str = "lws-rollout.test/rack";
 const GPUS_PER_POD: &str = "8";
 const WAIT: Duration = Duration::from_secs(120);
 
@@ -63,7 +65,8 @@ impl Pool {
             "metadata": {"name": name,
                 "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
                 "labels": {"type": "kwok", "kubernetes.io/hostname": name,
-                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", POOL: self.name}},
+                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", POOL: self.name,
+                    RACK: format!("rack-{}", self.count % 2)}},
             "spec": {"taints": [{"key": POOL, "value": self.name, "effect": "NoSchedule"}]},
             "status": {"allocatable": capacity, "capacity": capacity},
         }))?;
@@ -544,6 +547,67 @@ async fn canary_binds_whole() -> anyhow::Result<()> {
         pool.add_node().await?;
         wait_bound(&ns, &canary, 2, 2).await?;
         wait_paused_at(&ns, 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn exclusive_topology_keeps_a_gang_in_one_domain_and_a_gang_no_domain_holds_waits()
+-> anyhow::Result<()> {
+    // Two racks of two 8-GPU nodes each.
+    with_pool("lws-gang-rack", 4, |ns, pool| async move {
+        let in_racks = |name: &str, size: i32| {
+            let mut obj = pool.lws(name, 1, size, true);
+            obj["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] =
+                json!(RACK);
+            obj
+        };
+        // A group of four fits in no rack: it waits whole, the scheduler saying why, and is
+        // not rebuilt over and over.
+        apply(&ns, &in_racks("wide", 4)).await?;
+        let pg = pod_group_scheduled(&ns, "wide", "False").await?;
+        let topology = pg
+            .spec
+            .scheduling_constraints
+            .as_ref()
+            .and_then(|c| c.topology.as_ref());
+        ensure!(
+            topology.is_some_and(|t| t[0].key == RACK),
+            "the exclusive-topology key is the PodGroup's constraint: {topology:?}"
+        );
+        let waiting = wait_bound(&ns, "wide", 4, 0).await?;
+        let leader_uid = ns.api::<Pod>().get("wide-0").await?.uid();
+        // A group of two fits in one rack and runs there.
+        apply(&ns, &in_racks("narrow", 2)).await?;
+        let placed = wait_bound(&ns, "narrow", 2, 2).await?;
+        let nodes = ns.api_all::<Node>();
+        let mut racks = std::collections::BTreeSet::new();
+        for node in placed.values().flatten() {
+            racks.insert(nodes.get(node).await?.labels().get(RACK).cloned());
+        }
+        ensure!(racks.len() == 1, "one rack for the whole group: {racks:?}");
+        let message = scheduled_message(&pg);
+        events_when(&ns, WAIT, |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("GangUnschedulable")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(&pg.name_any()))
+            })
+        })
+        .await
+        .with_context(|| format!("the scheduler's reason on the LWS: {message}"))?;
+        // Still the same four pods, none bound: waiting, not recreated.
+        let still = placement(&ns, "wide").await?;
+        ensure!(
+            still.keys().eq(waiting.keys()) && bound(&still) == 0,
+            "{still:?} vs {waiting:?}"
+        );
+        ensure!(
+            ns.api::<Pod>().get("wide-0").await?.uid() == leader_uid,
+            "the waiting group's leader is the one it started with"
+        );
         Ok(())
     })
     .await
