@@ -612,3 +612,54 @@ async fn exclusive_topology_keeps_a_gang_in_one_domain_and_a_gang_no_domain_hold
     })
     .await
 }
+
+#[tokio::test]
+async fn under_kueue_an_admitted_gang_group_binds_whole_and_the_next_waits_for_quota()
+-> anyhow::Result<()> {
+    // Kueue gates each group's pods until it admits the group; the gang then binds it whole.
+    use crate::kueue_support::{kueue_or_skip, queued_lws, with_queues};
+    if !kueue_or_skip("lws_gang::under_kueue")? {
+        return Ok(());
+    }
+    with_ns("lws-gang-kueue", |ns| async move {
+        // Quota for one group of two one-GPU pods.
+        with_queues(&ns, 2, |_queues| async {
+            let mut obj = queued_lws("q", 2, 2, "vllm/vllm-openai:v0.11.0");
+            obj["metadata"]["annotations"] = json!({GANG: "native"});
+            apply(&ns, &obj).await?;
+            // Kueue admits one group; the scheduler binds that one whole.
+            let placed = eventually(WAIT, "one group bound whole", || async {
+                let p = placement(&ns, "q").await?;
+                let bound_groups: Vec<_> = ["q-0", "q-1"]
+                    .iter()
+                    .filter(|g| p.get(**g).is_some_and(Option::is_some))
+                    .collect();
+                Ok((p.len() == 4 && bound(&p) == 2 && bound_groups.len() == 1, p))
+            })
+            .await?;
+            let running = if placed["q-0"].is_some() {
+                "q-0"
+            } else {
+                "q-1"
+            };
+            ensure!(
+                placed[&format!("{running}-1")].is_some(),
+                "the admitted group's worker binds with its leader: {placed:?}"
+            );
+            let waiting = if running == "q-0" { "q-1" } else { "q-0" };
+            for pod in [waiting.to_string(), format!("{waiting}-1")] {
+                let pod = ns.api::<Pod>().get(&pod).await?;
+                ensure!(
+                    crate::kueue_support::gated(&pod),
+                    "{} waits for Kueue's admission",
+                    pod.name_any()
+                );
+            }
+            let groups = pod_groups(&ns, "q").await?;
+            ensure!(groups.len() == 2, "each group has its PodGroup: {groups:?}");
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
