@@ -34,6 +34,7 @@ impl Labelled for k8s_openapi::api::apps::v1::StatefulSet {}
 impl Labelled for k8s_openapi::api::apps::v1::ControllerRevision {}
 impl Labelled for k8s_openapi::api::core::v1::Service {}
 impl Labelled for k8s_openapi::api::core::v1::Pod {}
+impl Labelled for k8s_openapi::api::scheduling::v1alpha2::PodGroup {}
 
 /// How an index reads the label of an object ([`Labelled::label_value`]).
 type ValueOf<K> = for<'a> fn(&'a K, &str) -> Option<&'a str>;

@@ -77,12 +77,51 @@ pub fn validate(lws: &LeaderWorkerSet, old: Option<&LeaderWorkerSet>) -> Vec<Str
             labels::SUBGROUP_EXCLUSIVE_TOPOLOGY
         ));
     }
+    errors.extend(gang_errors(lws, old));
     // On UPDATE only refuse a change that makes things worse: an LWS stored before this check
     // existed must stay editable.
     if let Some(problem) = name_too_long(lws)
         && old.is_none_or(|old| name_too_long(old).is_none())
     {
         errors.push(format!("metadata.name: Invalid value: {problem}"));
+    }
+    errors
+}
+
+/// The gang-scheduling annotation (docs/lws.md, "Gang scheduling"): one value, fixed once the
+/// LWS exists (its pod templates carry it: a change would replace every leader at once, and
+/// a group half in a gang could never bind), and not with `startupPolicy: LeaderReady`, whose
+/// workers wait for a Ready leader that the scheduler binds only with its workers.
+fn gang_errors(lws: &LeaderWorkerSet, old: Option<&LeaderWorkerSet>) -> Vec<String> {
+    let key = labels::GANG_SCHEDULING;
+    let value = lws.annotations().get(key);
+    let mut errors = Vec::new();
+    if let Some(old) = old
+        && old.annotations().get(key) != value
+    {
+        errors.push(format!(
+            "metadata.annotations[{key}]: Forbidden: cannot be added, changed or removed once \
+             the LeaderWorkerSet exists (its groups' pods carry it); create a new \
+             LeaderWorkerSet instead"
+        ));
+        return errors;
+    }
+    if let Some(value) = value
+        && value != labels::GANG_NATIVE
+    {
+        errors.push(format!(
+            "metadata.annotations[{key}]: Unsupported value: {value:?}: supported values: {:?}",
+            labels::GANG_NATIVE
+        ));
+    }
+    if value.is_some()
+        && lws.spec.startup_policy == Some(crate::api::leaderworkerset::StartupPolicy::LeaderReady)
+    {
+        errors.push(format!(
+            "metadata.annotations[{key}]: Invalid value: cannot be combined with startupPolicy \
+             LeaderReady: the workers would wait for a Ready leader, and a gang's leader is \
+             bound only together with its workers"
+        ));
     }
     errors
 }
@@ -111,6 +150,33 @@ spec:
     workerTemplate: {{spec: {{containers: [{{name: c, image: i}}]}}}}
 "#
         ))
+    }
+
+    #[test]
+    fn gang_scheduling_is_fixed_at_creation_and_refused_with_leader_ready() {
+        let gang = |value: &str| {
+            let mut l = named("a", 2, 4, 0);
+            l.annotations_mut()
+                .insert(labels::GANG_SCHEDULING.into(), value.into());
+            l
+        };
+        assert!(validate(&gang("native"), None).is_empty());
+        assert!(validate(&gang("native"), Some(&gang("native"))).is_empty());
+        let bad = validate(&gang("volcano"), None);
+        assert!(bad[0].contains("Unsupported value"), "{bad:?}");
+        let plain = named("a", 2, 4, 0);
+        for (new, old) in [(&gang("native"), &plain), (&plain, &gang("native"))] {
+            let refused = validate(new, Some(old));
+            assert!(
+                refused[0].contains("once the LeaderWorkerSet exists"),
+                "{refused:?}"
+            );
+        }
+        let mut leader_ready = gang("native");
+        leader_ready.spec.startup_policy =
+            Some(crate::api::leaderworkerset::StartupPolicy::LeaderReady);
+        let refused = validate(&leader_ready, None);
+        assert!(refused[0].contains("LeaderReady"), "{refused:?}");
     }
 
     #[test]

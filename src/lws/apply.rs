@@ -12,6 +12,7 @@ use k8s_openapi::{
     api::{
         apps::v1::{ControllerRevision, StatefulSet},
         core::v1::{Pod, Service},
+        scheduling::v1alpha2::PodGroup,
     },
     apimachinery::pkg::apis::meta::v1::Time,
 };
@@ -120,8 +121,8 @@ async fn write<K: Object>(
 }
 
 /// Carries out the writes of `plan` in order: revisions, Services (before the leader
-/// StatefulSet, so a group's Service exists before its ordinal does), leader StatefulSet,
-/// Service deletions, worker StatefulSets, rosters, group restarts, old revisions, then the
+/// StatefulSet, so a group's Service exists before its ordinal does), PodGroups (the same),
+/// leader StatefulSet, PodGroup and Service deletions, worker StatefulSets, rosters, group restarts, old revisions, then the
 /// plan's own events.
 pub async fn apply(
     applier: &Applier,
@@ -164,6 +165,14 @@ pub async fn apply(
             Err(err) => applied.deferred = Some(err),
         }
     }
+    // A group's PodGroup before the leader StatefulSet makes (or moves) its pods.
+    for pg in &plan.pod_groups {
+        if let Written::Refused(f, blocks) = write(applier, events, lws, pg).await?
+            && refused(&mut applied, f, blocks)
+        {
+            return Ok(applied);
+        }
+    }
     if let Some(sts) = &plan.leader_sts {
         let written = write(applier, events, lws, sts).await?;
         if matches!(written, Written::Recheck) {
@@ -175,6 +184,11 @@ pub async fn apply(
         {
             return Ok(applied);
         }
+    }
+    for pg in &plan.delete_pod_groups {
+        applier
+            .delete::<PodGroup>(&ns, &pg.name, pg.uid.as_deref(), Propagation::Default)
+            .await?;
     }
     for svc in &plan.delete_services {
         applier

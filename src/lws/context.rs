@@ -45,13 +45,17 @@ impl Context {
     }
 
     /// The caches a plan reads, each ready once it has listed.
-    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 4] {
+    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 5] {
         let s = &self.stores;
         [
             watch::index_ready(&s.pods),
             watch::index_ready(&s.statefulsets),
             watch::index_ready(&s.services),
             watch::index_ready(&s.revisions),
+            match &s.pod_groups {
+                Some(index) => watch::index_ready(index),
+                None => Box::pin(std::future::ready(true)),
+            },
         ]
     }
 

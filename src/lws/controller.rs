@@ -53,6 +53,8 @@ pub struct Caches<'a> {
     pub services: &'a mut SharedCache<k8s_openapi::api::core::v1::Service>,
     /// LWS-labelled ControllerRevisions.
     pub revisions: &'a mut SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
+    /// LWS-labelled PodGroups, when the API server serves them (gang scheduling).
+    pub pod_groups: Option<&'a mut SharedCache<k8s_openapi::api::scheduling::v1alpha2::PodGroup>>,
 }
 
 /// The per-LWS trigger window ([`throttle`]): the first event of an LWS after a quiet window
@@ -106,6 +108,7 @@ pub fn run(
             statefulsets: index_of(caches.statefulsets),
             services: index_of(caches.services),
             revisions: index_of(caches.revisions),
+            pod_groups: caches.pod_groups.as_deref().map(index_of),
         },
         runner: Runner::new("lws", metrics.clone()),
         written: apply::WrittenStatuses::default(),
@@ -166,6 +169,11 @@ pub fn run(
             .boxed(),
         caches.services.subscribe().map(triggers::normal).boxed(),
         caches.revisions.subscribe().map(triggers::normal).boxed(),
+        // A PodGroup gone (its replacement may be made) or the scheduler's verdict on it.
+        match caches.pod_groups {
+            Some(pod_groups) => pod_groups.subscribe().map(triggers::normal).boxed(),
+            None => futures::stream::empty().boxed(),
+        },
     ])
     .filter_map(queued);
     // The window replaces kube-runtime's debounce, which restarts on every event and so slid

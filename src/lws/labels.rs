@@ -45,6 +45,14 @@ pub const RECREATE_GROUP_AFTER_START: &str =
 /// the LWS reports `ReplicaFailure` / `ProgressDeadlineExceeded` (default 1800).
 pub const PROGRESS_DEADLINE: &str = "lws-rollout.x-k8s.io/progress-deadline-seconds";
 
+/// On an LWS (ours; docs/lws.md "Gang scheduling"): `"native"` schedules each group all or
+/// nothing through a Kubernetes `scheduling.k8s.io/v1alpha2` PodGroup of its own. Copied to the
+/// pod templates, where the pod webhook reads it. Fixed at creation (the LWS webhook refuses a
+/// change): the templates carry it, and a template change would replace every leader at once.
+pub const GANG_SCHEDULING: &str = "lws-rollout.x-k8s.io/gang-scheduling";
+/// The one value [`GANG_SCHEDULING`] takes.
+pub const GANG_NATIVE: &str = "native";
+
 /// Pod index label the StatefulSet controller sets (Kubernetes ≥ 1.28).
 pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 

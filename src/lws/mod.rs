@@ -14,6 +14,7 @@ pub mod context;
 pub mod controller;
 pub mod deref;
 pub mod error;
+pub mod gang;
 pub mod gojson;
 pub mod hold;
 pub mod labels;

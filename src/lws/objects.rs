@@ -118,6 +118,9 @@ fn common_template_annotations(lws: &LeaderWorkerSet) -> BTreeMap<String, String
     if let Some(topology) = lws.annotations().get(labels::EXCLUSIVE_TOPOLOGY) {
         out.insert(labels::EXCLUSIVE_TOPOLOGY.into(), topology.clone());
     }
+    if let Some(gang) = lws.annotations().get(labels::GANG_SCHEDULING) {
+        out.insert(labels::GANG_SCHEDULING.into(), gang.clone());
+    }
     if let Some(policy) = &lws.spec.leader_worker_template.sub_group_policy {
         if let Some(sgs) = policy.sub_group_size {
             out.insert(labels::SUBGROUP_SIZE.into(), sgs.to_string());

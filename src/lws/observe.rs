@@ -10,6 +10,7 @@ use std::{
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
     core::v1::Service,
+    scheduling::v1alpha2::PodGroup,
 };
 use kube::ResourceExt;
 
@@ -30,6 +31,9 @@ pub struct Stores {
     pub services: LabelIndex<Service>,
     /// ControllerRevisions labelled with an LWS name.
     pub revisions: LabelIndex<ControllerRevision>,
+    /// PodGroups labelled with an LWS name; `None` when the API server does not serve them
+    /// (checked when the controllers start).
+    pub pod_groups: Option<LabelIndex<PodGroup>>,
 }
 
 /// Everything the caches hold about one LWS.
@@ -47,6 +51,9 @@ pub struct Observed {
     pub revisions: Vec<Arc<ControllerRevision>>,
     /// Services labelled with the LWS name.
     pub services: Vec<Arc<Service>>,
+    /// PodGroups labelled with the LWS name (gang scheduling); `None` when the cluster does
+    /// not serve PodGroups.
+    pub pod_groups: Option<Vec<Arc<PodGroup>>>,
     /// Leaders whose worker StatefulSet we created a moment ago and the cache does not show
     /// yet ([`Expected`]): not to be created again.
     pub pending_workers: BTreeSet<String>,
@@ -93,6 +100,7 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
         .filter(|r| controller_kind(r.as_ref()) == Some("LeaderWorkerSet"))
         .collect();
     observed.services = stores.services.get(namespace, name);
+    observed.pod_groups = stores.pod_groups.as_ref().map(|i| i.get(namespace, name));
     let now = Instant::now();
     observed.pending_workers = observed
         .leaders

@@ -15,6 +15,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::core::v1::{
         Affinity, Container, EnvVar, Pod, PodAffinity, PodAffinityTerm, PodAntiAffinity,
+        PodSchedulingGroup,
     },
     apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement},
 };
@@ -23,7 +24,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::{
-    labels,
+    gang, labels,
     objects::{group_key, parent_and_ordinal, subgroup_key},
 };
 
@@ -61,6 +62,7 @@ pub struct Before {
 
 struct BeforeSpec {
     affinity: Option<Affinity>,
+    scheduling_group: Option<PodSchedulingGroup>,
     subdomain: Option<String>,
     containers: Vec<Option<Vec<EnvVar>>>,
     init_containers: Vec<Option<Vec<EnvVar>>>,
@@ -74,6 +76,7 @@ impl Before {
             labels: pod.metadata.labels.clone(),
             spec: pod.spec.as_ref().map(|spec| BeforeSpec {
                 affinity: spec.affinity.clone(),
+                scheduling_group: spec.scheduling_group.clone(),
                 subdomain: spec.subdomain.clone(),
                 containers: env(&spec.containers),
                 init_containers: spec.init_containers.as_deref().map_or(Vec::new(), env),
@@ -99,6 +102,7 @@ enum PatchValue<'a> {
     Text(&'a str),
     Labels(&'a BTreeMap<String, String>),
     Affinity(&'a Affinity),
+    SchedulingGroup(&'a PodSchedulingGroup),
     Env(&'a [EnvVar]),
     Spec(&'a k8s_openapi::api::core::v1::PodSpec),
 }
@@ -184,6 +188,13 @@ pub fn patch<'a>(before: &Before, after: &'a Pod) -> Vec<PatchOp<'a>> {
         was.affinity.as_ref(),
         now.affinity.as_ref(),
         PatchValue::Affinity,
+    );
+    set(
+        &mut ops,
+        "/spec/schedulingGroup".into(),
+        was.scheduling_group.as_ref(),
+        now.scheduling_group.as_ref(),
+        PatchValue::SchedulingGroup,
     );
     set(
         &mut ops,
@@ -309,9 +320,33 @@ pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
         }
     }
 
+    if gang::requested_by(&annotations) {
+        join_gang(pod, is_leader.then_some(index));
+    }
     add_tpu_variables(pod, size)?;
     add_lws_variables(pod, size_text);
     Ok(())
+}
+
+/// Names the PodGroup of the pod's group incarnation in `spec.schedulingGroup` (native gang
+/// scheduling, [`gang`]): the group index (a leader's is its ordinal, a worker's its
+/// template's label) and the revision its template carries. A pod that already names a group
+/// keeps it; one without the labels is left alone (its group could not be named).
+fn join_gang(pod: &mut Pod, leader_index: Option<i32>) {
+    let labels = pod.labels();
+    let index = leader_index.or_else(|| labels.get(labels::GROUP_INDEX)?.parse().ok());
+    let (Some(lws), Some(index), Some(revision)) = (
+        labels.get(labels::NAME),
+        index,
+        labels.get(labels::REVISION),
+    ) else {
+        return;
+    };
+    let name = gang::pod_group_name(lws, index, revision);
+    let spec = pod.spec.get_or_insert_with(Default::default);
+    spec.scheduling_group.get_or_insert(PodSchedulingGroup {
+        pod_group_name: Some(name),
+    });
 }
 
 const TPU: &str = "google.com/tpu";
@@ -1025,6 +1060,49 @@ mod tests {
     }
 
     #[test]
+    fn gang_pods_name_the_podgroup_of_their_group_and_revision() {
+        let gang = json!({labels::SIZE: "3", labels::GANG_SCHEDULING: "native"});
+        let group_of = |p: &Pod| {
+            p.spec
+                .as_ref()?
+                .scheduling_group
+                .as_ref()?
+                .pod_group_name
+                .clone()
+        };
+        let mut leader = pod(
+            "vllm-2",
+            json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+            gang.clone(),
+            "vllm",
+        );
+        default_pod(&mut leader).unwrap();
+        assert_eq!(group_of(&leader).as_deref(), Some("vllm-2-abc"));
+        let mut worker = pod(
+            "vllm-2-1",
+            json!({labels::NAME: "vllm", labels::GROUP_INDEX: "2", labels::REVISION: "abc"}),
+            json!({labels::SIZE: "3", labels::GANG_SCHEDULING: "native", labels::LEADER_NAME: "vllm-2"}),
+            "vllm",
+        );
+        default_pod(&mut worker).unwrap();
+        assert_eq!(group_of(&worker).as_deref(), Some("vllm-2-abc"));
+        // Without the annotation (or with another value) no pod joins a gang.
+        for annotations in [
+            json!({labels::SIZE: "3"}),
+            json!({labels::SIZE: "3", labels::GANG_SCHEDULING: "volcano"}),
+        ] {
+            let mut plain = pod(
+                "vllm-0",
+                json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+                annotations,
+                "vllm",
+            );
+            default_pod(&mut plain).unwrap();
+            assert_eq!(group_of(&plain), None);
+        }
+    }
+
+    #[test]
     fn a_patch_of_the_defaultable_fields_gives_the_defaulted_pod() {
         let lws = |name: &str| json!({labels::NAME: name});
         let leader = |name: &str| json!({labels::NAME: name, labels::WORKER_INDEX: "0"});
@@ -1076,6 +1154,12 @@ mod tests {
                 lws("t"),
                 json!({labels::SIZE: "2", labels::LEADER_NAME: "t-0"}),
                 "t",
+            ),
+            pod(
+                "gang-1",
+                json!({labels::NAME: "gang", labels::WORKER_INDEX: "0", labels::REVISION: "r1"}),
+                json!({labels::SIZE: "2", labels::GANG_SCHEDULING: "native"}),
+                "gang",
             ),
             bare(pod("b-0", leader("b"), json!({labels::SIZE: "2"}), "b")),
             bare(pod("b-0-1", lws("b"), json!({labels::SIZE: "2"}), "b")),

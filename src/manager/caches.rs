@@ -7,6 +7,7 @@ use std::{future::Future, pin::Pin};
 use k8s_openapi::api::{
     apps::v1::{ControllerRevision, StatefulSet},
     core::v1::Service,
+    scheduling::v1alpha2::PodGroup,
 };
 use kube::{Api, Client, runtime::watcher::Config};
 
@@ -35,6 +36,10 @@ pub struct Caches {
     pub services: SharedCache<Service>,
     /// ControllerRevisions that belong to an LWS.
     pub revisions: SharedCache<ControllerRevision>,
+    /// PodGroups that belong to an LWS (native gang scheduling), when the API server serves
+    /// `scheduling.k8s.io/v1alpha2`: most clusters do not, and a watch of them would fail for
+    /// ever.
+    pub pod_groups: Option<SharedCache<PodGroup>>,
     /// All Rollouts.
     pub rollouts: SharedCache<Rollout>,
     /// All BatchReleases.
@@ -63,8 +68,9 @@ pub struct AnalysisCaches {
 
 impl Caches {
     /// Caches for `client` (nothing is watched until the drivers run); `analysis`: the API
-    /// server serves Argo's analysis kinds ([`serves_analysis`]).
-    pub fn new(client: &Client, analysis: bool) -> Self {
+    /// server serves Argo's analysis kinds ([`serves_analysis`]); PodGroups only when
+    /// `pod_groups_served`.
+    pub fn new(client: &Client, analysis: bool, pod_groups_served: bool) -> Self {
         let owned = Config::default().labels(labels::NAME);
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -86,6 +92,9 @@ impl Caches {
             )
             .with_trim(trim_revision)
             .with_index(labels::NAME),
+            pod_groups: pod_groups_served.then(|| {
+                SharedCache::new(Api::all(client.clone()), owned.clone()).with_index(labels::NAME)
+            }),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
             batch_releases: SharedCache::new(Api::all(client.clone()), Config::default()),
             workloads: SharedCache::new(
@@ -132,6 +141,9 @@ impl Caches {
             drivers.push(a.templates.driver(metrics));
             drivers.push(a.cluster_templates.driver(metrics));
             drivers.push(a.runs.driver(metrics));
+        }
+        if let Some(pod_groups) = &mut self.pod_groups {
+            drivers.push(pod_groups.driver(metrics));
         }
         drivers
     }
@@ -204,6 +216,38 @@ pub async fn serves_analysis(client: &Client) -> bool {
             false
         }
     }
+}
+
+/// Whether the API server serves PodGroups (`scheduling.k8s.io/v1alpha2`, Kubernetes 1.36 with
+/// workload-aware scheduling enabled: docs/lws.md, "Gang scheduling"). Asked once when the
+/// controllers start; an LWS asking for gang scheduling on a cluster without them is told so
+/// (`lws::plan::gangs::blocked`). A failed answer is asked again a few times, then taken as no.
+pub async fn serves_pod_groups(client: &Client) -> bool {
+    let mut wait = std::time::Duration::from_millis(200);
+    for _ in 0..5 {
+        match client.list_api_groups().await {
+            Ok(groups) => {
+                let served = groups.groups.iter().any(|g| {
+                    g.name == crate::lws::gang::API_GROUP
+                        && g.versions
+                            .iter()
+                            .any(|v| v.version == crate::lws::gang::API_VERSION)
+                });
+                tracing::info!(
+                    served,
+                    "PodGroups ({}/{}) for native gang scheduling",
+                    crate::lws::gang::API_GROUP,
+                    crate::lws::gang::API_VERSION
+                );
+                return served;
+            }
+            Err(err) => tracing::debug!(%err, "cannot list API groups; asking again"),
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+    }
+    tracing::warn!("cannot list API groups: taking PodGroups as not served");
+    false
 }
 
 /// Whether the API groups include Kueue's at the version the Workload type reads.

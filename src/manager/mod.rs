@@ -239,6 +239,7 @@ async fn run_controllers(
             let _ = rx.recv().await;
         }
     };
+    let pod_groups_served = caches::serves_pod_groups(&client).await;
     let analysis = caches::serves_analysis(&client).await;
     if !analysis {
         info!(
@@ -246,7 +247,7 @@ async fn run_controllers(
              analysis will say so; apply crds/argoproj.io/ and restart to enable it"
         );
     }
-    let mut caches = caches::Caches::new(&client, analysis);
+    let mut caches = caches::Caches::new(&client, analysis, pod_groups_served);
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -255,6 +256,7 @@ async fn run_controllers(
             statefulsets: &mut caches.statefulsets,
             services: &mut caches.services,
             revisions: &mut caches.revisions,
+            pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("lws"),
         stopped(&stop_all),

@@ -30,6 +30,16 @@ NODE_PODS="${LWS_CLUSTER_NODE_PODS:-110}"
 # file; events go to STATE_DIR/logs/audit.log as JSON lines.
 AUDIT_POLICY="${LWS_CLUSTER_AUDIT_POLICY:-}"
 UP_TIMEOUT="${LWS_CLUSTER_TIMEOUT:-180}"
+# Workload-aware scheduling (Kubernetes 1.36 alpha; docs/local-cluster.md): the
+# scheduling.k8s.io/v1alpha2 API (PodGroups) and its gates on the API server, the scheduler
+# (gang and topology plugins) and the controller-manager (PodGroup protection).
+# LWS_CLUSTER_GANG=0 starts a cluster without them, as most clusters are today.
+GANG="${LWS_CLUSTER_GANG:-1}"
+GANG_GATES=() GANG_API=()
+if [ "$GANG" = 1 ]; then
+  GANG_GATES=(--feature-gates=GenericWorkload=true,GangScheduling=true,TopologyAwareWorkloadScheduling=true,WorkloadAwarePreemption=true)
+  GANG_API=(--runtime-config=scheduling.k8s.io/v1alpha2=true)
+fi
 
 if [ -f "$STATE/kubeconfig" ] && [ -d "$STATE/pids" ] && [ -n "$(ls -A "$STATE/pids" 2>/dev/null)" ]; then
   die "a cluster already runs from $STATE: stop it with test/cluster/down.sh $STATE"
@@ -178,7 +188,7 @@ start kube-apiserver "$BIN/kube-apiserver" \
   --service-cluster-ip-range=10.96.0.0/16 --authorization-mode=Node,RBAC --endpoint-reconciler-type=none \
   --allow-privileged=true --profiling=false --cert-dir="$PKI/apiserver" \
   --max-requests-inflight=0 --max-mutating-requests-inflight=0 --enable-priority-and-fairness=false --v=1 \
-  ${AUDIT_FLAGS[@]+"${AUDIT_FLAGS[@]}"}
+  ${AUDIT_FLAGS[@]+"${AUDIT_FLAGS[@]}"} ${GANG_GATES[@]+"${GANG_GATES[@]}"} ${GANG_API[@]+"${GANG_API[@]}"}
 wait_for "kube-apiserver /readyz" 90 kube-apiserver \
   sh -c "curl -sf --cacert '$PKI/ca.crt' https://127.0.0.1:$API_PORT/readyz | grep -q ok"
 
@@ -194,11 +204,11 @@ start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KUBE
   --bind-address=127.0.0.1 --secure-port="$KCM_PORT" --leader-elect=false \
   --root-ca-file="$PKI/ca.crt" --service-account-private-key-file="$PKI/sa.key" \
   --kube-api-qps=200 --kube-api-burst=400 --node-monitor-period=2s \
-  --node-monitor-grace-period=3m --v=1
+  --node-monitor-grace-period=3m --v=1 ${GANG_GATES[@]+"${GANG_GATES[@]}"}
 start kube-scheduler "$BIN/kube-scheduler" --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \
   --bind-address=127.0.0.1 --secure-port="$SCHED_PORT" --leader-elect=false \
-  --kube-api-qps=200 --kube-api-burst=400 --v=1
+  --kube-api-qps=200 --kube-api-burst=400 --v=1 ${GANG_GATES[@]+"${GANG_GATES[@]}"}
 
 # kwok reads ~/.kwok/kwok.yaml unless told otherwise: point it at our state only.
 # A project stage replaces KWOK's stage of the same file name (stages/pod-delete.yaml says why).

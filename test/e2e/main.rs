@@ -25,6 +25,7 @@ mod lws_admission;
 mod lws_argocd;
 mod lws_crash;
 mod lws_encoding;
+mod lws_gang;
 mod lws_lifecycle;
 mod lws_placement;
 mod lws_rolling;

@@ -12,6 +12,7 @@ use crate::api::kueue::{PRIORITY_CLASS_LABEL, QUEUE_LABEL};
 use crate::api::leaderworkerset::LeaderWorkerSet;
 use crate::api::rollout::PatchPodTemplateMetadata;
 use crate::batchrelease::names::CONTROL_INFO;
+use crate::lws::labels::GANG_SCHEDULING;
 use crate::release::names::CANARY_LABEL;
 
 /// The BatchRelease as a controller ownerReference.
@@ -81,11 +82,12 @@ pub fn desired_canary(
     }
     // Group placement lives in the LWS's own annotations (`exclusive-topology`,
     // `subgroup-exclusive-topology`): without them a canary group of a multi-host server
-    // would spread over zones the stable groups never do.
+    // would spread over zones the stable groups never do. Gang scheduling too: a canary group
+    // binds whole or not at all, as the stable's do.
     let mut annotations: BTreeMap<String, String> = stable
         .annotations()
         .iter()
-        .filter(|(k, _)| k.starts_with(LWS_ANNOTATION_PREFIX))
+        .filter(|(k, _)| k.starts_with(LWS_ANNOTATION_PREFIX) || *k == GANG_SCHEDULING)
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     annotations.insert(CONTROL_INFO.to_string(), control_info);
@@ -135,6 +137,7 @@ mod tests {
                 "leaderworkerset.sigs.k8s.io/exclusive-topology": "topology.kubernetes.io/zone",
                 "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": "kubernetes.io/hostname",
                 "rollouts.kruise.io/stable-revision": "abc",
+                "lws-rollout.x-k8s.io/gang-scheduling": "native",
                 "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
             "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": []}}}}
         }))
@@ -152,9 +155,10 @@ mod tests {
             [
                 CONTROL_INFO,
                 "leaderworkerset.sigs.k8s.io/exclusive-topology",
-                "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology"
+                "leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology",
+                "lws-rollout.x-k8s.io/gang-scheduling"
             ],
-            "placement is copied; the hold and other tools' annotations are not"
+            "placement and gang scheduling are copied; the hold and other tools' annotations are not"
         );
     }
 

@@ -22,7 +22,7 @@ use crate::{
     lws::{
         deref::{Dereferenced, LiveLeader},
         error::Failure,
-        labels, objects,
+        gang, labels, objects,
         observe::Observed,
     },
 };
@@ -46,7 +46,13 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, pl
             plan.requeue_within(Some(REVISION_NOT_CACHED));
             continue;
         };
-        let node_selector = match lws.annotations().get(labels::EXCLUSIVE_TOPOLOGY) {
+        // A gang's leader is bound only together with its workers, and its PodGroup's
+        // topology constraint keeps the group in one domain: no pinning to the leader's node.
+        let pinned = lws
+            .annotations()
+            .get(labels::EXCLUSIVE_TOPOLOGY)
+            .filter(|_| !gang::requested(lws));
+        let node_selector = match pinned {
             None => None,
             Some(topology) => {
                 // Not scheduled yet: its binding will trigger us again.

@@ -9,12 +9,14 @@
 //! - [`groups`]: one worker StatefulSet per leader pod;
 //! - [`restarts`]: which groups to take down and rebuild (RecreateGroupOnPodRestart,
 //!   RecreateGroupAfterStart);
-//! - [`progress`]: a group that cannot come up within its deadline (ours).
+//! - [`progress`]: a group that cannot come up within its deadline (ours);
+//! - [`gangs`]: one PodGroup per group for native gang scheduling (ours).
 //!
 //! [`super::apply`] carries the plan out without deciding anything; [`super::status`] turns the
 //! observation and the apply's outcome into the status.
 
 pub mod candidates;
+pub mod gangs;
 pub mod groups;
 pub mod leader_sts;
 pub mod progress;
@@ -30,6 +32,7 @@ use k8s_openapi::{
     api::{
         apps::v1::{ControllerRevision, StatefulSet},
         core::v1::Service,
+        scheduling::v1alpha2::PodGroup,
     },
     apimachinery::pkg::apis::meta::v1::Time,
 };
@@ -150,6 +153,10 @@ pub struct Plan {
     pub leader_sts: Option<Box<Write<StatefulSet>>>,
     /// Services to create or apply.
     pub services: Vec<Write<Service>>,
+    /// PodGroups to create (gang scheduling), before the leader StatefulSet grows.
+    pub pod_groups: Vec<Write<PodGroup>>,
+    /// PodGroups no group needs any more, or whose policy is out of date.
+    pub delete_pod_groups: Vec<Delete>,
     /// Per-group Services whose group is gone.
     pub delete_services: Vec<Delete>,
     /// Worker StatefulSets to create.
@@ -264,6 +271,9 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
         Err(failure) => return Plan::blocked(failure),
     };
     let lws = lws.as_ref();
+    if let Some(failure) = gangs::blocked(lws, observed) {
+        return Plan::blocked(failure);
+    }
     let leader = match leader_sts::plan(lws, observed, leader_sts, &revisions) {
         Ok(leader) => leader,
         Err(failure) => return Plan::blocked(failure),
@@ -283,6 +293,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
         ..Default::default()
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);
+    gangs::plan(lws, observed, &leader.step, &revisions.key, &mut plan);
     groups::plan(lws, observed, deref, &mut plan);
     match lws
         .spec

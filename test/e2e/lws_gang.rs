@@ -1,0 +1,665 @@
+//! Native gang scheduling (docs/lws.md, "Gang scheduling"): the real kube-scheduler of the
+//! local cluster (Kubernetes 1.36, `GenericWorkload` and `GangScheduling` on) places a gang
+//! LWS's groups on KWOK nodes whole or not at all.
+//!
+//! Each test brings KWOK nodes of its own into the suite's cluster — tainted, labelled with a
+//! pool of the test's, with `nvidia.com/gpu` capacity the test chooses — and its pods tolerate
+//! only that taint and select only that pool, so the capacity is exactly what the test says
+//! whatever else the suite runs. The nodes are deleted at the end.
+
+use std::{collections::BTreeMap, time::Duration};
+
+use anyhow::{Context, ensure};
+use futures::FutureExt;
+use k8s_openapi::api::{
+    core::v1::{Node, Pod},
+    scheduling::v1alpha2::PodGroup,
+};
+use kube::{
+    Api, ResourceExt,
+    api::{DeleteParams, PostParams},
+};
+use lws_rollout::api::leaderworkerset::LeaderWorkerSet;
+use serde_json::json;
+
+use crate::{
+    harness::{TestNs, events_when, eventually, wait_for, wait_for_all, with_ns},
+    isolated::{IsolatedCluster, ManagerProcess},
+    lws_support::{apply, lws},
+};
+
+const GANG: &str = "lws-rollout.x-k8s.io/gang-scheduling";
+const POOL: &str = "lws-rollout.test/gang-pool";
+/// A topology key of the test nodes only: node i of a pool is in rack `i % 2`.
+const RACK: &str = "lws-rollout.test/rack";
+const GPUS_PER_POD: &str = "8";
+const WAIT: Duration = Duration::from_secs(120);
+
+/// KWOK nodes of one test's own: `count` nodes of 8 GPUs each in pool `pool`, tainted so that
+/// only the test's pods land there. They are deleted by their pool label ([`with_pool`]).
+struct Pool {
+    nodes: Api<Node>,
+    name: String,
+    count: usize,
+}
+
+impl Pool {
+    async fn new(ns: &TestNs, count: usize) -> anyhow::Result<Self> {
+        let mut pool = Self {
+            nodes: ns.api_all(),
+            name: ns.name.clone(),
+            count: 0,
+        };
+        for _ in 0..count {
+            pool.add_node().await?;
+        }
+        Ok(pool)
+    }
+
+    async fn add_node(&mut self) -> anyhow::Result<()> {
+        let name = format!("{}-{}", self.name, self.count);
+        let capacity = json!({"cpu": "32", "memory": "256Gi", "pods": "110",
+            "nvidia.com/gpu": GPUS_PER_POD});
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                "labels": {"type": "kwok", "kubernetes.io/hostname": name,
+                    "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64", POOL: self.name,
+                    RACK: format!("rack-{}", self.count % 2)}},
+            "spec": {"taints": [{"key": POOL, "value": self.name, "effect": "NoSchedule"}]},
+            "status": {"allocatable": capacity, "capacity": capacity},
+        }))?;
+        self.nodes.create(&PostParams::default(), &node).await?;
+        self.count += 1;
+        wait_for(&self.nodes, &name, WAIT, |n: Option<&Node>| {
+            n.and_then(|n| n.status.as_ref()?.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
+        .await
+        .with_context(|| format!("node {name} Ready"))?;
+        Ok(())
+    }
+
+    /// An LWS of `replicas` groups of `size` pods that each need a whole node of this pool (8
+    /// GPUs), gang-scheduled when `gang`.
+    fn lws(&self, name: &str, replicas: i32, size: i32, gang: bool) -> serde_json::Value {
+        let mut obj = lws(name, replicas, size, "vllm/vllm-openai:v0.11.0");
+        if gang {
+            obj["metadata"]["annotations"] = json!({GANG: "native"});
+        }
+        let spec = &mut obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"];
+        spec["nodeSelector"] = json!({POOL: self.name});
+        spec["tolerations"] =
+            json!([{"key": POOL, "operator": "Equal", "value": self.name, "effect": "NoSchedule"}]);
+        spec["containers"][0]["resources"] = json!({"limits": {"nvidia.com/gpu": GPUS_PER_POD}});
+        obj
+    }
+}
+
+/// Runs `test` in a fresh namespace with a pool of `nodes` nodes, and deletes the nodes after
+/// it, whatever its outcome.
+async fn with_pool<F, Fut>(prefix: &str, nodes: usize, test: F) -> anyhow::Result<()>
+where
+    F: FnOnce(TestNs, Pool) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<()>>,
+{
+    with_ns(prefix, |ns| async move {
+        let pool = Pool::new(&ns, nodes).await?;
+        let nodes = Api::<Node>::all(ns.client.clone());
+        let selector = format!("{POOL}={}", ns.name);
+        let outcome = std::panic::AssertUnwindSafe(test(ns.clone(), pool))
+            .catch_unwind()
+            .await;
+        // The pods first: KWOK finishes a deleted pod only on a node it still manages.
+        let _ = ns
+            .api::<LeaderWorkerSet>()
+            .delete_collection(&DeleteParams::foreground(), &Default::default())
+            .await;
+        let _ = wait_for_all(&ns.api::<Pod>(), "", WAIT, |pods| pods.is_empty()).await;
+        let _ = nodes
+            .delete_collection(
+                &DeleteParams::default(),
+                &kube::api::ListParams::default().labels(&selector),
+            )
+            .await;
+        match outcome {
+            Ok(result) => result,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    })
+    .await
+}
+
+/// The LWS's pods by name, each with the node it is bound to (None: not bound).
+async fn placement(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={lws}")),
+        )
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .map(|p| {
+            (
+                p.name_any(),
+                p.spec.as_ref().and_then(|s| s.node_name.clone()),
+            )
+        })
+        .collect())
+}
+
+fn bound(placement: &BTreeMap<String, Option<String>>) -> usize {
+    placement.values().filter(|n| n.is_some()).count()
+}
+
+/// Waits until the LWS has `pods` pods of which `bound_count` are bound.
+async fn wait_bound(
+    ns: &TestNs,
+    lws: &str,
+    pods: usize,
+    bound_count: usize,
+) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    eventually(
+        WAIT,
+        &format!("{lws}: {pods} pods, {bound_count} bound"),
+        || async {
+            let p = placement(ns, lws).await?;
+            Ok((p.len() == pods && bound(&p) == bound_count, p))
+        },
+    )
+    .await
+}
+
+/// The condition `PodGroupScheduled` of the LWS's PodGroup for group 0, once it has status
+/// `status`.
+async fn pod_group_scheduled(ns: &TestNs, lws: &str, status: &str) -> anyhow::Result<PodGroup> {
+    let groups = wait_for_all(
+        &ns.api::<PodGroup>(),
+        &format!("leaderworkerset.sigs.k8s.io/name={lws}"),
+        WAIT,
+        |pgs| {
+            pgs.iter().any(|pg| {
+                pg.status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|c| {
+                        c.iter()
+                            .any(|c| c.type_ == "PodGroupScheduled" && c.status == status)
+                    })
+            })
+        },
+    )
+    .await
+    .with_context(|| format!("{lws}: a PodGroup with PodGroupScheduled={status}"))?;
+    ensure!(
+        groups.len() == 1,
+        "{lws}: one PodGroup for its one group: {groups:?}"
+    );
+    Ok((*groups[0]).clone())
+}
+
+fn scheduled_message(pg: &PodGroup) -> String {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodGroupScheduled"))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_gang_binds_whole_or_not_at_all() -> anyhow::Result<()> {
+    with_pool("lws-gang", 3, |ns, mut pool| async move {
+        // Four pods of a whole node each, three nodes: the group cannot run whole.
+        apply(&ns, &pool.lws("big", 1, 4, true)).await?;
+        let pg = pod_group_scheduled(&ns, "big", "False").await?;
+        let pg_name = pg.name_any();
+        let placed = wait_bound(&ns, "big", 4, 0).await?;
+        for pod in placed.keys() {
+            let pod = ns.api::<Pod>().get(pod).await?;
+            let named = pod.spec.as_ref().and_then(|s| s.scheduling_group.as_ref());
+            ensure!(
+                named.and_then(|g| g.pod_group_name.as_deref()) == Some(pg_name.as_str()),
+                "{} joins PodGroup {pg_name}: {named:?}",
+                pod.name_any()
+            );
+        }
+        assert_eq!(
+            pg.spec.scheduling_policy.gang.as_ref().map(|g| g.min_count),
+            Some(4),
+            "a gang of the group's size"
+        );
+        // The scheduler's reason reaches the LWS's events.
+        let message = scheduled_message(&pg);
+        events_when(&ns, WAIT, |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("GangUnschedulable")
+                    && e.note.as_deref().is_some_and(|n| n.contains("Group 0"))
+            })
+        })
+        .await
+        .with_context(|| format!("a GangUnschedulable event (scheduler said: {message})"))?;
+
+        // A group that fits runs meanwhile: the waiting gang holds no GPU.
+        apply(&ns, &pool.lws("small", 1, 2, true)).await?;
+        wait_bound(&ns, "small", 2, 2).await?;
+        ensure!(
+            bound(&placement(&ns, "big").await?) == 0,
+            "the big gang stays unbound"
+        );
+
+        // Room for the whole group: it binds, all four.
+        ns.api::<LeaderWorkerSet>()
+            .delete("small", &DeleteParams::foreground())
+            .await?;
+        wait_bound(&ns, "small", 0, 0).await?;
+        ensure!(
+            bound(&placement(&ns, "big").await?) == 0,
+            "three free nodes are not enough for four"
+        );
+        pool.add_node().await?;
+        let placed = wait_bound(&ns, "big", 4, 4).await?;
+        let nodes: std::collections::BTreeSet<_> = placed.values().flatten().collect();
+        ensure!(nodes.len() == 4, "a node each: {placed:?}");
+        pod_group_scheduled(&ns, "big", "True").await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn without_gang_the_same_group_binds_three_of_four() -> anyhow::Result<()> {
+    with_pool("lws-nogang", 3, |ns, pool| async move {
+        apply(&ns, &pool.lws("big", 1, 4, false)).await?;
+        // Three pods hold their nodes' GPUs, the fourth waits for ever: what gang prevents.
+        let placed = wait_bound(&ns, "big", 4, 3).await?;
+        let waiting: Vec<_> = placed.iter().filter(|(_, n)| n.is_none()).collect();
+        let pod = ns.api::<Pod>().get(waiting[0].0).await?;
+        ensure!(
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.scheduling_group.as_ref())
+                .is_none(),
+            "no gang asked for, no PodGroup named"
+        );
+        wait_for(&ns.api::<Pod>(), waiting[0].0, WAIT, |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref()?.conditions.as_ref())
+                .is_some_and(|c| {
+                    c.iter().any(|c| {
+                        c.type_ == "PodScheduled" && c.reason.as_deref() == Some("Unschedulable")
+                    })
+                })
+        })
+        .await?;
+        let groups = ns.api::<PodGroup>().list(&Default::default()).await?;
+        ensure!(groups.items.is_empty(), "no PodGroups: {:?}", groups.items);
+        // Turning gang on for running groups is refused: half a group in a gang never binds.
+        let refused = apply(&ns, &pool.lws("big", 1, 4, true))
+            .await
+            .err()
+            .context("adding the annotation to a running LWS is refused")?;
+        ensure!(
+            format!("{refused:#}").contains("cannot be added, changed or removed"),
+            "{refused:#}"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn two_gangs_competing_for_one_groups_room_one_runs_whole() -> anyhow::Result<()> {
+    with_pool("lws-gang2", 4, |ns, pool| async move {
+        apply(&ns, &pool.lws("a", 1, 4, true)).await?;
+        apply(&ns, &pool.lws("b", 1, 4, true)).await?;
+        // One of them binds whole; the other waits whole, told why.
+        let (winner, loser) = eventually(WAIT, "one gang bound whole", || async {
+            let (a, b) = (placement(&ns, "a").await?, placement(&ns, "b").await?);
+            let state = (a.len(), bound(&a), b.len(), bound(&b));
+            let won = match state {
+                (4, 4, 4, 0) => Some(("a", "b")),
+                (4, 0, 4, 4) => Some(("b", "a")),
+                _ => None,
+            };
+            Ok((won.is_some(), (won, state)))
+        })
+        .await?
+        .0
+        .context("a winner")?;
+        let pg = pod_group_scheduled(&ns, loser, "False").await?;
+        ensure!(
+            bound(&placement(&ns, loser).await?) == 0,
+            "{loser} waits whole: {}",
+            scheduled_message(&pg)
+        );
+        ensure!(bound(&placement(&ns, winner).await?) == 4);
+
+        // The winner scaled to zero: its PodGroup goes with its group, and the loser binds.
+        apply(&ns, &pool.lws(winner, 0, 4, true)).await?;
+        wait_bound(&ns, loser, 4, 4).await?;
+        wait_for_all(
+            &ns.api::<PodGroup>(),
+            &format!("leaderworkerset.sigs.k8s.io/name={winner}"),
+            WAIT,
+            |pgs| pgs.is_empty(),
+        )
+        .await
+        .with_context(|| format!("{winner}'s PodGroup removed on scale-down"))?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn gang_asked_for_on_a_cluster_without_podgroups_says_so() -> anyhow::Result<()> {
+    IsolatedCluster::run("gang-unserved", &[("LWS_CLUSTER_GANG", "0")], |cluster| {
+        async move {
+            let _manager = ManagerProcess::start(cluster, "gang", &[])?;
+            let ns = cluster.namespace("gang-unserved").await?;
+            let mut obj = lws("big", 1, 4, "vllm/vllm-openai:v0.11.0");
+            obj["metadata"]["annotations"] = json!({GANG: "native"});
+            apply(&ns, &obj).await?;
+            wait_for(
+                &ns.api::<LeaderWorkerSet>(),
+                "big",
+                WAIT,
+                |l: Option<&LeaderWorkerSet>| {
+                    l.and_then(|l| l.status.as_ref()?.conditions.as_ref())
+                        .is_some_and(|c| {
+                            c.iter().any(|c| {
+                                c.type_ == "ReplicaFailure"
+                                    && c.status == "True"
+                                    && c.reason == "GangSchedulingUnavailable"
+                                    && c.message.contains("scheduling.k8s.io/v1alpha2")
+                            })
+                        })
+                },
+            )
+            .await?;
+            events_when(&ns, WAIT, |events| {
+                events.iter().any(|e| {
+                    e.reason.as_deref() == Some("GangSchedulingUnavailable")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            })
+            .await?;
+            // Nothing built that could hold part of a group.
+            let pods = placement(&ns, "big").await?;
+            ensure!(pods.is_empty(), "no pods: {pods:?}");
+            Ok(())
+        }
+        .boxed()
+    })
+    .await
+}
+
+/// Each pod's PodGroup, by pod name.
+async fn joined(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let pods = ns
+        .api::<Pod>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={lws}")),
+        )
+        .await?;
+    Ok(pods
+        .items
+        .iter()
+        .map(|p| {
+            let group = p.spec.as_ref().and_then(|s| s.scheduling_group.as_ref());
+            let name = group.and_then(|g| g.pod_group_name.clone());
+            (p.name_any(), name.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// The LWS's PodGroups: name → uid.
+async fn pod_groups(ns: &TestNs, lws: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    let groups = ns
+        .api::<PodGroup>()
+        .list(
+            &kube::api::ListParams::default()
+                .labels(&format!("leaderworkerset.sigs.k8s.io/name={lws}")),
+        )
+        .await?;
+    Ok(groups
+        .items
+        .iter()
+        .map(|pg| (pg.name_any(), pg.uid().unwrap_or_default()))
+        .collect())
+}
+
+#[tokio::test]
+async fn a_gang_lws_restarts_and_rolls_with_one_podgroup_per_group_incarnation()
+-> anyhow::Result<()> {
+    with_pool("lws-gang-roll", 4, |ns, pool| async move {
+        // Exactly the room for both groups: a node per pod.
+        apply(&ns, &pool.lws("g", 2, 2, true)).await?;
+        wait_bound(&ns, "g", 4, 4).await?;
+        let before = pod_groups(&ns, "g").await?;
+        ensure!(before.len() == 2, "one PodGroup per group: {before:?}");
+        let key = crate::lws_support::leader_key(&ns, "g").await?;
+        let joined_before = joined(&ns, "g").await?;
+        for (pod, group) in &joined_before {
+            let index = if pod.starts_with("g-0") { 0 } else { 1 };
+            ensure!(*group == format!("g-{index}-{key}"), "{pod} joins {group}");
+        }
+
+        // A restart rebuilds group 0 on the same revision: it joins the same PodGroup again.
+        let worker_uid = ns.api::<Pod>().get("g-0-1").await?.uid();
+        ns.api::<Pod>().delete("g-0-1", &DeleteParams::default()).await?;
+        eventually(WAIT, "group 0 rebuilt and bound", || async {
+            let leader = ns.api::<Pod>().get_opt("g-0").await?;
+            let worker = ns.api::<Pod>().get_opt("g-0-1").await?;
+            let placed = placement(&ns, "g").await?;
+            let rebuilt = worker.as_ref().is_some_and(|w| w.uid() != worker_uid)
+                && leader.is_some()
+                && placed.len() == 4
+                && bound(&placed) == 4;
+            Ok((rebuilt, placed))
+        })
+        .await?;
+        ensure!(
+            pod_groups(&ns, "g").await? == before,
+            "the same PodGroups, not new ones"
+        );
+
+        // A new template: each group moves to a new PodGroup, and the old ones go.
+        let mut updated = pool.lws("g", 2, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let new_key = eventually(WAIT, "a new revision on every pod, all bound", || async {
+            let key_now = crate::lws_support::leader_key(&ns, "g").await?;
+            let pods = ns
+                .api::<Pod>()
+                .list(&kube::api::ListParams::default().labels("leaderworkerset.sigs.k8s.io/name=g"))
+                .await?;
+            let all_new = pods.items.len() == 4
+                && key_now != key
+                && pods.items.iter().all(|p| {
+                    p.labels().get("leaderworkerset.sigs.k8s.io/template-revision-hash")
+                        == Some(&key_now)
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                        && p.metadata.deletion_timestamp.is_none()
+                });
+            Ok((all_new, key_now))
+        })
+        .await?;
+        let groups = eventually(WAIT, "only the new revision's PodGroups", || async {
+            let groups = pod_groups(&ns, "g").await?;
+            let names: Vec<_> = groups.keys().cloned().collect();
+            Ok((
+                names == [format!("g-0-{new_key}"), format!("g-1-{new_key}")],
+                names,
+            ))
+        })
+        .await?;
+        for (pod, group) in joined(&ns, "g").await? {
+            ensure!(groups.contains(&group), "{pod} joins one of {groups:?}: {group}");
+        }
+        Ok(())
+    })
+    .await
+}
+
+#[test]
+fn a_canary_of_a_gang_lws_binds_whole() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(canary_binds_whole)
+}
+
+async fn canary_binds_whole() -> anyhow::Result<()> {
+    use crate::rollout_support::{
+        STABLE, create_rollout, phase, rollout, the_canary, wait_paused_at, wait_rollout,
+    };
+    // The stable's two groups fill four nodes; one node is spare: half a canary group.
+    with_pool("lws-gang-canary", 5, |ns, mut pool| async move {
+        crate::lws_support::create_available(&ns, &pool.lws(STABLE, 2, 2, true)).await?;
+        create_rollout(&ns, &rollout(json!([{"replicas": 1, "pause": {}}]), None)).await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+
+        let mut updated = pool.lws(STABLE, 2, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let canary = eventually(WAIT, "the canary LWS", || async {
+            let canary = the_canary(&ns).await.ok();
+            Ok((canary.is_some(), canary))
+        })
+        .await?
+        .context("a canary")?;
+        let canary = canary.name_any();
+        ensure!(
+            ns.api::<LeaderWorkerSet>().get(&canary).await?.annotations().get(GANG)
+                == Some(&"native".to_string()),
+            "the canary keeps gang scheduling"
+        );
+        // Room for one of its two pods: none binds.
+        pod_group_scheduled(&ns, &canary, "False").await?;
+        wait_bound(&ns, &canary, 2, 0).await?;
+        ensure!(bound(&placement(&ns, STABLE).await?) == 4, "the stable groups run on");
+
+        // Room for the whole group: it binds whole and the release reaches its pause.
+        pool.add_node().await?;
+        wait_bound(&ns, &canary, 2, 2).await?;
+        wait_paused_at(&ns, 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn exclusive_topology_keeps_a_gang_in_one_domain_and_a_gang_no_domain_holds_waits()
+-> anyhow::Result<()> {
+    // Two racks of two 8-GPU nodes each.
+    with_pool("lws-gang-rack", 4, |ns, pool| async move {
+        let in_racks = |name: &str, size: i32| {
+            let mut obj = pool.lws(name, 1, size, true);
+            obj["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] =
+                json!(RACK);
+            obj
+        };
+        // A group of four fits in no rack: it waits whole, the scheduler saying why, and is
+        // not rebuilt over and over.
+        apply(&ns, &in_racks("wide", 4)).await?;
+        let pg = pod_group_scheduled(&ns, "wide", "False").await?;
+        let topology = pg
+            .spec
+            .scheduling_constraints
+            .as_ref()
+            .and_then(|c| c.topology.as_ref());
+        ensure!(
+            topology.is_some_and(|t| t[0].key == RACK),
+            "the exclusive-topology key is the PodGroup's constraint: {topology:?}"
+        );
+        let waiting = wait_bound(&ns, "wide", 4, 0).await?;
+        let leader_uid = ns.api::<Pod>().get("wide-0").await?.uid();
+        // A group of two fits in one rack and runs there.
+        apply(&ns, &in_racks("narrow", 2)).await?;
+        let placed = wait_bound(&ns, "narrow", 2, 2).await?;
+        let nodes = ns.api_all::<Node>();
+        let mut racks = std::collections::BTreeSet::new();
+        for node in placed.values().flatten() {
+            racks.insert(nodes.get(node).await?.labels().get(RACK).cloned());
+        }
+        ensure!(racks.len() == 1, "one rack for the whole group: {racks:?}");
+        let message = scheduled_message(&pg);
+        events_when(&ns, WAIT, |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("GangUnschedulable")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains(&pg.name_any()))
+            })
+        })
+        .await
+        .with_context(|| format!("the scheduler's reason on the LWS: {message}"))?;
+        // Still the same four pods, none bound: waiting, not recreated.
+        let still = placement(&ns, "wide").await?;
+        ensure!(
+            still.keys().eq(waiting.keys()) && bound(&still) == 0,
+            "{still:?} vs {waiting:?}"
+        );
+        ensure!(
+            ns.api::<Pod>().get("wide-0").await?.uid() == leader_uid,
+            "the waiting group's leader is the one it started with"
+        );
+        Ok(())
+    })
+    .await
+}
+
+#[tokio::test]
+async fn under_kueue_an_admitted_gang_group_binds_whole_and_the_next_waits_for_quota()
+-> anyhow::Result<()> {
+    // Kueue gates each group's pods until it admits the group; the gang then binds it whole.
+    use crate::kueue_support::{kueue_or_skip, queued_lws, with_queues};
+    if !kueue_or_skip("lws_gang::under_kueue")? {
+        return Ok(());
+    }
+    with_ns("lws-gang-kueue", |ns| async move {
+        // Quota for one group of two one-GPU pods.
+        with_queues(&ns, 2, |_queues| async {
+            let mut obj = queued_lws("q", 2, 2, "vllm/vllm-openai:v0.11.0");
+            obj["metadata"]["annotations"] = json!({GANG: "native"});
+            apply(&ns, &obj).await?;
+            // Kueue admits one group; the scheduler binds that one whole.
+            let placed = eventually(WAIT, "one group bound whole", || async {
+                let p = placement(&ns, "q").await?;
+                let bound_groups: Vec<_> = ["q-0", "q-1"]
+                    .iter()
+                    .filter(|g| p.get(**g).is_some_and(Option::is_some))
+                    .collect();
+                Ok((p.len() == 4 && bound(&p) == 2 && bound_groups.len() == 1, p))
+            })
+            .await?;
+            let running = if placed["q-0"].is_some() {
+                "q-0"
+            } else {
+                "q-1"
+            };
+            ensure!(
+                placed[&format!("{running}-1")].is_some(),
+                "the admitted group's worker binds with its leader: {placed:?}"
+            );
+            let waiting = if running == "q-0" { "q-1" } else { "q-0" };
+            for pod in [waiting.to_string(), format!("{waiting}-1")] {
+                let pod = ns.api::<Pod>().get(&pod).await?;
+                ensure!(
+                    crate::kueue_support::gated(&pod),
+                    "{} waits for Kueue's admission",
+                    pod.name_any()
+                );
+            }
+            let groups = pod_groups(&ns, "q").await?;
+            ensure!(groups.len() == 2, "each group has its PodGroup: {groups:?}");
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
