@@ -35,6 +35,7 @@ mod lws_v09;
 mod manager;
 mod markers;
 mod metrics;
+mod metrics_pipeline;
 mod partition;
 mod rbac;
 mod rollout_admission;

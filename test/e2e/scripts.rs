@@ -125,3 +125,29 @@ fn prebuilt_binaries_on_path_are_used_without_building() {
     }
     assert!(!dir.join("cache/cp").exists(), "nothing was built");
 }
+
+#[test]
+fn stopping_prometheus_of_a_cluster_without_one_says_why_in_one_line() {
+    // A cluster started with LWS_CLUSTER_PROMETHEUS=0: up.sh wrote only the reason.
+    let state = scratch("no-prometheus");
+    std::fs::create_dir_all(state.join("prometheus")).expect("state dir");
+    std::fs::write(
+        state.join("prometheus/skipped"),
+        "not requested (LWS_CLUSTER_PROMETHEUS=0)\n",
+    )
+    .expect("skipped file");
+    let out = Command::new("bash")
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/test/cluster/prometheus.sh"
+        ))
+        .args(["stop", &state.display().to_string()])
+        .output()
+        .expect("bash runs");
+    assert!(!out.status.success());
+    let line = one_error_line(&out);
+    assert!(
+        line.contains("runs no Prometheus") && line.contains("LWS_CLUSTER_PROMETHEUS=0"),
+        "{line}"
+    );
+}

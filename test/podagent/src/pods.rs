@@ -71,6 +71,8 @@ pub struct PodInfo {
     pub revision: Option<String>,
     pub container: String,
     pub image: String,
+    /// vLLM's `model_name` label: the first `--served-model-name`, else the image.
+    pub model_name: String,
     pub behaviour: Behaviour,
     /// A bad model's faults, from the first container's env (`vllm::Faults`).
     pub faults: crate::vllm::Faults,
@@ -172,6 +174,14 @@ pub fn endpoints(pod: &Pod, range: &Cidr) -> Vec<(SocketAddr, PodInfo)> {
                 revision: labels.get(REVISION_LABEL).cloned(),
                 container: c.name.clone(),
                 image: c.image.clone().unwrap_or_default(),
+                model_name: crate::vllm::model_name(
+                    c.image.as_deref().unwrap_or_default(),
+                    c.command
+                        .iter()
+                        .chain(c.args.iter())
+                        .flatten()
+                        .map(String::as_str),
+                ),
                 behaviour: behaviour.clone(),
                 faults: faults.clone(),
                 labels: labels.clone(),

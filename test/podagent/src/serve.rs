@@ -150,7 +150,7 @@ async fn answer(State(l): State<Listener>, req: Request) -> Response {
             .get(&info.uid)
             .cloned()
             .unwrap_or_default()
-            .render(&info.image);
+            .render(&info.model_name);
         let mut resp = (StatusCode::OK, text).into_response();
         resp.headers_mut().insert(
             header::CONTENT_TYPE,

@@ -170,6 +170,25 @@ impl Metrics {
     }
 }
 
+/// The model a vLLM server names in its metrics' `model_name`: the first name after
+/// `--served-model-name` in its command line (vLLM takes one or more), else `image` (vLLM's
+/// default is the model's path, which a test pod has none of).
+pub fn model_name<'a>(image: &str, argv: impl IntoIterator<Item = &'a str>) -> String {
+    let mut argv = argv.into_iter();
+    while let Some(a) = argv.next() {
+        if a == "--served-model-name" {
+            if let Some(name) = argv.next().filter(|n| !n.starts_with("--")) {
+                return name.to_string();
+            }
+        } else if let Some(name) = a.strip_prefix("--served-model-name=")
+            && !name.is_empty()
+        {
+            return name.to_string();
+        }
+    }
+    image.to_string()
+}
+
 /// Prometheus's file service discovery for `table`: one target per serving leader address (the
 /// pods that answer requests; workers are reached through them), labelled as a Kubernetes pod
 /// scrape with `labelmap` would label it — every pod label, its name made a Prometheus label
@@ -221,6 +240,25 @@ mod tests {
             "leaderworkerset_sigs_k8s_io_name"
         );
         assert_eq!(label_name("app"), "app");
+    }
+
+    #[test]
+    fn model_name_is_the_first_served_model_name_else_the_image() {
+        let argv = [
+            "vllm",
+            "serve",
+            "/models/m",
+            "--served-model-name",
+            "llama",
+            "l3",
+        ];
+        assert_eq!(model_name("vllm:1", argv), "llama");
+        assert_eq!(
+            model_name("vllm:1", ["--port", "8000", "--served-model-name=mistral"]),
+            "mistral"
+        );
+        assert_eq!(model_name("vllm:1", ["--served-model-name"]), "vllm:1");
+        assert_eq!(model_name("vllm:1", ["--port", "8000"]), "vllm:1");
     }
 
     #[test]
