@@ -1,4 +1,4 @@
-//! Migration from the upstream LWS controller (v0.9.0, `test/upstream/versions.env`): groups
+//! Migration from the upstream LWS controller (`test/upstream/versions.env`: v0.9.0, or v0.10.0): groups
 //! upstream built keep running, pod for pod, when our manager replaces it (the procedure
 //! docs/lws.md gives), and from then on our manager rolls them. In a cluster of its own, since
 //! upstream and our suite manager must never both own the same objects.
