@@ -38,6 +38,9 @@ pub struct Caches {
     /// Kueue Workloads made for a job-like object (an LWS group's among them), indexed by that
     /// object's uid; empty on a cluster without Kueue (docs/kueue.md).
     pub workloads: SharedCache<Workload>,
+    /// MultiKueue's copies of Workloads on a worker cluster: Kueue ≥ v0.19 leaves the
+    /// `job-uid` label off them, so [`Caches::workloads`] does not hold them (docs/kueue.md).
+    pub multikueue_copies: SharedCache<Workload>,
     /// All DisaggregatedSets.
     pub disaggregated_sets: SharedCache<DisaggregatedSet>,
     /// Services that belong to a DisaggregatedSet.
@@ -75,6 +78,10 @@ impl Caches {
                 Config::default().labels(kueue::JOB_UID_LABEL),
             )
             .with_index(kueue::JOB_UID_LABEL),
+            multikueue_copies: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(kueue::MULTIKUEUE_ORIGIN_LABEL),
+            ),
             disaggregated_sets: SharedCache::new(Api::all(client.clone()), Config::default()),
             set_services: SharedCache::new(
                 Api::all(client.clone()),
@@ -99,6 +106,7 @@ impl Caches {
             self.rollouts.driver(metrics),
             self.batch_releases.driver(metrics),
             once_kueue_serves(client.clone(), self.workloads.driver(metrics)),
+            once_kueue_serves(client.clone(), self.multikueue_copies.driver(metrics)),
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
         ]
