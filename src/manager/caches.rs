@@ -97,6 +97,8 @@ impl Caches {
         client: &Client,
         metrics: &Metrics,
     ) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let workloads = self.workloads.driver(metrics);
+        let multikueue_copies = self.multikueue_copies.driver(metrics);
         vec![
             self.lws.driver(metrics),
             self.pods.driver(metrics),
@@ -105,8 +107,13 @@ impl Caches {
             self.revisions.driver(metrics),
             self.rollouts.driver(metrics),
             self.batch_releases.driver(metrics),
-            once_kueue_serves(client.clone(), self.workloads.driver(metrics)),
-            once_kueue_serves(client.clone(), self.multikueue_copies.driver(metrics)),
+            // Both Workload watches start together, after one check (and one log line).
+            once_kueue_serves(
+                client.clone(),
+                Box::pin(async move {
+                    futures::future::join(workloads, multikueue_copies).await;
+                }),
+            ),
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
         ]
