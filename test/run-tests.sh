@@ -21,7 +21,7 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # leaves its variable empty, and its tests print one SKIPPED line instead of running.
 KRUISE_BIN=$(test/tools/build-kruise.sh) || { log "kubectl-kruise not built: its e2e tests will be skipped"; KRUISE_BIN=""; }
 ARGOCD_HEALTH_BIN=$(test/tools/build-argocd-health.sh) || { log "argocd-health not built: its e2e tests will be skipped"; ARGOCD_HEALTH_BIN=""; }
-# Kueue v0.17.0, run out of cluster beside the suite's cluster so the Kueue e2e tests have a
+# Kueue v0.19.2, run out of cluster beside the suite's cluster so the Kueue e2e tests have a
 # real one (docs/kueue.md; cold: a Go build of ~4–11 min; warm: instant). Not built (no Go, no
 # module proxy) or LWS_CLUSTER_KUEUE=0: the cluster runs without it and those tests print one
 # SKIPPED line each.

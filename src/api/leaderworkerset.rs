@@ -75,10 +75,13 @@ pub const GROUP: &str = "leaderworkerset.x-k8s.io";
     )
 )]
 pub struct LeaderWorkerSetSpec {
-    /// Number of groups. Defaults to 1; the scale subresource writes it.
+    /// Number of groups, 0 to 1,000,000. Defaults to 1; the scale subresource writes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("default" = 1))]
-    #[x_kube(validation = Rule::new("self >= 0").message("replicas must be equal or greater than 0"))]
+    #[schemars(extend("default" = 1, "minimum" = 0, "maximum" = 1000000))]
+    #[x_kube(
+        validation = Rule::new("self >= 0").message("replicas must be equal or greater than 0"),
+        validation = Rule::new("self <= 1000000").message("replicas must be equal or less than 1000000")
+    )]
     pub replicas: Option<i32>,
 
     /// Templates of the leader and the workers of one group.

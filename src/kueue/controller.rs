@@ -28,8 +28,8 @@ use crate::{
     api::{
         LeaderWorkerSet,
         kueue::{
-            JOB_OWNER_NAME_ANNOTATION, MULTIKUEUE_ORIGIN_LABEL, MULTIKUEUE_ORIGIN_UID_ANNOTATION,
-            Workload,
+            JOB_OWNER_NAME_ANNOTATION, JOB_UID_LABEL, MULTIKUEUE_ORIGIN_LABEL,
+            MULTIKUEUE_ORIGIN_UID_ANNOTATION, Workload,
         },
     },
     k8s::{error::Category, events::Events, label_index::LabelIndex, watch::SharedCache},
@@ -38,6 +38,8 @@ use crate::{
 /// What woke the loop.
 enum Changed {
     Workload(ObjectRef<Workload>),
+    /// A MultiKueue copy (Kueue ≥ v0.19: without the `job-uid` label).
+    Copy(ObjectRef<Workload>),
     Lws(ObjectRef<LeaderWorkerSet>),
 }
 
@@ -45,10 +47,15 @@ enum Changed {
 pub fn run(
     client: kube::Client,
     workloads: &mut SharedCache<Workload>,
+    multikueue_copies: &mut SharedCache<Workload>,
     lws: &mut SharedCache<LeaderWorkerSet>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let current = workloads.store();
+    let copies = multikueue_copies.store();
+    let copy_changes = multikueue_copies
+        .subscribe()
+        .map(|w| Changed::Copy(ObjectRef::from_obj(w.as_ref())));
     let by_job_uid = workloads.index();
     let workload_changes = workloads
         .subscribe()
@@ -67,27 +74,38 @@ pub fn run(
     };
     async move {
         let changes = futures::stream::select(
-            workload_changes,
+            futures::stream::select(workload_changes, copy_changes),
             futures::stream::select(lws_changes, retries),
         );
         let mut changes = std::pin::pin!(changes.take_until(shutdown));
         while let Some(changed) = changes.next().await {
             // The change streams also carry deletions: act on what the caches still hold.
             match changed {
-                Changed::Workload(r) => {
-                    let Some(wl) = current.get(&r) else {
+                Changed::Workload(ref r) | Changed::Copy(ref r) => {
+                    // A copy with the `job-uid` label (Kueue < v0.19) is in both caches:
+                    // handled once, from the first.
+                    let from_copies = matches!(changed, Changed::Copy(_));
+                    let Some(wl) = current.get(r).or_else(|| copies.get(r)) else {
                         continue;
                     };
+                    if from_copies && wl.labels().contains_key(JOB_UID_LABEL) {
+                        continue;
+                    }
                     report(&events, &lws_store, &wl).await;
                     if let Some(lws) = copied_for(&lws_store, &wl) {
                         owners.ensure(&wl, &lws).await;
                     }
                 }
                 Changed::Lws(r) => {
-                    let (Some(lws), Some(index)) = (lws_store.get(&r), by_job_uid.as_ref()) else {
+                    let Some(lws) = lws_store.get(&r) else {
                         continue;
                     };
-                    for wl in copies_of(index, &lws) {
+                    let mut found = by_job_uid
+                        .as_ref()
+                        .map(|index| copies_of(index, &lws))
+                        .unwrap_or_default();
+                    found.extend(unlabelled_copies_of(&copies, &lws));
+                    for wl in found {
                         owners.ensure(&wl, &lws).await;
                     }
                 }
@@ -131,6 +149,26 @@ fn copies_of(index: &LabelIndex<Workload>, lws: &LeaderWorkerSet) -> Vec<std::sy
         (true, Some(uid), Some(ns)) => index.get(ns, uid),
         _ => Vec::new(),
     }
+}
+
+/// MultiKueue's copies without the `job-uid` label (Kueue ≥ v0.19) that name `lws` as their
+/// owner; [`plan::needs_owner`] tells this incarnation's by their names.
+fn unlabelled_copies_of(
+    copies: &Store<Workload>,
+    lws: &LeaderWorkerSet,
+) -> Vec<std::sync::Arc<Workload>> {
+    if !lws.labels().contains_key(MULTIKUEUE_ORIGIN_LABEL) {
+        return Vec::new();
+    }
+    copies
+        .state()
+        .into_iter()
+        .filter(|wl| {
+            !wl.labels().contains_key(JOB_UID_LABEL)
+                && wl.metadata.namespace == lws.metadata.namespace
+                && wl.annotations().get(JOB_OWNER_NAME_ANNOTATION) == Some(&lws.name_any())
+        })
+        .collect()
 }
 
 /// Writes the owner references [`plan::needs_owner`] asks for, retrying failed writes.

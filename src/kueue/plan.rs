@@ -7,8 +7,9 @@ use kube::ResourceExt;
 use crate::{
     api::{
         kueue::{
-            JOB_OWNER_GVK_ANNOTATION, JOB_OWNER_NAME_ANNOTATION, JOB_UID_LABEL, LWS_GVK,
-            MULTIKUEUE_ORIGIN_LABEL, MULTIKUEUE_ORIGIN_UID_ANNOTATION, Workload,
+            GROUP_INDEX_ANNOTATION, JOB_OWNER_GVK_ANNOTATION, JOB_OWNER_NAME_ANNOTATION,
+            JOB_UID_LABEL, LWS_GVK, MULTIKUEUE_ORIGIN_LABEL, MULTIKUEUE_ORIGIN_UID_ANNOTATION,
+            Workload,
         },
         leaderworkerset::LeaderWorkerSet,
     },
@@ -88,10 +89,39 @@ pub fn needs_owner(wl: &Workload, lws: &LeaderWorkerSet) -> bool {
         && wl.namespace() == lws.namespace()
         && annotation(JOB_OWNER_GVK_ANNOTATION) == Some(LWS_GVK)
         && annotation(JOB_OWNER_NAME_ANNOTATION) == Some(lws.name_any().as_str())
-        && wl.labels().get(JOB_UID_LABEL).is_some()
-        && wl.labels().get(JOB_UID_LABEL) == lws.annotations().get(MULTIKUEUE_ORIGIN_UID_ANNOTATION)
+        && lws
+            .annotations()
+            .get(MULTIKUEUE_ORIGIN_UID_ANNOTATION)
+            .is_some_and(|uid| copy_of_incarnation(wl, &lws.name_any(), uid))
         && lws.metadata.uid.is_some()
         && !owned_by(wl, lws)
+}
+
+/// Whether `wl` is the copy of a group Workload of the manager cluster's LWS `name` with uid
+/// `origin_uid`. Kueue v0.17 kept that uid in the copy's `job-uid` label; v0.19 drops the label
+/// from the copy (`cloneForCreate`), but the Workload's name still ends in Kueue's hash of the
+/// group (`<lws>-<index>`) and that uid (`GetWorkloadName`, the copy keeps the original's name).
+fn copy_of_incarnation(wl: &Workload, name: &str, origin_uid: &str) -> bool {
+    if let Some(uid) = wl.labels().get(JOB_UID_LABEL) {
+        return uid == origin_uid;
+    }
+    let Some(index) = wl.annotations().get(GROUP_INDEX_ANNOTATION) else {
+        return false;
+    };
+    wl.name_any()
+        .strip_suffix(&group_workload_hash(&format!("{name}-{index}"), origin_uid))
+        .is_some_and(|prefix| prefix.ends_with('-'))
+}
+
+/// The five hex digits Kueue ends a group Workload's name with: sha1 of the owner's kind,
+/// group, name (`<lws>-<index>`) and uid, one a line (`jobframework.getHash`).
+pub fn group_workload_hash(owner_name: &str, owner_uid: &str) -> String {
+    use sha1::{Digest, Sha1};
+    let digest = Sha1::digest(
+        format!("LeaderWorkerSet\nleaderworkerset.x-k8s.io\n{owner_name}\n{owner_uid}").as_bytes(),
+    );
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    hex[..5].to_string()
 }
 
 /// The owner reference [`needs_owner`] asks for: a plain one, as Kueue sets on the Workloads
@@ -178,6 +208,32 @@ mod tests {
         owned.metadata.owner_references.as_mut().unwrap().push(o);
         assert!(!needs_owner(&owned, &lws), "already owned");
         assert!(owned_by(&owned, &lws));
+    }
+
+    /// Kueue v0.19 drops the `job-uid` label from MultiKueue's copy: the copy is still known
+    /// by its name, whose hash is Kueue's of the group and the manager's LWS uid (the names and
+    /// uid of a real run: `leaderworkerset-vllm-0-861b5` for uid `b74fb036-…`).
+    #[test]
+    fn a_v019_copy_without_the_job_uid_is_known_by_its_name() {
+        let uid = "b74fb036-1f19-4fff-8d5c-09ac4538daf5";
+        assert_eq!(group_workload_hash("vllm-0", uid), "861b5");
+        assert_eq!(group_workload_hash("vllm-1", uid), "15ba4");
+        let (mut wl, mut lws) = worker_pair();
+        lws.annotations_mut()
+            .insert(MULTIKUEUE_ORIGIN_UID_ANNOTATION.into(), uid.into());
+        wl.labels_mut().remove(JOB_UID_LABEL);
+        for (name, index, adopted) in [
+            ("leaderworkerset-vllm-1-15ba4", "1", true),
+            // Another incarnation's (or group's) name, or a name that only ends alike.
+            ("leaderworkerset-vllm-1-861b5", "1", false),
+            ("leaderworkerset-vllm-0-15ba4", "0", false),
+            ("x15ba4", "1", false),
+        ] {
+            wl.metadata.name = Some(name.into());
+            wl.annotations_mut()
+                .insert(GROUP_INDEX_ANNOTATION.into(), index.into());
+            assert_eq!(needs_owner(&wl, &lws), adopted, "{name}");
+        }
     }
 
     #[test]

@@ -1,6 +1,6 @@
 //! The objects an LWS owns, built from its spec: the leader StatefulSet, the shared headless
 //! Service, ControllerRevisions, and one worker StatefulSet per group. Pure functions; names,
-//! labels, selectors and annotations are upstream LWS v0.8's.
+//! labels, selectors and annotations are upstream LWS v0.10's.
 
 use std::collections::BTreeMap;
 
@@ -136,6 +136,17 @@ fn merge_into(target: &mut Option<BTreeMap<String, String>>, extra: BTreeMap<Str
     target.get_or_insert_with(BTreeMap::new).extend(extra);
 }
 
+/// The LWS's own labels or annotations with ours on top (ours win on a shared key), as v0.10
+/// carries them onto the StatefulSets it makes (#896). `None` when both are empty.
+fn lws_metadata_and(
+    lws_metadata: Option<&BTreeMap<String, String>>,
+    ours: BTreeMap<String, String>,
+) -> Option<BTreeMap<String, String>> {
+    let mut merged = lws_metadata.cloned().unwrap_or_default();
+    merged.extend(ours);
+    (!merged.is_empty()).then_some(merged)
+}
+
 /// PVC templates as upstream copies them: name, accessModes, storageClassName, volumeMode and
 /// resources only.
 fn claim_templates(lws: &LeaderWorkerSet, namespace: &str) -> Option<Vec<PersistentVolumeClaim>> {
@@ -169,6 +180,13 @@ fn claim_templates(lws: &LeaderWorkerSet, namespace: &str) -> Option<Vec<Persist
     )
 }
 
+fn policy_type_name(policy_type: SubGroupPolicyType) -> &'static str {
+    match policy_type {
+        SubGroupPolicyType::LeaderWorker => "LeaderWorker",
+        SubGroupPolicyType::LeaderExcluded => "LeaderExcluded",
+    }
+}
+
 /// The leader StatefulSet `<lws>` for revision `key` at the given partition and replicas.
 ///
 /// `maxUnavailable` is `max(1, maxUnavailable + maxSurge)` scaled against replicas (upstream's
@@ -200,11 +218,10 @@ pub fn leader_statefulset(
     );
     let mut annotations = common_template_annotations(lws);
     if let Some(policy) = &ltpl.sub_group_policy {
-        let policy_type = match policy.type_.unwrap_or_default() {
-            SubGroupPolicyType::LeaderWorker => "LeaderWorker",
-            SubGroupPolicyType::LeaderExcluded => "LeaderExcluded",
-        };
-        annotations.insert(labels::SUBGROUP_POLICY_TYPE.into(), policy_type.into());
+        annotations.insert(
+            labels::SUBGROUP_POLICY_TYPE.into(),
+            policy_type_name(policy.type_.unwrap_or_default()).into(),
+        );
     }
     if subdomain_policy(lws) == SubdomainPolicy::UniquePerReplica {
         annotations.insert(labels::SUBDOMAIN_POLICY.into(), "UniquePerReplica".into());
@@ -215,11 +232,14 @@ pub fn leader_statefulset(
         metadata: ObjectMeta {
             name: Some(name.clone()),
             namespace: Some(namespace.clone()),
-            labels: Some(map([
-                (labels::NAME, name.clone()),
-                (labels::REVISION, key.into()),
-            ])),
-            annotations: Some(map([(labels::REPLICAS, replicas(lws).to_string())])),
+            labels: lws_metadata_and(
+                lws.metadata.labels.as_ref(),
+                map([(labels::NAME, name.clone()), (labels::REVISION, key.into())]),
+            ),
+            annotations: lws_metadata_and(
+                lws.metadata.annotations.as_ref(),
+                map([(labels::REPLICAS, replicas(lws).to_string())]),
+            ),
             owner_references: controller_ref(lws).map(|r| vec![r]),
             ..Default::default()
         },
@@ -368,6 +388,19 @@ pub fn worker_statefulset(
     let meta = template.metadata.get_or_insert_with(Default::default);
     merge_into(&mut meta.labels, pod_labels.clone());
     let mut annotations = common_template_annotations(lws);
+    // v0.10 (#945): workers learn their subgroup policy as the leader does.
+    if let Some(policy_type) = lws
+        .spec
+        .leader_worker_template
+        .sub_group_policy
+        .as_ref()
+        .and_then(|p| p.type_)
+    {
+        annotations.insert(
+            labels::SUBGROUP_POLICY_TYPE.into(),
+            policy_type_name(policy_type).into(),
+        );
+    }
     annotations.insert(labels::LEADER_NAME.into(), leader_name.clone());
     if leader.requests_tpus {
         annotations.insert(labels::LEADER_REQUESTS_TPUS.into(), "true".into());
@@ -387,7 +420,8 @@ pub fn worker_statefulset(
         metadata: ObjectMeta {
             name: Some(leader_name),
             namespace: Some(namespace.clone()),
-            labels: Some(pod_labels),
+            labels: lws_metadata_and(lws.metadata.labels.as_ref(), pod_labels),
+            annotations: lws.metadata.annotations.clone().filter(|a| !a.is_empty()),
             owner_references: controller_ref(leader).map(|r| vec![r]),
             ..Default::default()
         },
@@ -416,7 +450,7 @@ pub fn worker_statefulset(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
 
     pub(crate) fn lws(spec: serde_json::Value) -> LeaderWorkerSet {
         let mut lws: LeaderWorkerSet = serde_json::from_value(json!({
@@ -442,7 +476,11 @@ mod tests {
             v["metadata"]["labels"],
             json!({labels::NAME: "vllm", labels::REVISION: "abc"})
         );
-        assert_eq!(v["metadata"]["annotations"], json!({labels::REPLICAS: "3"}));
+        // The LWS's own annotation is carried over (v0.10, #896).
+        assert_eq!(
+            v["metadata"]["annotations"],
+            json!({labels::REPLICAS: "3", labels::EXCLUSIVE_TOPOLOGY: "topology.kubernetes.io/zone"})
+        );
         assert_eq!(
             v["metadata"]["ownerReferences"][0]["kind"],
             "LeaderWorkerSet"
@@ -469,6 +507,132 @@ mod tests {
             tpl["annotations"][labels::EXCLUSIVE_TOPOLOGY],
             "topology.kubernetes.io/zone"
         );
+    }
+
+    /// v0.10 (#896): the LWS's labels and annotations reach both StatefulSets, ours winning on
+    /// a shared key; the pod templates (and so the revision) are untouched by them.
+    #[test]
+    fn the_lws_metadata_is_carried_onto_both_statefulsets_table() {
+        let leader: CachedPod = serde_json::from_value(
+            json!({"metadata": {"name": "vllm-0", "namespace": "ns", "uid": "p-0"}}),
+        )
+        .unwrap();
+        let cases = [
+            // (LWS labels, LWS annotations, leader StS labels, leader StS annotations,
+            //  worker StS labels (beyond the group's own), worker StS annotations)
+            (
+                json!(null),
+                json!(null),
+                json!({labels::NAME: "vllm", labels::REVISION: "abc"}),
+                json!({labels::REPLICAS: "2"}),
+                json!({}),
+                Value::Null,
+            ),
+            (
+                json!({"team": "a"}),
+                json!({"note": "x"}),
+                json!({"team": "a", labels::NAME: "vllm", labels::REVISION: "abc"}),
+                json!({"note": "x", labels::REPLICAS: "2"}),
+                json!({"team": "a"}),
+                json!({"note": "x"}),
+            ),
+            // Ours win: a user's label or annotation with one of our keys is overwritten.
+            (
+                json!({labels::NAME: "other", labels::REVISION: "mine"}),
+                json!({labels::REPLICAS: "99"}),
+                json!({labels::NAME: "vllm", labels::REVISION: "abc"}),
+                json!({labels::REPLICAS: "2"}),
+                json!({}),
+                json!({labels::REPLICAS: "99"}),
+            ),
+        ];
+        for (
+            lws_labels,
+            lws_annotations,
+            sts_labels,
+            sts_annotations,
+            worker_extra,
+            worker_annotations,
+        ) in cases
+        {
+            let mut lws = lws(json!({"replicas": 2, "leaderWorkerTemplate": {"size": 3,
+                "workerTemplate": {"metadata": {"labels": {"app": "x"}}, "spec": {"containers": [{"name": "c"}]}}}}));
+            lws.metadata.labels = serde_json::from_value(lws_labels.clone()).unwrap();
+            lws.metadata.annotations = serde_json::from_value(lws_annotations.clone()).unwrap();
+            let sts = serde_json::to_value(leader_statefulset(&lws, "abc", 0, 2, 1)).unwrap();
+            assert_eq!(
+                sts["metadata"]["labels"], sts_labels,
+                "{lws_labels} {lws_annotations}"
+            );
+            assert_eq!(
+                sts["metadata"]["annotations"], sts_annotations,
+                "{lws_labels} {lws_annotations}"
+            );
+            assert_eq!(
+                sts["spec"]["template"]["metadata"]["labels"],
+                json!({"app": "x", labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+                "the LWS's labels stay off the pods"
+            );
+            let worker = serde_json::to_value(worker_statefulset(
+                &lws,
+                &leader,
+                0,
+                "abc",
+                PodTemplateSpec::default(),
+                None,
+            ))
+            .unwrap();
+            let mut want = json!({labels::NAME: "vllm", labels::GROUP_INDEX: "0",
+                labels::GROUP_KEY: group_key("ns", "vllm-0"), labels::REVISION: "abc"});
+            for (k, v) in worker_extra.as_object().unwrap() {
+                want[k] = v.clone();
+            }
+            assert_eq!(worker["metadata"]["labels"], want, "{lws_labels}");
+            assert_eq!(
+                worker["metadata"]["annotations"], worker_annotations,
+                "{lws_annotations}"
+            );
+        }
+    }
+
+    /// v0.10 (#945): the worker template names the subgroup policy, as the leader's does.
+    #[test]
+    fn workers_carry_the_subgroup_policy_type() {
+        let leader: CachedPod = serde_json::from_value(
+            json!({"metadata": {"name": "vllm-0", "namespace": "ns", "uid": "p-0"}}),
+        )
+        .unwrap();
+        for (policy, want) in [
+            (
+                json!({"subGroupSize": 2, "subGroupPolicyType": "LeaderExcluded"}),
+                json!("LeaderExcluded"),
+            ),
+            (
+                json!({"subGroupSize": 2, "subGroupPolicyType": "LeaderWorker"}),
+                json!("LeaderWorker"),
+            ),
+            (json!({"subGroupSize": 2}), Value::Null),
+            (json!(null), Value::Null),
+        ] {
+            let lws = lws(
+                json!({"leaderWorkerTemplate": {"size": 5, "subGroupPolicy": policy,
+                "workerTemplate": {"spec": {"containers": [{"name": "c"}]}}}}),
+            );
+            let worker = serde_json::to_value(worker_statefulset(
+                &lws,
+                &leader,
+                0,
+                "abc",
+                PodTemplateSpec::default(),
+                None,
+            ))
+            .unwrap();
+            assert_eq!(
+                worker["spec"]["template"]["metadata"]["annotations"][labels::SUBGROUP_POLICY_TYPE],
+                want,
+                "{policy}"
+            );
+        }
     }
 
     #[test]

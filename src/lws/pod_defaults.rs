@@ -301,12 +301,7 @@ pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
             .insert(labels::WORKER_INDEX.into(), index.to_string());
         if let Some(sgs) = subgroup_size.filter(|_| !has_subgroup_index(pod)) {
             let sgs = sgs.max(1);
-            // With size-1 divisible by the subgroup size the leader is an extra pod of subgroup 0.
-            let subgroup = if (size - 1) % sgs == 0 {
-                (index - 1) / sgs
-            } else {
-                index / sgs
-            };
+            let subgroup = worker_subgroup(size, sgs, index);
             let leader = annotations
                 .get(labels::LEADER_NAME)
                 .cloned()
@@ -347,6 +342,17 @@ fn join_gang(pod: &mut Pod, leader_index: Option<i32>) {
     spec.scheduling_group.get_or_insert(PodSchedulingGroup {
         pod_group_name: Some(name),
     });
+}
+
+/// The subgroup of worker `index`: with `size - 1` divisible by the subgroup size (and `size`
+/// not, v0.10's fix #918 for subgroups of 1) the leader is an extra pod of subgroup 0, else it
+/// counts as the first member of subgroup 0.
+fn worker_subgroup(size: i32, sgs: i32, index: i32) -> i32 {
+    if (size - 1) % sgs == 0 && size % sgs != 0 {
+        (index - 1) / sgs
+    } else {
+        index / sgs
+    }
 }
 
 const TPU: &str = "google.com/tpu";
@@ -430,12 +436,15 @@ fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefaultError> {
             })
         };
         let sgs = num(labels::SUBGROUP_SIZE, Some(sgs))?.max(1);
-        let subgroup = num(labels::SUBGROUP_INDEX, labels_.get(labels::SUBGROUP_INDEX))?;
+        let mut subgroup = num(labels::SUBGROUP_INDEX, labels_.get(labels::SUBGROUP_INDEX))?;
         let worker = num(labels::WORKER_INDEX, labels_.get(labels::WORKER_INDEX))?;
-        let worker_id = if leader_has_tpus {
-            worker % sgs
-        } else {
+        // Without TPUs on the leader the TPU hosts are the workers alone, numbered from worker
+        // 1 (v0.10, #918: the leader keeps id 0 and its own subgroup; v0.9 gave it id -1).
+        let worker_id = if worker != 0 && !leader_has_tpus {
+            subgroup = (worker - 1) / sgs;
             (worker - 1) % sgs
+        } else {
+            worker % sgs
         };
         let mut hosts: Vec<String> = Vec::new();
         let leader;
@@ -814,6 +823,35 @@ mod tests {
         );
     }
 
+    /// Upstream's `TestGetSubGroupIndex` cases (v0.10) and the subgroups of 1 it fixed (#918):
+    /// (size, subgroup size, worker index, subgroup).
+    #[test]
+    fn worker_subgroup_table() {
+        for (size, sgs, worker, want) in [
+            (4, 2, 2, 1),
+            (5, 2, 2, 0),
+            (5, 2, 1, 0),
+            (5, 2, 3, 1),
+            (4, 2, 1, 0),
+            (4, 2, 3, 1),
+            // Subgroups of 1: every pod is a subgroup of its own (v0.9 put worker 1 with the
+            // leader in subgroup 0 and every later worker one subgroup too low).
+            (3, 1, 1, 1),
+            (3, 1, 2, 2),
+            (2, 1, 1, 1),
+            // LeaderExcluded shapes (size - 1 divisible) are unchanged.
+            (4, 3, 1, 0),
+            (4, 3, 3, 0),
+            (7, 3, 4, 1),
+        ] {
+            assert_eq!(
+                worker_subgroup(size, sgs, worker),
+                want,
+                "size {size}, subgroups of {sgs}, worker {worker}"
+            );
+        }
+    }
+
     fn tpu_pod(
         name: &str,
         labels: serde_json::Value,
@@ -997,6 +1035,105 @@ mod tests {
         );
         assert_eq!(var(&sub, "TPU_WORKER_ID").as_deref(), Some("0"));
         assert_eq!(var(&sub, "TPU_NAME").as_deref(), Some("g-0"));
+    }
+
+    /// Upstream v0.10's `TestAddTPUVariablesSubGroup` cases for subgroups of 1 and the leader
+    /// (#918): (pod, worker index label, subgroup label, leader requests TPUs, subgroup size,
+    /// TPU_WORKER_ID, TPU_WORKER_HOSTNAMES).
+    #[test]
+    fn tpu_variables_with_subgroups_table() {
+        for (name, worker, subgroup, leader_tpus, sgs, id, hosts) in [
+            (
+                "test-sample-0",
+                "0",
+                "0",
+                false,
+                "1",
+                "0",
+                "test-sample-0.default",
+            ),
+            (
+                "test-sample-0",
+                "0",
+                "0",
+                false,
+                "2",
+                "0",
+                "test-sample-0.default,test-sample-0-1.default",
+            ),
+            (
+                "prefill-0-1",
+                "1",
+                "1",
+                true,
+                "1",
+                "0",
+                "prefill-0-1.default",
+            ),
+            (
+                "prefill-0-2",
+                "2",
+                "2",
+                true,
+                "1",
+                "0",
+                "prefill-0-2.default",
+            ),
+            (
+                "prefill-0-1",
+                "1",
+                "1",
+                false,
+                "1",
+                "0",
+                "prefill-0-1.default",
+            ),
+            (
+                "prefill-0-2",
+                "2",
+                "2",
+                false,
+                "1",
+                "0",
+                "prefill-0-2.default",
+            ),
+        ] {
+            let mut annotations = json!({labels::SIZE: "3", labels::SUBGROUP_SIZE: sgs});
+            if leader_tpus {
+                annotations[labels::LEADER_REQUESTS_TPUS] = json!("true");
+            }
+            let mut p = tpu_pod(
+                name,
+                json!({labels::NAME: "x", labels::WORKER_INDEX: worker, labels::SUBGROUP_INDEX: subgroup}),
+                annotations,
+                "default",
+            );
+            default_pod(&mut p).unwrap();
+            let case = format!("{name} leader TPUs {leader_tpus} subgroups of {sgs}");
+            assert_eq!(var(&p, "TPU_WORKER_ID").as_deref(), Some(id), "{case}");
+            assert_eq!(
+                var(&p, "TPU_WORKER_HOSTNAMES").as_deref(),
+                Some(hosts),
+                "{case}"
+            );
+            let leader = name.rsplit_once('-').map_or(name, |(l, _)| l);
+            let tpu_name = if worker == "0" { name } else { leader };
+            assert_eq!(var(&p, "TPU_NAME").as_deref(), Some(tpu_name), "{case}");
+        }
+        // A whole group of 3 with subgroups of 1, leader without TPUs, through the webhook's
+        // own subgroup labels: workers 1 and 2 each list only themselves, as id 0.
+        for n in [1, 2] {
+            let mut w = tpu_pod(
+                &format!("g-0-{n}"),
+                json!({labels::NAME: "g"}),
+                json!({labels::SIZE: "3", labels::SUBGROUP_SIZE: "1", labels::LEADER_NAME: "g-0"}),
+                "g",
+            );
+            default_pod(&mut w).unwrap();
+            assert_eq!(w.labels()[labels::SUBGROUP_INDEX], n.to_string());
+            assert_eq!(var(&w, "TPU_WORKER_ID").as_deref(), Some("0"));
+            assert_eq!(var(&w, "TPU_WORKER_HOSTNAMES"), Some(format!("g-0-{n}.g")));
+        }
     }
 
     #[test]

@@ -106,9 +106,9 @@ pub fn normal<K: Labelled>(obj: Arc<K>) -> Option<Trigger<ObjectRef<LeaderWorker
 }
 
 /// The LWS an owned object names in its `name` label (a pod's, packed, read through
-/// [`Labelled`]).
+/// [`Labelled`]). An empty name is no LWS's (v0.10, #957: such a StatefulSet is ignored).
 pub fn to_lws<K: Labelled>(obj: Arc<K>) -> Option<ObjectRef<LeaderWorkerSet>> {
-    let name = obj.label_value(labels::NAME)?;
+    let name = obj.label_value(labels::NAME).filter(|n| !n.is_empty())?;
     Some(ObjectRef::new(name).within(&obj.namespace()?))
 }
 
@@ -232,5 +232,24 @@ mod tests {
         );
         // Expired entries are dropped as new ones come.
         assert_eq!(leaders.urgent_at.len(), 2);
+    }
+
+    /// v0.10 (#957): only a StatefulSet naming an LWS wakes one; a StatefulSet with an empty
+    /// `name` label (our caches hold only those with the label) is ignored.
+    #[test]
+    fn only_an_object_naming_an_lws_maps_to_it() {
+        use k8s_openapi::api::apps::v1::StatefulSet;
+        let sts = |labels_: &[(&str, &str)]| {
+            Arc::new(StatefulSet {
+                metadata: meta("s", labels_),
+                ..Default::default()
+            })
+        };
+        assert_eq!(
+            to_lws(sts(&[(labels::NAME, "vllm")])),
+            Some(ObjectRef::new("vllm").within("ns"))
+        );
+        assert_eq!(to_lws(sts(&[(labels::NAME, "")])), None);
+        assert_eq!(to_lws(sts(&[("app", "vllm")])), None);
     }
 }

@@ -47,6 +47,9 @@ pub struct Caches {
     /// Kueue Workloads made for a job-like object (an LWS group's among them), indexed by that
     /// object's uid; empty on a cluster without Kueue (docs/kueue.md).
     pub workloads: SharedCache<Workload>,
+    /// MultiKueue's copies of Workloads on a worker cluster: Kueue ≥ v0.19 leaves the
+    /// `job-uid` label off them, so [`Caches::workloads`] does not hold them (docs/kueue.md).
+    pub multikueue_copies: SharedCache<Workload>,
     /// All DisaggregatedSets.
     pub disaggregated_sets: SharedCache<DisaggregatedSet>,
     /// Services that belong to a DisaggregatedSet.
@@ -102,6 +105,10 @@ impl Caches {
                 Config::default().labels(kueue::JOB_UID_LABEL),
             )
             .with_index(kueue::JOB_UID_LABEL),
+            multikueue_copies: SharedCache::new(
+                Api::all(client.clone()),
+                Config::default().labels(kueue::MULTIKUEUE_ORIGIN_LABEL),
+            ),
             disaggregated_sets: SharedCache::new(Api::all(client.clone()), Config::default()),
             set_services: SharedCache::new(
                 Api::all(client.clone()),
@@ -125,6 +132,8 @@ impl Caches {
         client: &Client,
         metrics: &Metrics,
     ) -> Vec<Pin<Box<dyn Future<Output = ()> + Send>>> {
+        let workloads = self.workloads.driver(metrics);
+        let multikueue_copies = self.multikueue_copies.driver(metrics);
         let mut drivers = vec![
             self.lws.driver(metrics),
             self.pods.driver(metrics),
@@ -133,7 +142,13 @@ impl Caches {
             self.revisions.driver(metrics),
             self.rollouts.driver(metrics),
             self.batch_releases.driver(metrics),
-            once_kueue_serves(client.clone(), self.workloads.driver(metrics)),
+            // Both Workload watches start together, after one check (and one log line).
+            once_kueue_serves(
+                client.clone(),
+                Box::pin(async move {
+                    futures::future::join(workloads, multikueue_copies).await;
+                }),
+            ),
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
         ];

@@ -295,6 +295,7 @@ async fn run_controllers(
     let kueue_waits = crate::kueue::controller::run(
         client_for_kueue,
         &mut caches.workloads,
+        &mut caches.multikueue_copies,
         &mut caches.lws,
         stopped(&stop_all),
     );

@@ -155,6 +155,11 @@ async fn leaderworkerset_invalid_objects_are_rejected_with_clear_messages() -> a
                 Some("replicas must be equal or greater than 0"),
             ),
             (
+                "replicas above a million (v0.10)",
+                |o| o["spec"]["replicas"] = json!(1_000_001),
+                Some("replicas must be equal or less than 1000000"),
+            ),
+            (
                 "maxUnavailable 0 and maxSurge 0",
                 |o| {
                     ruc(o, "maxUnavailable", json!(0));

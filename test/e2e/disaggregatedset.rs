@@ -477,6 +477,16 @@ async fn bad_disaggregatedsets_are_refused_at_admission_with_the_field_path() ->
                 msg.contains("spec.roles[0]") && msg.contains("partition"),
                 "{msg}"
             );
+            // v0.10 (#912): a role that could neither surge nor take a group down.
+            let mut stuck = pd("stuck", 1, 1, "a", false);
+            stuck["spec"]["roles"][1]["spec"]["rolloutStrategy"] = json!({"type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxSurge": 0, "maxUnavailable": 0}});
+            let msg = refused(stuck).await?;
+            assert!(
+                msg.contains("spec.roles[1].spec")
+                    && msg.contains("maxUnavailable must not be 0 when maxSurge is 0"),
+                "{msg}"
+            );
             let msg = refused(pd("zero", 0, 1, "a", false)).await?;
             assert!(
                 msg.contains("replicas must be zero for all roles or non-zero for all roles"),

@@ -1,4 +1,4 @@
-//! The LWS controller under a real Kueue (v0.17.0, its LeaderWorkerSet and pod integrations):
+//! The LWS controller under a real Kueue (v0.19.2, its LeaderWorkerSet and pod integrations):
 //! what Kueue's own e2e suite (`test/e2e/singlecluster/leaderworkerset_test.go`) expects of the
 //! upstream LWS controller, checked against ours. Every group of an LWS with a
 //! `kueue.x-k8s.io/queue-name` label is a Workload; its pods are created behind Kueue's
@@ -471,6 +471,47 @@ async fn kueue_recreate_group_on_pod_restart_with_gated_pods_body() -> anyhow::R
             }
             let all = pods_of(&ns, name).await?;
             assert_group_gated(&all, name, wait)?;
+            Ok(())
+        })
+        .await
+    })
+    .await
+}
+
+/// Kueue v0.19's `LWSImmutableGroupSize`: a group-size change of an LWS Kueue manages is refused
+/// where it is written (the user's apply), so no rolling update starts, no revision is made and
+/// every pod keeps running — a release can never be caught half-way by it (docs/kueue.md).
+#[test]
+fn kueue_refuses_a_group_size_change_before_anything_rolls() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(
+        kueue_refuses_a_group_size_change_before_anything_rolls_body,
+    )
+}
+
+async fn kueue_refuses_a_group_size_change_before_anything_rolls_body() -> anyhow::Result<()> {
+    if !kueue_or_skip("kueue_refuses_a_group_size_change_before_anything_rolls")? {
+        return Ok(());
+    }
+    with_ns("kueue-size", |ns| async move {
+        with_queues(&ns, 4, |_q| async {
+            crate::lws_support::apply(&ns, &queued_lws("sized", 2, 2, "vllm:1")).await?;
+            wait_for(&ns.api(), "sized", WAIT, available_with(2, 2)).await?;
+            let before = uids(&ns, "sized").await?;
+            let revisions = crate::lws_support::lws_revisions(&ns).await?;
+            match crate::lws_support::apply(&ns, &queued_lws("sized", 2, 3, "vllm:1")).await {
+                Err(e) if format!("{e:#}").contains("field is immutable") => {}
+                other => {
+                    bail!("a size change under Kueue: expected Kueue's refusal, got {other:?}")
+                }
+            }
+            let lws = ns.api::<LeaderWorkerSet>().get("sized").await?;
+            assert_eq!(lws.spec.leader_worker_template.size, Some(2));
+            assert_eq!(uids(&ns, "sized").await?, before, "no pod replaced");
+            assert_eq!(
+                crate::lws_support::lws_revisions(&ns).await?,
+                revisions,
+                "no revision made"
+            );
             Ok(())
         })
         .await

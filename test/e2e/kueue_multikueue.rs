@@ -284,19 +284,17 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
     // their owner, so replacing a group's pods (the release below) cannot let the garbage
     // collector take a Workload that nobody would make again (docs/kueue.md).
     let remote_uid = remote.metadata.uid.clone().unwrap_or_default();
-    wait_for_all(
-        &wns.api::<Workload>(),
-        &format!("kueue.x-k8s.io/job-uid={uid}"),
-        WAIT,
-        |w| {
-            w.len() == 2
-                && w.iter().all(|w| {
-                    w.metadata.owner_references.iter().flatten().any(|o| {
-                        o.kind == "LeaderWorkerSet" && o.uid == remote_uid && o.controller.is_none()
-                    })
+    // MultiKueue's copies on the worker: Kueue v0.19 leaves the manager's `job-uid` label off
+    // them (v0.17 kept it); they carry MultiKueue's origin label.
+    let copies = "kueue.x-k8s.io/multikueue-origin";
+    wait_for_all(&wns.api::<Workload>(), copies, WAIT, |w| {
+        w.len() == 2
+            && w.iter().all(|w| {
+                w.metadata.owner_references.iter().flatten().any(|o| {
+                    o.kind == "LeaderWorkerSet" && o.uid == remote_uid && o.controller.is_none()
                 })
-        },
-    )
+            })
+    })
     .await
     .context("the worker's group Workloads owned by the worker's LWS")?;
     let uids = |w: &[Workload]| {
@@ -306,7 +304,7 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
     };
     let worker_workloads = uids(
         &wns.api::<Workload>()
-            .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+            .list(&ListParams::default().labels(copies))
             .await?
             .items,
     );
@@ -388,7 +386,7 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
     // Every group was replaced, and its Workload on the worker is the same object throughout.
     let after = wns
         .api::<Workload>()
-        .list(&ListParams::default().labels(&format!("kueue.x-k8s.io/job-uid={uid}")))
+        .list(&ListParams::default().labels(copies))
         .await?
         .items;
     ensure!(

@@ -131,8 +131,8 @@ async fn subgroups_label_pods_for_leader_worker_and_leader_excluded() -> anyhow:
             ])
         );
 
-        // Annotations: size and subgroup size on both templates, the policy type on the
-        // leader's only (v0.8 does not copy it to workers).
+        // Annotations: size, subgroup size and (since v0.10, #945) the policy type on both
+        // templates.
         let leader = template_annotations(&ns, "ex").await?;
         assert_eq!(leader.get(SIZE).map(String::as_str), Some("5"));
         assert_eq!(leader.get(SUBGROUP_SIZE).map(String::as_str), Some("2"));
@@ -143,7 +143,10 @@ async fn subgroups_label_pods_for_leader_worker_and_leader_excluded() -> anyhow:
         let worker = template_annotations(&ns, "ex-1").await?;
         assert_eq!(worker.get(SUBGROUP_SIZE).map(String::as_str), Some("2"));
         assert_eq!(worker.get(LEADER_NAME).map(String::as_str), Some("ex-1"));
-        assert_eq!(worker.get(SUBGROUP_TYPE), None);
+        assert_eq!(
+            worker.get(SUBGROUP_TYPE).map(String::as_str),
+            Some("LeaderExcluded")
+        );
         assert_eq!(
             template_annotations(&ns, "lw")
                 .await?

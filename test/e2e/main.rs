@@ -32,6 +32,7 @@ mod lws_rolling;
 mod lws_services;
 mod lws_support;
 mod lws_v09;
+mod lws_v10;
 mod manager;
 mod markers;
 mod metrics;

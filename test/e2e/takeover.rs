@@ -1,4 +1,4 @@
-//! Migration from the upstream LWS controller (v0.9.0, `test/upstream/versions.env`): groups
+//! Migration from the upstream LWS controller (`test/upstream/versions.env`: v0.9.0, or v0.10.0): groups
 //! upstream built keep running, pod for pod, when our manager replaces it (the procedure
 //! docs/lws.md gives), and from then on our manager rolls them. In a cluster of its own, since
 //! upstream and our suite manager must never both own the same objects.
@@ -107,7 +107,7 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     upstream_script(cluster, "start.sh", &[]).await?;
     let lws: LeaderWorkerSet = serde_json::from_value(json!({
         "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-        "metadata": {"name": "mig"},
+        "metadata": {"name": "mig", "labels": {"team": "inference"}},
         "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3,
             "workerTemplate": {"spec": {"containers": [{"name": "model", "image": "vllm:1",
                 "env": [{"name": "MODEL", "value": "llama"}],
@@ -189,6 +189,19 @@ async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
         );
         assert_eq!(update_now, update, "StatefulSet {name} rolls nothing");
     }
+
+    // The LWS's labels are on its leader StatefulSet (v0.10's; put there by ours when the
+    // upstream was v0.9, with a metadata-only write that rolled nothing, as checked above).
+    let leader_sts = sts_api.get("mig").await?;
+    assert_eq!(
+        leader_sts
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get("team"))
+            .map(String::as_str),
+        Some("inference")
+    );
 
     // 4. From now on ours rolls the groups: an image change updates both, group by group.
     lws_api

@@ -168,6 +168,44 @@ fn revision_keys_are_byte_identical_to_upstream_lws() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Upstream v0.10.0's own code's revisions of every vector (`test/lwsref/v10/vectors.v10.jsonl`,
+/// checked in; `test/lwsref/v10/regen.sh` writes it) are byte for byte ours, key and data: a
+/// cluster run by v0.10.0 is taken over, and upgraded to, without a new revision.
+#[test]
+fn revision_keys_are_byte_identical_to_upstream_v10() -> anyhow::Result<()> {
+    let vectors_path = format!("{REF_DIR}/vectors.json");
+    let objects: Vec<Value> = serde_json::from_str(&std::fs::read_to_string(&vectors_path)?)?;
+    let v10: Vec<Value> = std::fs::read_to_string(format!("{REF_DIR}/v10/vectors.v10.jsonl"))?
+        .lines()
+        .map(serde_json::from_str)
+        .collect::<Result<_, _>>()?;
+    assert_eq!(
+        objects.len(),
+        v10.len(),
+        "vectors.v10.jsonl is stale: run test/lwsref/v10/regen.sh"
+    );
+    let mut mismatches = Vec::new();
+    for (object, reference) in objects.iter().zip(&v10) {
+        let name = reference["name"].as_str().context("name")?;
+        let raw = revision_data(&object["spec"]).with_context(|| format!("vector {name}"))?;
+        let key = revision_key(&raw);
+        if raw != reference["raw"] || key != reference["key"] {
+            mismatches.push(format!(
+                "{name}: key {key} vs v0.10.0 {}\n  ours:   {raw}\n  v0.10.0: {}",
+                reference["key"], reference["raw"]
+            ));
+        }
+    }
+    assert!(
+        mismatches.is_empty(),
+        "{} of {} vectors differ:\n{}",
+        mismatches.len(),
+        objects.len(),
+        mismatches.join("\n")
+    );
+    Ok(())
+}
+
 /// v0.8.0 wrote the revisions of clusters upgraded or taken over from it. For every vector its
 /// revision either is byte for byte ours, or (a template using a field v0.8's Kubernetes types
 /// did not know, which v0.8 dropped) both upstream v0.9.0 and we call it a different template.

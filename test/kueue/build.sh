@@ -12,8 +12,9 @@
 #   2. the cache ~/.cache/lws-rollout/kueue-<version>/ from an earlier build;
 #   3. a build through the Go module proxy of a wrapper module requiring only sigs.k8s.io/kueue
 #      (cold: ~4 min on 2 idle cores), so minimal version selection picks exactly the
-#      dependency versions Kueue pins. GONOSUMDB=sigs.k8s.io/kueue: the checksum database
-#      answers 404 for this module here; the wrapper's go.sum then pins what was downloaded.
+#      dependency versions Kueue pins. KUEUE_GONOSUMDB (versions.env) names the modules whose
+#      checksum-database lookup answers 404 here (none for v0.19.2); the wrapper's go.sum then
+#      pins what was downloaded.
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 . "$HERE/../cluster/lib.sh"
@@ -51,7 +52,7 @@ mkdir -p "$DIR"
 LOG="$DIR/build.log"
 : >"$LOG"
 log "building Kueue $KUEUE_VERSION into $OUT (log: $LOG; cold: ~4 min)"
-export GOTOOLCHAIN=local CGO_ENABLED=0 GONOSUMDB=sigs.k8s.io/kueue
+export GOTOOLCHAIN=local CGO_ENABLED=0 GONOSUMDB="${KUEUE_GONOSUMDB:-}"
 SRC="$DIR/src"
 mkdir -p "$SRC"
 printf 'module lws-rollout.local/kueue\n\ngo 1.25.0\n' >"$SRC/go.mod"

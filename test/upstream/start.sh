@@ -41,6 +41,15 @@ fi
 
 UPSTREAM=$("$HERE/build.sh")
 KUBECTL="$("$HERE/../cluster/build.sh")/kubectl"
+# v0.10's DisaggregatedSet controller watches DisaggregatedSetRoleScalers: without their CRD it
+# does not start. crds/ does not serve that kind yet, so upstream's own CRD is applied (build.sh
+# keeps upstream's CRDs beside the binary; a binary given by LWS_UPSTREAM_BIN has none).
+SCALER_CRD="$(dirname "$UPSTREAM")/crds/disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml"
+if [ -f "$SCALER_CRD" ]; then
+  KUBECONFIG="$KCFG" "$KUBECTL" apply --server-side -f "$SCALER_CRD" >/dev/null
+  KUBECONFIG="$KCFG" "$KUBECTL" wait --for condition=established --timeout=30s \
+    crd/disaggregatedsetrolescalers.disaggregatedset.x-k8s.io >/dev/null
+fi
 W="$STATE/lws-upstream"
 rm -rf "$W"
 mkdir -p "$W/certs" "$STATE/logs" "$STATE/pids"

@@ -514,15 +514,28 @@ fn a_held_lws_keeps_its_groups_on_the_stable_revision() {
         .lws
         .annotations_mut()
         .insert(labels::HELD_REVISION.into(), stable.clone());
+    let settled_spec = world.observed.leader_sts.as_ref().unwrap().spec.clone();
     let plan = world.plan();
     assert!(
         plan.revisions.is_empty(),
         "no revision for the held-back template"
     );
-    assert!(
-        plan.leader_sts.is_none(),
-        "no surge, no partition change: {:?}",
-        plan.leader_sts
+    // The hold annotation reaches the leader StatefulSet's metadata as every LWS annotation
+    // does (v0.10); its spec is as it was: no surge, no partition change.
+    let sts = &plan.leader_sts.as_ref().expect("the metadata write").object;
+    assert_eq!(sts.annotations()[labels::HELD_REVISION], stable);
+    let (spec, settled) = (sts.spec.as_ref().unwrap(), settled_spec.unwrap());
+    assert_eq!(spec.replicas, settled.replicas);
+    assert_eq!(spec.update_strategy, settled.update_strategy);
+    assert_eq!(
+        spec.template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap()[labels::REVISION],
+        stable
     );
     assert!(plan.restarts.is_empty() && plan.worker_sts.is_empty());
 }
@@ -1561,4 +1574,50 @@ fn a_remembered_revision_match_is_dropped_with_a_new_generation_or_revision_vers
     world.observed.remembered = wrong;
     world.lws.metadata.generation = Some(2);
     assert!(matched(world.plan()), "compared again");
+}
+
+/// v0.10 (#896): the LWS's labels and annotations go onto its leader StatefulSet. A cluster
+/// built before (by v0.9 or an earlier lws-rollout) gets them by one metadata write of the
+/// leader StatefulSet: same revision, partition and replicas, no group replaced, the worker
+/// StatefulSets (created once) left alone.
+#[test]
+fn the_lws_metadata_reaches_a_running_leader_statefulset_without_a_roll() {
+    let plain = lws_with("vllm", 2, 3, "img:1", json!({}));
+    let mut labelled = plain.clone();
+    labelled.metadata.labels = Some([("team".to_string(), "a".to_string())].into());
+    labelled.metadata.annotations = Some([("note".to_string(), "x".to_string())].into());
+    assert_eq!(
+        key_of(&labelled),
+        key_of(&plain),
+        "metadata is not part of the revision"
+    );
+
+    let mut world = World::settled(plain);
+    world.lws = labelled.clone();
+    let plan = world.plan();
+    assert_eq!(plan.blocked, None);
+    assert!(plan.revisions.is_empty(), "no new revision: {plan:#?}");
+    assert!(plan.restarts.is_empty() && plan.worker_sts.is_empty());
+    let sts = &plan.leader_sts.as_ref().expect("a metadata write").object;
+    assert_eq!(sts.labels()["team"], "a");
+    assert_eq!(sts.labels()[labels::REVISION], key_of(&labelled));
+    assert_eq!(sts.annotations()["note"], "x");
+    assert_eq!(sts.annotations()[labels::REPLICAS], "2");
+    let spec = sts.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(2));
+    assert_eq!(
+        spec.update_strategy
+            .as_ref()
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition),
+        Some(0)
+    );
+    assert!(
+        plan.events.is_empty() && plan.leader_sts.as_ref().unwrap().on_success.is_empty(),
+        "a metadata write is no rolling-update step"
+    );
+
+    // Once written, nothing more to do.
+    let plan = World::settled(labelled).plan();
+    assert!(plan.leader_sts.is_none() && plan.revisions.is_empty());
 }
