@@ -47,6 +47,9 @@ until "$KUBECTL" -n demo get serviceaccount default >/dev/null 2>&1; do
   sleep 0.2
 done
 "$KUBECTL" -n demo apply --server-side -f examples/lws-vllm.yaml -f examples/rollout-canary-gateway.yaml
+# The example's route names the user's Gateway; here it goes through the local cluster's one.
+"$KUBECTL" -n demo patch httproute vllm --type=merge \
+  -p '{"spec":{"parentRefs":[{"name":"lws-rollout","namespace":"default"}]}}' >/dev/null
 
 # The manager runs in the background of this script so it can show the example answering
 # through the proxy; Ctrl-C (or the end of this script) stops it, then the cluster.

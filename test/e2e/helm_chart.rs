@@ -143,6 +143,113 @@ fn the_chart_renders_a_non_root_manager_with_its_names_passed_by_flag() -> anyho
     Ok(())
 }
 
+/// The rendered Deployment's pod spec and the PodDisruptionBudget, if any.
+fn pod_and_budget(
+    values: &[&str],
+) -> anyhow::Result<(serde_json::Value, Option<serde_json::Value>)> {
+    let docs = render("lws-system", values)?;
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .context("a Deployment")?;
+    let budget = docs.iter().find(|d| d["kind"] == "PodDisruptionBudget");
+    Ok((deployment["spec"]["template"].clone(), budget.cloned()))
+}
+
+#[test]
+fn the_chart_takes_pull_secrets_flags_env_annotations_and_a_priority_class() -> anyhow::Result<()> {
+    let (pod, _) = pod_and_budget(&[
+        "imagePullSecrets[0].name=my-registry",
+        "extraArgs[0]=--log-thing=1",
+        "env[0].name=EXTRA",
+        "env[0].value=yes",
+        "podAnnotations.team=inference",
+        "priorityClassName=system-cluster-critical",
+        "topologySpreadConstraints[0].maxSkew=1",
+        "topologySpreadConstraints[0].topologyKey=topology.kubernetes.io/zone",
+        "topologySpreadConstraints[0].whenUnsatisfiable=ScheduleAnyway",
+    ])?;
+    let spec = &pod["spec"];
+    assert_eq!(
+        spec["imagePullSecrets"],
+        serde_json::json!([{"name": "my-registry"}])
+    );
+    assert_eq!(spec["priorityClassName"], "system-cluster-critical");
+    assert_eq!(
+        spec["topologySpreadConstraints"][0]["topologyKey"],
+        "topology.kubernetes.io/zone"
+    );
+    let container = &spec["containers"][0];
+    let args = container["args"].as_array().context("args")?;
+    assert_eq!(
+        args.last(),
+        Some(&serde_json::json!("--log-thing=1")),
+        "after the chart's own flags"
+    );
+    let env = container["env"].as_array().context("env")?;
+    assert!(
+        env.iter()
+            .any(|e| e["name"] == "EXTRA" && e["value"] == "yes"),
+        "{env:?}"
+    );
+    assert!(
+        env.iter().any(|e| e["name"] == "POD_NAMESPACE"),
+        "the chart's own env kept: {env:?}"
+    );
+    let annotations = &pod["metadata"]["annotations"];
+    assert_eq!(annotations["team"], "inference");
+    assert_eq!(
+        annotations["prometheus.io/path"], "/metrics",
+        "the scrape annotations kept"
+    );
+    Ok(())
+}
+
+#[test]
+fn two_replicas_get_a_disruption_budget_and_spread_over_nodes_one_gets_neither()
+-> anyhow::Result<()> {
+    let (pod, budget) = pod_and_budget(&[])?;
+    let budget = budget.context("a PodDisruptionBudget for the default 2 replicas")?;
+    assert_eq!(budget["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        budget["spec"]["selector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "lws-rollout"
+    );
+    let term = &pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+        [0];
+    assert_eq!(
+        term["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert_eq!(
+        term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/instance"],
+        "lws-rollout"
+    );
+
+    let (pod, budget) = pod_and_budget(&["replicas=1"])?;
+    assert!(
+        budget.is_none(),
+        "one replica: a budget would block every drain"
+    );
+    assert!(
+        pod["spec"]["affinity"].is_null(),
+        "{}",
+        pod["spec"]["affinity"]
+    );
+
+    let (pod, _) = pod_and_budget(&[
+        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+    ])?;
+    assert!(
+        pod["spec"]["affinity"]["podAntiAffinity"].is_null(),
+        "a user's affinity replaces the default: {}",
+        pod["spec"]["affinity"]
+    );
+    let (_, budget) = pod_and_budget(&["podDisruptionBudget.enabled=false"])?;
+    assert!(budget.is_none());
+    Ok(())
+}
+
 #[tokio::test]
 async fn bad_values_fail_with_helms_own_validation_and_install_nothing() -> anyhow::Result<()> {
     with_ns("helm-bad", |ns| async move {
@@ -151,6 +258,8 @@ async fn bad_values_fail_with_helms_own_validation_and_install_nothing() -> anyh
             ("logFormat=xml", "/logFormat"),
             ("healthPort=70000", "/healthPort"),
             ("replica=2", "additional properties"),
+            ("imagePullSecret[0].name=reg", "additional properties"),
+            ("podDisruptionBudget.enable=false", "/podDisruptionBudget"),
         ] {
             let out = helm(&[
                 "install",
