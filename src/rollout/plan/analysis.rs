@@ -346,6 +346,22 @@ pub fn needs_person(d: &Draft<'_>, index: i32) -> Option<String> {
 /// Says in the status (and once in an Event) why the analysis cannot start.
 fn waiting(d: &mut Draft<'_>, index: i32, steps: usize, why: String) {
     let msg = format!("Rollout is in step({index}/{steps}), waiting for its analysis: {why}");
+    say(d, msg, &why);
+}
+
+/// The step's analysis was inconclusive or could not read its metrics: the step waits for
+/// approval (`kubectl-kruise rollout approve`), saying why, with one Warning Event.
+pub fn paused(d: &mut Draft<'_>, index: i32, steps: usize, why: &str) {
+    let msg = format!(
+        "Rollout is in step({index}/{steps}), paused by its analysis: {why}; approve to go on \
+         (kubectl-kruise rollout approve), or roll back"
+    );
+    say(d, msg, why);
+}
+
+/// `msg` as the Rollout's message, with a Warning Event saying `why` only when the stored
+/// message differs (a repeat reconcile publishes nothing).
+fn say(d: &mut Draft<'_>, msg: String, why: &str) {
     let stored = d
         .obs
         .rollout

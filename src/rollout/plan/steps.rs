@@ -290,7 +290,7 @@ pub fn run_canary(d: &mut Draft<'_>) -> bool {
                     return false;
                 }
                 StepVerdict::NeedsPerson(why) => {
-                    paused_for_analysis(d, index, n, &why);
+                    analysis::paused(d, index, n, &why);
                     status::canary(d.status()).common.current_step_state = StepState::StepPaused;
                     return false;
                 }
@@ -433,7 +433,7 @@ fn missed_deadline(
 /// canary step with `replicas: "100%"` does not pause (Kruise; a blue-green one does).
 fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) -> bool {
     if let Some(why) = d.background_hold.clone() {
-        paused_for_analysis(d, index, steps, &why);
+        analysis::paused(d, index, steps, &why);
         return false;
     }
     let last = usize::try_from(index).is_ok_and(|i| i == steps);
@@ -445,7 +445,7 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
     }
     let now = d.now;
     if let Some(why) = analysis::needs_person(d, index) {
-        paused_for_analysis(d, index, steps, &why);
+        analysis::paused(d, index, steps, &why);
         return false;
     }
     let Some(seconds) = step.pause.as_ref().and_then(|p| p.duration) else {
@@ -465,24 +465,4 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
         }
         None => true,
     }
-}
-
-/// The step's analysis was inconclusive or could not read its metrics: the step waits for
-/// approval (`kubectl-kruise rollout approve`), saying why, with one Warning Event.
-fn paused_for_analysis(d: &mut Draft<'_>, index: i32, steps: usize, why: &str) {
-    let msg = format!(
-        "Rollout is in step({index}/{steps}), paused by its analysis: {why}; approve to go on \
-         (kubectl-kruise rollout approve), or roll back"
-    );
-    let stored = d
-        .obs
-        .rollout
-        .status
-        .as_ref()
-        .and_then(|s| s.message.as_deref());
-    if stored != Some(msg.as_str()) {
-        d.event(EventSpec::warning(event::ANALYSIS_WAITING, why));
-    }
-    let now = d.now;
-    status::progressing_message(d.status(), msg, now);
 }
