@@ -4,8 +4,7 @@
 //!
 //! Why our own stack: kube-rs builds an HTTP/1.1-only client, so every request in flight holds
 //! a TLS connection of its own, and its pool keeps them all for 90 s: under a burst the manager
-//! holds dozens of connections, each with its TLS and read buffers (measured in
-//! docs/performance.md). client-go speaks
+//! holds dozens of connections, each with its TLS and read buffers. client-go speaks
 //! HTTP/2: one connection, every request and watch a stream on it. The same here, through
 //! kube-rs's own layers (base URI, authentication, headers, server retries), with only the
 //! connector and the hyper client built by us. A server that does not offer h2 in ALPN gets

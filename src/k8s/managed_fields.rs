@@ -4,8 +4,8 @@
 //! manager set which field), yet every object the API server sends carries them — every watch
 //! event, list item and answer to a write, and every object an admission review holds. Their
 //! `fieldsV1` are trees of short keys that serde decodes into `serde_json::Value` maps: a
-//! B-tree node and a string per key, allocated and freed for nothing (where the manager's
-//! allocations went in the benchmark's S1, docs/performance.md, "Latest: issue 25, session 25").
+//! B-tree node and a string per key, allocated and freed for nothing (a large share of the manager's
+//! allocations in the benchmark).
 //! Dropping them after decoding (as the caches also do) saves the memory, not that work.
 //!
 //! How: the text `"managedFields":[` right after a `{` or `,` can only be an object's key

@@ -1,8 +1,7 @@
 //! Labels or annotations as the pod cache keeps them: every key and value packed into one
 //! string, in key order. A `BTreeMap<String, String>` costs a 540-byte node and two heap
 //! strings per entry; a cached pod has two such maps (a dozen labels, a few annotations), and
-//! with a thousand pods they were the largest part of the manager's heap (docs/performance.md,
-//! issue 25, session 23). Packed, a map is two allocations whatever its size, and decoding it
+//! with a thousand pods they were the largest part of the manager's heap. Packed, a map is two allocations whatever its size, and decoding it
 //! from the watch's JSON allocates nothing else.
 
 use std::{collections::BTreeMap, fmt};

@@ -289,7 +289,7 @@ where
 ///
 /// Why not kube's default (0.8 s doubling to 30 s): a watch is how the manager learns that
 /// the API server is back, and a wait drawn at 3–6 s in the fifth second of an outage was most
-/// of the seconds a release stood still after it (traced in docs/performance.md, recovery). A
+/// of the seconds a release stood still after it. A
 /// manager has a dozen watches, so [`RETRY_MAX`] costs an API server that is down a few
 /// requests a second at most.
 #[derive(Default)]

@@ -63,11 +63,11 @@ pub struct Caches<'a> {
 /// of dozens (the benchmark's CPU figure), and the first event — a new leader pod, say — is
 /// acted on without waiting for the burst to end. The length trades CPU against latency: a
 /// shorter window cost markedly more CPU for little latency, a longer one saved no more CPU
-/// (the measurements are in docs/performance.md).
+/// (the benchmark measures both).
 const RECONCILE_WINDOW: Duration = Duration::from_millis(200);
 
-/// The window, or `LWS_ROLLOUT_RECONCILE_WINDOW_MS` (a tuning knob measured by the
-/// benchmark: docs/performance.md).
+/// The window, or `LWS_ROLLOUT_RECONCILE_WINDOW_MS` (a tuning knob for the
+/// benchmark, test/bench).
 fn reconcile_window() -> Duration {
     std::env::var("LWS_ROLLOUT_RECONCILE_WINDOW_MS")
         .ok()
@@ -80,8 +80,8 @@ fn reconcile_window() -> Duration {
 /// followed within the same second saturated a small control plane: the API server closed the
 /// watches it could not feed (every client's, not only ours), and groups waited for the late
 /// events. Bounded, the same LWS come up over a few seconds instead of one, and a new leader's
-/// workers do not wait for the bound: the leader lane runs beside it. The measurement is in
-/// docs/performance.md (issue 25, session 26).
+/// workers do not wait for the bound: the leader lane runs beside it. The benchmark's S1 measures
+/// it.
 const RECONCILE_CONCURRENCY: u16 = 8;
 
 /// The bound, or `LWS_ROLLOUT_LWS_CONCURRENCY` (0: unbounded).

@@ -87,7 +87,7 @@ impl Before {
 
 /// One RFC 6902 operation of the admission patch, its value borrowed from the defaulted pod
 /// and encoded straight from it (no JSON tree of either pod is built: the webhook's largest
-/// share of allocations, docs/performance.md, issue 25, session 28).
+/// share of allocations).
 #[derive(Debug, Serialize)]
 pub struct PatchOp<'a> {
     op: &'static str,

@@ -356,8 +356,7 @@ async fn run_controllers(
 /// Runs `futures` together until every one has finished, polling only those that were woken.
 /// Joined (`join_all`, `join5`), every wake-up of any of them — each watch event, each
 /// reconcile's reply — polled all fifteen drivers and controllers, each down to its HTTP/2
-/// stream, a share of the manager's CPU the benchmark's profile shows (docs/performance.md,
-/// issue 25, session 18).
+/// stream, a share of the manager's CPU the benchmark's profile shows.
 async fn run_all(futures: Vec<futures::future::BoxFuture<'static, ()>>) {
     let mut running: futures::stream::FuturesUnordered<_> = futures.into_iter().collect();
     while running.next().await.is_some() {}
