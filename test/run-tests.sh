@@ -13,9 +13,12 @@ START=$SECONDS
 
 # 1. Control-plane binaries (cold: a Go build of ~7 min; warm: instant).
 BIN=$(test/cluster/build.sh)
-# The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
+# The upstream LWS manager (test/upstream/versions.env), for the e2e tests that run it (cold: a Go build of a few
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# Upstream's own code as the reference for revision keys (test/lwsref; shares the Go module and
+# build caches with the line above).
+LWSREF_BIN=$(test/upstream/build-lwsref.sh)
 # Outside tools the Rollout e2e tests run: Kruise's kubectl-kruise and Argo CD's health check
 # (Go builds of a few minutes cold). A tool that cannot be built here (no Go, no module proxy)
 # leaves its variable empty, and its tests print one SKIPPED line instead of running.
@@ -95,7 +98,7 @@ log "running unit and e2e tests"
 export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
   LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_BIN="$MANAGER_BIN" \
-  LWS_E2E_QEMU_AARCH64="$QEMU_AARCH64" \
+  LWS_E2E_QEMU_AARCH64="$QEMU_AARCH64" LWS_E2E_LWSREF_BIN="$LWSREF_BIN" \
   LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
   LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"

@@ -1,5 +1,8 @@
 //! How every controller reads a pod: the pod as the caches keep it ([`CachedPod`]) and one
 //! definition of "ready".
+//!
+//! What kube lacks (kube 4.2.0, https://docs.rs/kube-runtime/4.2.0): a reflector of a projection
+//! of an object; delete [`CachedPod`] when its stores can keep a partial type decoded from a watch.
 
 use std::{
     borrow::Cow,

@@ -12,11 +12,19 @@ use serde_json::{Value, json};
 
 const REF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test/lwsref");
 
-/// Builds the reference tool once per test run (cold: downloads and compiles the LWS module).
+/// Set by test/run-tests.sh: the reference tool, built with the other tools before the suite
+/// (test/upstream/build-lwsref.sh), so no test waits on a Go build.
+pub const LWSREF_ENV: &str = "LWS_E2E_LWSREF_BIN";
+
+/// The reference tool: the one test/run-tests.sh built, or built once per test run here when the
+/// suite runs by hand (cold: downloads and compiles the LWS module).
 pub fn lwsref() -> anyhow::Result<PathBuf> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BUILT
-        .get_or_init(|| build_tool(REF_DIR, "lwsref"))
+        .get_or_init(|| match std::env::var_os(LWSREF_ENV) {
+            Some(path) => Ok(PathBuf::from(path)),
+            None => build_tool(REF_DIR, "lwsref"),
+        })
         .clone()
         .map_err(anyhow::Error::msg)
 }
