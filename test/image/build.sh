@@ -45,7 +45,8 @@ base_layer() {
   deb_unpack "$WORK/$arch/debs" "$libc" "$libgcc"
   mkdir -p "$root/etc" "$root/tmp" "$root/home/nonroot"
   # Libraries and the dynamic loader only (no documentation, locales or charset modules).
-  (cd "$WORK/$arch/debs" && find lib lib64 usr/lib -maxdepth 2 \( -type f -o -type l \) -name '*.so*' 2>/dev/null) \
+  # (arm64's packages have no lib64/: find's complaint about it is no failure.)
+  (cd "$WORK/$arch/debs" && { find lib lib64 usr/lib -maxdepth 2 \( -type f -o -type l \) -name '*.so*' 2>/dev/null || true; }) \
     | while read -r f; do mkdir -p "$root/$(dirname "$f")"; cp -a "$WORK/$arch/debs/$f" "$root/$f"; done
   printf 'root:x:0:0:root:/root:/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/sbin/nologin\nnonroot:x:65532:65532:nonroot:/home/nonroot:/sbin/nologin\n' >"$root/etc/passwd"
   printf 'root:x:0:\nnobody:x:65534:\nnonroot:x:65532:\n' >"$root/etc/group"
