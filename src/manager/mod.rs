@@ -42,6 +42,9 @@ pub struct WebhookConfig {
     pub reach: WebhookReach,
     /// Name of the Mutating- and ValidatingWebhookConfiguration.
     pub configuration_name: String,
+    /// The ClusterRole that owns them, so they go when it goes (the Helm chart's own, deleted
+    /// by `helm uninstall`); none: they stay until deleted by hand.
+    pub configuration_owner: Option<String>,
     /// Namespace of the Secret that shares the certificate between replicas.
     pub secret_namespace: String,
     /// Name of that Secret.
@@ -469,6 +472,7 @@ async fn start_webhook(
         &cfg.configuration_name,
         &endpoint,
         &bundle.ca_cert_pem,
+        cfg.configuration_owner.as_deref(),
     )
     .await?;
     info!(port, configuration = %cfg.configuration_name, "webhooks serving and registered");
@@ -479,6 +483,7 @@ async fn start_webhook(
             name: cfg.secret_name.clone(),
             hosts,
             configuration_name: cfg.configuration_name.clone(),
+            configuration_owner: cfg.configuration_owner.clone(),
             endpoint,
         },
         bundle,

@@ -59,6 +59,7 @@ mod takeover;
 mod traffic;
 mod traffic_driver;
 mod traffic_plan;
+mod uninstall;
 mod upstream;
 mod upstream_reference;
 mod webhook_cert;
