@@ -42,6 +42,7 @@ mod rbac;
 mod rollout_admission;
 mod rollout_analysis;
 mod rollout_argocd;
+mod rollout_argocd_actions;
 mod rollout_bluegreen;
 mod rollout_bluegreen_crash;
 mod rollout_canary;
