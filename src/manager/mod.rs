@@ -251,6 +251,13 @@ async fn run_controllers(
         );
     }
     let mut caches = caches::Caches::new(&client, analysis, pod_groups_served);
+    // The per-Rollout series come from this term's caches, and only while it lasts.
+    metrics.set_release_view(Some(std::sync::Arc::new(
+        crate::rollout::metrics::CachedReleases {
+            rollouts: caches.rollouts.store(),
+            runs: caches.analysis.as_ref().map(|a| a.runs.store()),
+        },
+    )));
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -354,6 +361,7 @@ async fn run_controllers(
         _ = drivers => {},
         _ = stop => {},
     }
+    metrics.set_release_view(None);
 }
 
 /// Runs `futures` together until every one has finished, polling only those that were woken.
