@@ -148,12 +148,17 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
             manager.log_tail()
         )
     })?;
-    let v = validating.get(RELEASE).await?;
-    ensure!(
-        owned_by_role(v.metadata.owner_references.as_ref()),
-        "the validating configuration is owned by the ClusterRole: {:?}",
-        v.metadata.owner_references
-    );
+    // Applied right after the mutating one.
+    wait_for(
+        &validating,
+        RELEASE,
+        WAIT,
+        |v: Option<&ValidatingWebhookConfiguration>| {
+            v.is_some_and(|v| owned_by_role(v.metadata.owner_references.as_ref()))
+        },
+    )
+    .await
+    .context("the validating configuration, owned")?;
 
     // A canary release paused at its first step: one canary group, the stable LWS held.
     let ns = cluster.namespace("uninstall").await?;
