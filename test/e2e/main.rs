@@ -37,6 +37,7 @@ mod manager;
 mod markers;
 mod metrics;
 mod metrics_pipeline;
+mod metrics_rollouts;
 mod partition;
 mod rbac;
 mod rollout_admission;
