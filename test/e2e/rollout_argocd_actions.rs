@@ -286,10 +286,21 @@ async fn actions_move_the_release_as_kubectl_kruise(style: &'static str) -> anyh
         argo.run(&ns, "approve").await?;
         paused_at(&ns, 2).await?;
         argo.run(&ns, "approve").await?;
-        wait_rollout(&ns, NAME, "released", |r: &Rollout| {
-            phase_of(r) == "Healthy" && at(r).1 == "Completed"
-        })
+        let released = |r: &Rollout| phase_of(r) == "Healthy" && at(r).1 == "Completed";
+        let r = wait_rollout(
+            &ns,
+            NAME,
+            "released, or paused at the last step",
+            move |r| released(r) || at(r) == (3, "StepPaused".into()),
+        )
         .await?;
+        if !released(&r) {
+            // Blue-green waits for approval at its last step too (a step without `pause`),
+            // as Kruise's blue-green does before it switches everything over.
+            ensure!(style == "blue-green", "{style} paused at its last step");
+            argo.run(&ns, "approve").await?;
+        }
+        wait_rollout(&ns, NAME, "released", released).await?;
         offers(
             &argo.offered(&ns).await?,
             &[

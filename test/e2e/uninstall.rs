@@ -254,8 +254,14 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     );
     run_documented(cluster, &documented_finalizer_command()?).await?;
     gone(&rollouts, STABLE).await?;
+    // The canary LWS may already be going: the garbage collector takes what the deleted
+    // Rollout's release owned.
     for name in [STABLE, canary_name.as_str()] {
-        lws_api.delete(name, &DeleteParams::foreground()).await?;
+        match lws_api.delete(name, &DeleteParams::foreground()).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(e)) if e.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
         gone(&lws_api, name).await?;
     }
     let left = ns
