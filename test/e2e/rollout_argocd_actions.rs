@@ -22,7 +22,7 @@ use crate::{
     harness::{TestNs, with_ns},
     lws_argocd::{argocd_cm_from_docs, argocd_tool},
     lws_support::{apply, create_available, lws},
-    rollout_support::common,
+    rollout_support::{common, on_big_stack},
     rollout_tools::{KRUISE_BIN_ENV, create_rollout, phase_of, run_ok, tool, wait_rollout},
 };
 
@@ -315,17 +315,17 @@ async fn actions_move_the_release_as_kubectl_kruise(style: &'static str) -> anyh
     .await
 }
 
-#[tokio::test]
-async fn argocd_actions_drive_a_canary_release_as_kubectl_kruise() -> anyhow::Result<()> {
-    actions_move_the_release_as_kubectl_kruise("canary").await
+#[test]
+fn argocd_actions_drive_a_canary_release_as_kubectl_kruise() -> anyhow::Result<()> {
+    on_big_stack(|| actions_move_the_release_as_kubectl_kruise("canary"))
 }
 
-#[tokio::test]
-async fn argocd_actions_drive_a_partition_release_as_kubectl_kruise() -> anyhow::Result<()> {
-    actions_move_the_release_as_kubectl_kruise("partition").await
+#[test]
+fn argocd_actions_drive_a_partition_release_as_kubectl_kruise() -> anyhow::Result<()> {
+    on_big_stack(|| actions_move_the_release_as_kubectl_kruise("partition"))
 }
 
-#[tokio::test]
-async fn argocd_actions_drive_a_blue_green_release_as_kubectl_kruise() -> anyhow::Result<()> {
-    actions_move_the_release_as_kubectl_kruise("blue-green").await
+#[test]
+fn argocd_actions_drive_a_blue_green_release_as_kubectl_kruise() -> anyhow::Result<()> {
+    on_big_stack(|| actions_move_the_release_as_kubectl_kruise("blue-green"))
 }

@@ -23,7 +23,7 @@ use kube::{
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 use serde_json::json;
 
-use crate::harness::wait_for;
+use crate::harness::{eventually, wait_for};
 use crate::isolated::{IsolatedCluster, ManagerProcess, repo};
 use crate::lws_support::{NAME, create_available, pod_ready, pods_of, uids};
 use crate::rollout_support::*;
@@ -264,18 +264,22 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
         }
         gone(&lws_api, name).await?;
     }
-    let left = ns
-        .api::<StatefulSet>()
-        .list(&ListParams::default())
-        .await?
-        .items;
-    ensure!(
-        left.is_empty(),
-        "the LWSs' StatefulSets went with them: {:?}",
-        left.iter()
-            .map(|s| s.metadata.name.clone())
-            .collect::<Vec<_>>()
-    );
+    // The garbage collector deletes the StatefulSets once their LWS is gone.
+    let statefulsets = ns.api::<StatefulSet>();
+    eventually(WAIT, "the LWSs' StatefulSets gone with them", || {
+        let statefulsets = statefulsets.clone();
+        async move {
+            let left: Vec<_> = statefulsets
+                .list(&ListParams::default())
+                .await?
+                .items
+                .into_iter()
+                .filter_map(|s| s.metadata.name)
+                .collect();
+            Ok((left.is_empty(), left))
+        }
+    })
+    .await?;
     Ok(())
 }
 
