@@ -33,6 +33,11 @@ struct Args {
         default_value = "lws-rollout"
     )]
     webhook_configuration: String,
+    /// ClusterRole that owns the webhook configurations, so the garbage collector deletes them
+    /// with it (the Helm chart passes its own: `helm uninstall` then leaves no webhook behind).
+    /// Unset: they stay until deleted by hand.
+    #[arg(long, env = "LWS_ROLLOUT_WEBHOOK_OWNER")]
+    webhook_owner: Option<String>,
     /// Secret (in the manager's namespace) that shares the webhook certificate between replicas.
     #[arg(
         long,
@@ -147,6 +152,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         addr: args.webhook_addr,
         reach,
         configuration_name: args.webhook_configuration.clone(),
+        configuration_owner: args.webhook_owner.clone(),
         secret_namespace: own_namespace(),
         secret_name: args.webhook_secret.clone(),
     });

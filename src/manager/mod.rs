@@ -42,6 +42,9 @@ pub struct WebhookConfig {
     pub reach: WebhookReach,
     /// Name of the Mutating- and ValidatingWebhookConfiguration.
     pub configuration_name: String,
+    /// The ClusterRole that owns them, so they go when it goes (the Helm chart's own, deleted
+    /// by `helm uninstall`); none: they stay until deleted by hand.
+    pub configuration_owner: Option<String>,
     /// Namespace of the Secret that shares the certificate between replicas.
     pub secret_namespace: String,
     /// Name of that Secret.
@@ -248,6 +251,13 @@ async fn run_controllers(
         );
     }
     let mut caches = caches::Caches::new(&client, analysis, pod_groups_served);
+    // The per-Rollout series come from this term's caches, and only while it lasts.
+    metrics.set_release_view(Some(std::sync::Arc::new(
+        crate::rollout::metrics::CachedReleases {
+            rollouts: caches.rollouts.store(),
+            runs: caches.analysis.as_ref().map(|a| a.runs.store()),
+        },
+    )));
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -351,6 +361,7 @@ async fn run_controllers(
         _ = drivers => {},
         _ = stop => {},
     }
+    metrics.set_release_view(None);
 }
 
 /// Runs `futures` together until every one has finished, polling only those that were woken.
@@ -468,6 +479,7 @@ async fn start_webhook(
         &cfg.configuration_name,
         &endpoint,
         &bundle.ca_cert_pem,
+        cfg.configuration_owner.as_deref(),
     )
     .await?;
     info!(port, configuration = %cfg.configuration_name, "webhooks serving and registered");
@@ -478,6 +490,7 @@ async fn start_webhook(
             name: cfg.secret_name.clone(),
             hosts,
             configuration_name: cfg.configuration_name.clone(),
+            configuration_owner: cfg.configuration_owner.clone(),
             endpoint,
         },
         bundle,
