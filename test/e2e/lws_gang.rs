@@ -290,11 +290,11 @@ async fn group_pod_group(
     )
     .await
     .with_context(|| format!("{lws} group {index}: a PodGroup with PodGroupScheduled={status}"))?;
-    Ok(groups
+    groups
         .iter()
         .find(|pg| scheduled_status(pg) == status)
         .map(|pg| (**pg).clone())
-        .context("found")?)
+        .context("found")
 }
 
 fn scheduled_status(pg: &PodGroup) -> String {
@@ -642,9 +642,21 @@ async fn canary_binds_whole() -> anyhow::Result<()> {
                 == Some(&"native".to_string()),
             "the canary keeps gang scheduling"
         );
-        // Room for one of its two pods: none binds.
-        pod_group_scheduled(&ns, &canary, "False").await?;
+        // Room for one of its two pods: none binds, and the release says which group waits
+        // for the scheduler, at its step.
+        let pg = pod_group_scheduled(&ns, &canary, "False").await?;
         wait_bound(&ns, &canary, 2, 0).await?;
+        let said = format!("group 0 cannot be scheduled whole (PodGroup {}): ", pg.name_any());
+        let waiting = wait_rollout(&ns, "the release says why it waits", |r| {
+            message(r).contains(&said)
+        })
+        .await?;
+        ensure!(
+            crate::rollout_support::step(&waiting).0 == 1,
+            "{:?}",
+            waiting.status
+        );
+        crate::rollout_support::wait_event(&ns, "CanaryNotReady", &said).await?;
         ensure!(bound(&placement(&ns, STABLE).await?) == 4, "the stable groups run on");
 
         // Room for the whole group: it binds whole and the release reaches its pause.
