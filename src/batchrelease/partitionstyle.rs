@@ -195,6 +195,7 @@ fn not_ready_groups(stable: &StableLws, partition: i32, size: i32) -> Vec<GroupR
             ready_pods: g.ready_pods,
             pods: size,
             kueue: None,
+            gang: stable.gang_waits.get(&g.index).cloned(),
         })
         .collect()
 }

@@ -298,6 +298,7 @@ async fn run_controllers(
             pods: &mut caches.pods,
             revisions: &caches.revisions,
             workloads: &mut caches.workloads,
+            pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("batchrelease"),
         stopped(&stop_all),
