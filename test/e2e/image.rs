@@ -148,7 +148,9 @@ fn smoke_test(arch: &str, root: &Path) -> anyhow::Result<()> {
             }
             "arm64" => {
                 let qemu = std::env::var(QEMU_AARCH64_ENV).map_err(|_| {
-                    anyhow!("{QEMU_AARCH64_ENV} is not set: run the e2e tests with test/run-tests.sh")
+                    anyhow!(
+                        "{QEMU_AARCH64_ENV} is not set: run the e2e tests with test/run-tests.sh"
+                    )
                 })?;
                 let mut c = Command::new(qemu);
                 c.arg("-L").arg(root).arg(&bin);
@@ -224,7 +226,10 @@ fn healthz_while_waiting(arch: &str, root: &Path, mut command: Command) -> anyho
     };
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(answer, "200", "{arch}: /healthz while waiting for the API server");
+    assert_eq!(
+        answer, "200",
+        "{arch}: /healthz while waiting for the API server"
+    );
     Ok(())
 }
 
