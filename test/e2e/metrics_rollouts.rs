@@ -209,25 +209,19 @@ async fn a_release_shows_in_the_rollout_series_and_every_shipped_metric_is_expor
             (format!("lws_rollout_rollout_paused{{{id}}}"), 0.0),
         ];
         // The status write and the cache that /metrics reads are apart by one watch event.
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        let text = loop {
-            let text = match scrape(&addr).await {
-                Some((200, body)) => body,
-                other => anyhow::bail!("GET /metrics answered {other:?}"),
-            };
-            if want.iter().all(|(s, v)| sample(&text, s) == Some(*v)) {
-                break text;
-            }
-            ensure!(
-                tokio::time::Instant::now() < deadline,
-                "the paused release in the Rollout series: want {want:?} in\n{}",
-                text.lines()
-                    .filter(|l| l.contains(&ns.name))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        };
+        let text = crate::harness::eventually(
+            Duration::from_secs(30),
+            &format!("the paused release in the Rollout series: {want:?}"),
+            || async {
+                let text = match scrape(&addr).await {
+                    Some((200, body)) => body,
+                    other => anyhow::bail!("GET /metrics answered {other:?}"),
+                };
+                let ok = want.iter().all(|(s, v)| sample(&text, s) == Some(*v));
+                Ok((ok, text))
+            },
+        )
+        .await?;
         let age = sample(&text, &format!("lws_rollout_rollout_step_state_age_seconds{{{id}}}"))
             .context("time in the step state")?;
         ensure!((0.0..600.0).contains(&age), "time in StepPaused: {age}");
