@@ -10,7 +10,7 @@
 use std::fs::File;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::AsRawFd;
+use std::os::fd::AsFd;
 use std::sync::mpsc;
 
 use tokio::sync::oneshot;
@@ -41,9 +41,12 @@ impl Netns {
         std::thread::Builder::new()
             .name("netns".into())
             .spawn(move || {
-                // SAFETY: setns on a file descriptor we own; it changes only this thread's namespace.
-                if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-                    let _ = entered_tx.send(Err(io::Error::last_os_error()));
+                // setns: changes only this thread's network namespace.
+                if let Err(err) = rustix::thread::move_into_link_name_space(
+                    file.as_fd(),
+                    Some(rustix::thread::LinkNameSpaceType::Network),
+                ) {
+                    let _ = entered_tx.send(Err(err.into()));
                     return;
                 }
                 let _ = entered_tx.send(Ok(()));
