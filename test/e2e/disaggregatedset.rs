@@ -23,7 +23,7 @@ use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet};
 use serde_json::{Value, json};
 
 use crate::{
-    harness::{TestNs, events_when, wait_for, wait_for_all, with_ns},
+    harness::{TestNs, condition, events_when, wait_for, wait_for_all, with_ns},
     lws_support::HOLD_GATE,
     rollout_tools::GateKeeper,
 };
@@ -80,16 +80,6 @@ async fn lws_of(ns: &TestNs, set: &str) -> anyhow::Result<Vec<LeaderWorkerSet>> 
         .items)
 }
 
-fn condition(s: &DisaggregatedSet, type_: &str) -> Option<String> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_ && c.observed_generation == s.metadata.generation)
-        .map(|c| c.status.clone())
-}
-
 /// Settled: one revision, every role's LWS at its replicas and ready, Available, not
 /// Progressing, and a Service per role.
 async fn wait_settled(
@@ -103,8 +93,8 @@ async fn wait_settled(
         Duration::from_secs(180),
         |s: Option<&DisaggregatedSet>| {
             s.is_some_and(|s| {
-                condition(s, "Available").as_deref() == Some("True")
-                    && condition(s, "Progressing").as_deref() == Some("False")
+                condition(s, "Available").is_some_and(|c| c.0 == "True")
+                    && condition(s, "Progressing").is_some_and(|c| c.0 == "False")
             })
         },
     )
@@ -535,7 +525,7 @@ async fn a_roles_lws_deleted_by_hand_comes_back_and_a_foreign_one_is_never_taken
         let foreign = ns.api::<LeaderWorkerSet>().create(&PostParams::default(), &foreign).await?;
         apply(&ns, &probe).await?;
         let s = wait_for(&ns.api::<DisaggregatedSet>(), "other", Duration::from_secs(60), |s: Option<&DisaggregatedSet>| {
-            s.is_some_and(|s| condition(s, "Degraded").as_deref() == Some("True"))
+            s.is_some_and(|s| condition(s, "Degraded").is_some_and(|c| c.0 == "True"))
         })
         .await?
         .context("other")?;

@@ -337,3 +337,61 @@ where
         ),
     }
 }
+
+/// `(status, reason, message)` of one condition.
+pub type ConditionRead = (String, String, String);
+
+/// A kind whose status carries conditions. A condition counts only when it was computed for
+/// the object's current generation: a stale one says nothing about the spec a test just wrote.
+pub trait WithConditions {
+    /// The condition `type_`, if it is current.
+    fn current_condition(&self, type_: &str) -> Option<ConditionRead>;
+}
+
+/// Conditions of the apimachinery shape, each carrying the generation it was computed for.
+fn current_meta_condition(
+    conditions: Option<&Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>>,
+    generation: Option<i64>,
+    type_: &str,
+) -> Option<ConditionRead> {
+    conditions?
+        .iter()
+        .find(|c| c.type_ == type_ && c.observed_generation == generation)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+impl WithConditions for lws_rollout::api::LeaderWorkerSet {
+    fn current_condition(&self, type_: &str) -> Option<ConditionRead> {
+        let conditions = self.status.as_ref()?.conditions.as_ref();
+        current_meta_condition(conditions, self.metadata.generation, type_)
+    }
+}
+
+impl WithConditions for lws_rollout::api::DisaggregatedSet {
+    fn current_condition(&self, type_: &str) -> Option<ConditionRead> {
+        let conditions = self.status.as_ref()?.conditions.as_ref();
+        current_meta_condition(conditions, self.metadata.generation, type_)
+    }
+}
+
+impl WithConditions for lws_rollout::api::Rollout {
+    /// Rollout conditions carry no generation of their own: the status as a whole does.
+    fn current_condition(&self, type_: &str) -> Option<ConditionRead> {
+        let status = self.status.as_ref()?;
+        if status.observed_generation != self.metadata.generation {
+            return None;
+        }
+        status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    }
+}
+
+/// `(status, reason, message)` of the condition `type_` of `obj`, counted only when it was
+/// computed for the current generation.
+pub fn condition<K: WithConditions>(obj: &K, type_: &str) -> Option<ConditionRead> {
+    obj.current_condition(type_)
+}

@@ -343,10 +343,6 @@ async fn multikueue_flow(manager: &Cluster, worker: &Cluster) -> anyhow::Result<
         ),
     )
     .await?;
-    wait_rollout(&wns, "Healthy on the worker", |r| {
-        r.status.as_ref().map(|s| s.phase.as_str()) == Some("Healthy")
-    })
-    .await?;
     // (kubectl patch --type=json: the worker's LWS was written by MultiKueue, not applied.)
     let images: Vec<Value> = ["leaderTemplate", "workerTemplate"]
         .iter()

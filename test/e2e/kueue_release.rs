@@ -83,10 +83,6 @@ pub async fn setup(ns: &TestNs, v1: &Value) -> anyhow::Result<String> {
     let uid = uid_of(ns, STABLE).await?;
     wait_workloads(ns, &uid, "stable admitted", |w| admitted(w) == [0, 1]).await?;
     create_rollout(ns, &rollout(steps(), None)).await?;
-    wait_rollout(ns, "Healthy", |r| {
-        r.status.as_ref().map(|s| s.phase.as_str()) == Some("Healthy")
-    })
-    .await?;
     Ok(uid)
 }
 
@@ -421,10 +417,6 @@ async fn kueue_release_of_a_partly_suspended_lws_body() -> anyhow::Result<()> {
                         &ns,
                         &rollout(json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]), None),
                     )
-                    .await?;
-                    wait_rollout(&ns, "Healthy", |r| {
-                        r.status.as_ref().map(|s| s.phase.as_str()) == Some("Healthy")
-                    })
                     .await?;
 
                     // A new GPU count: Kueue refuses the user's write; no release starts.

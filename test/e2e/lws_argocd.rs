@@ -24,10 +24,8 @@ use crate::{
     harness::{TestNs, wait_for, with_ns},
     isolated::repo,
     lws_support::{apply, available_with, create_available, held_image, lws},
-    rollout_tools::{
-        ARGOCD_HEALTH_BIN_ENV, GateKeeper, create_rollout, paused_at, rollout, tool, wait_released,
-        wait_rollout,
-    },
+    rollout_support::{create_rollout, paused_at, wait_released, wait_rollout},
+    rollout_tools::{ARGOCD_HEALTH_BIN_ENV, GateKeeper, rollout, tool},
 };
 
 /// The `argocd-cm` ConfigMap docs/argocd.md gives, written to a file for argocd-health.
@@ -343,7 +341,7 @@ async fn argocd_health_of_an_lws_held_by_a_rollout_stays_healthy() -> anyhow::Re
             let gates = GateKeeper::start(&ns);
             apply(&ns, &held_image(&base, "model:v2")).await?;
             gates.open();
-            wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+            wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
             let held = lws_now(&ns, "vllm").await?;
             let (status, message) = health(&bin, &cm, &held).await?;
             assert_eq!(status, "Healthy", "{message}");
@@ -360,7 +358,7 @@ async fn argocd_health_of_an_lws_held_by_a_rollout_stays_healthy() -> anyhow::Re
                     ),
                 )
                 .await?;
-            wait_released(&ns, "vllm", "vllm").await?;
+            wait_released(&ns).await?;
             let done = wait_for(
                 &ns.api::<LeaderWorkerSet>(),
                 "vllm",

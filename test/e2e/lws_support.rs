@@ -22,7 +22,7 @@ use kube::{
 use lws_rollout::api::LeaderWorkerSet;
 use serde_json::json;
 
-use crate::harness::{TestNs, wait_for, wait_for_all};
+use crate::harness::{TestNs, condition, wait_for, wait_for_all};
 
 /// Ready as the controllers read it (`k8s::pod::ready`), of a pod read whole from the API.
 pub fn pod_ready(pod: &Pod) -> bool {
@@ -65,18 +65,6 @@ pub async fn apply(ns: &TestNs, obj: &serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The status of the condition `type_`, counted (as upstream v0.9's e2e helpers count it) only
-/// when it was computed for the current generation.
-fn condition(l: &LeaderWorkerSet, type_: &str) -> Option<String> {
-    l.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_ && c.observed_generation == l.metadata.generation)
-        .map(|c| c.status.clone())
-}
-
 /// Available, with these ready and updated counts, for the current generation.
 pub fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerSet>) -> bool {
     move |l: Option<&LeaderWorkerSet>| {
@@ -86,7 +74,7 @@ pub fn available_with(ready: i32, updated: i32) -> impl Fn(Option<&LeaderWorkerS
         };
         status.ready_replicas == Some(ready)
             && status.updated_replicas == Some(updated)
-            && condition(l, "Available").as_deref() == Some("True")
+            && condition(l, "Available").is_some_and(|c| c.0 == "True")
             && status.observed_generation == l.metadata.generation
     }
 }

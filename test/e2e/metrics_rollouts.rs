@@ -15,7 +15,8 @@ use crate::{
     isolated::repo,
     lws_support::{apply, create_available, lws},
     metrics::{MANAGER_LOG_ENV, health_addr, sample, scrape},
-    rollout_tools::{create_rollout, paused_at, rollout, wait_rollout},
+    rollout_support::{create_rollout, paused_at, wait_rollout},
+    rollout_tools::rollout,
 };
 
 /// Families that may have no series yet, so are not in the exposition at all: no reconcile
@@ -198,7 +199,7 @@ async fn a_release_shows_in_the_rollout_series_and_every_shipped_metric_is_expor
         )
         .await?;
         apply(&ns, &lws("vllm", 2, 2, "model:v2")).await?;
-        wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
 
         let id = format!(r#"namespace="{}",name="vllm""#, ns.name);
         let want = [

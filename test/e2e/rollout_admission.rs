@@ -131,7 +131,6 @@ async fn rollout_missing_traffic_objects_stop_the_release_visibly() -> anyhow::R
             create_service(&ns).await?;
             // The HTTPRoute the Rollout names does not exist.
             create_rollout(&ns, &rollout(three_steps(), Some(gateway_routing()))).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(&r.clone()) == "Healthy").await?;
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
             wait_rollout(&ns, "route not found", |r| {
                 condition(r, "Progressing")
@@ -157,7 +156,6 @@ async fn rollout_missing_service_stops_the_release_visibly() -> anyhow::Result<(
             create_available(&ns, &v1).await?;
             create_route(&ns).await?;
             create_rollout(&ns, &rollout(three_steps(), Some(gateway_routing()))).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
             wait_rollout(&ns, "Service not found", |r| {
                 condition(r, "Progressing")

@@ -617,7 +617,6 @@ fn rollout_analysis_survives_a_manager_killed_mid_analysis() -> anyhow::Result<(
             json!({ ANALYSIS: json!({"templates": [{"templateName": "steady"}]}).to_string() });
         crate::lws_support::create_available(&ns, &v1).await?;
         create_rollout(&ns, &r).await?;
-        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
         apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
         let measured = |n: usize| {
             move |runs: &[std::sync::Arc<AnalysisRun>]| {
@@ -764,7 +763,6 @@ fn rollout_analysis_blue_green_a_bad_new_side_never_takes_traffic() -> anyhow::R
             a["steps"] = json!([1]);
             r["metadata"]["annotations"] = json!({ ANALYSIS: a.to_string() });
             create_rollout(&ns, &r).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
             let user_pods = uids(&ns, STABLE).await?;
             let plain = RequestSpec::new(&host(&ns));
             let preview = RequestSpec::new(&host(&ns)).header("x-preview", "new");

@@ -29,10 +29,8 @@ use crate::{
     harness::with_ns,
     lws_argocd::{Recorder, argocd_cm_from_docs, argocd_tool, health_of_json},
     lws_support::{apply, create_available, held_image, lws},
-    rollout_tools::{
-        GateKeeper, condition, create_rollout, paused_at, rollout, step_of, wait_released,
-        wait_rollout,
-    },
+    rollout_support::{condition, create_rollout, paused_at, step, wait_released, wait_rollout},
+    rollout_tools::{GateKeeper, rollout},
 };
 
 /// Argo CD's health of one object with its built-in checks: (status, message).
@@ -122,7 +120,7 @@ async fn customization_follows_builtin(
                 eprintln!(
                     "customization {status}, built-in script {builtin} ({why}): phase {phase}, \
                      step {:?}",
-                    step_of(r)
+                    step(r)
                 );
             } else if builtin != status {
                 bail!(
@@ -134,7 +132,7 @@ async fn customization_follows_builtin(
         } else if status != "Progressing" {
             bail!("a Rollout without status reads {status} ({message})");
         }
-        out.push((phase, step_of(r), status));
+        out.push((phase, step(r), status));
     }
     Ok(out)
 }
@@ -183,8 +181,8 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
         // A release whose canary pods are held back: the canary group cannot become ready.
         let gates = GateKeeper::start(&ns);
         apply(&ns, &held_image(&base, "model:v2")).await?;
-        let rolling = wait_rollout(&ns, "vllm", "upgrading step 1", |r| {
-            step_of(r) == (1, "StepUpgrade".to_string())
+        let rolling = wait_rollout(&ns, "upgrading step 1", |r| {
+            step(r) == (1, "StepUpgrade".to_string())
         })
         .await?;
         assert_eq!(
@@ -199,7 +197,7 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
             "{message}"
         );
         gates.open();
-        let paused = wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        let paused = wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
         assert_eq!(
             argocd_health(&bin, &paused).await?,
             (
@@ -224,7 +222,7 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
                 ),
             )
             .await?;
-        let done = wait_released(&ns, "vllm", "vllm").await?;
+        let done = wait_released(&ns).await?;
         assert_eq!(
             argocd_health(&bin, &done).await?,
             ("Healthy".into(), "Rollout is Completed".into())
@@ -237,15 +235,18 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
         // A second release, cancelled at its pause by putting the template back (a Git revert).
         let v2 = held_image(&base, "model:v2");
         apply(&ns, &held_image(&base, "model:v3")).await?;
-        let paused = wait_rollout(&ns, "vllm", "paused at step 1 of v3", paused_at(1)).await?;
+        let paused = wait_rollout(&ns, "paused at step 1 of v3", paused_at(1)).await?;
         assert_eq!(argocd_health(&bin, &paused).await?.0, "Suspended");
         assert_eq!(
             rollout_health_with_customization(&bin, &paused).await?.0,
             "Suspended"
         );
         apply(&ns, &v2).await?;
-        let cancelled = wait_released(&ns, "vllm", "vllm").await?;
-        assert_eq!(condition(&cancelled, "Succeeded").as_deref(), Some("False"));
+        let cancelled = wait_released(&ns).await?;
+        assert_eq!(
+            condition(&cancelled, "Succeeded").map(|c| c.0).as_deref(),
+            Some("False")
+        );
         assert_eq!(
             argocd_health(&bin, &cancelled).await?,
             ("Healthy".into(), "Rollout is Completed".into()),
@@ -266,7 +267,7 @@ async fn argocd_health_follows_live_releases_and_a_cancel() -> anyhow::Result<()
         // in Argo CD for any controller, Kruise's too; every status we wrote must be assessable.
         for r in seen.iter().filter(|r| r.status.is_some()) {
             let (status, message) = argocd_health(&bin, r).await?;
-            let state = r.status.as_ref().map(|s| (s.phase.clone(), step_of(r)));
+            let state = r.status.as_ref().map(|s| (s.phase.clone(), step(r)));
             if status == "Unknown" || status.is_empty() {
                 bail!(
                     "Argo CD cannot assess a status we wrote: {message}; status: {:#?}",
@@ -313,7 +314,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
         )
         .await?;
         apply(&ns, &lws("vllm", 2, 2, "model:v2")).await?;
-        let paused = wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        let paused = wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
         assert_eq!(argocd_health(&bin, &paused).await?.0, "Suspended");
         assert_eq!(
             rollout_health_with_customization(&bin, &paused).await?.0,
@@ -331,7 +332,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
             }
         };
         set_disabled(true).await?;
-        let disabled = wait_rollout(&ns, "vllm", "Disabled", |r| {
+        let disabled = wait_rollout(&ns, "Disabled", |r| {
             r.status.as_ref().map(|s| s.phase.as_str()) == Some("Disabled")
         })
         .await?;
@@ -353,7 +354,7 @@ async fn argocd_health_reads_healthy_after_disable_and_re_enable() -> anyhow::Re
             )
         );
         set_disabled(false).await?;
-        let enabled = wait_rollout(&ns, "vllm", "Healthy again", |r| {
+        let enabled = wait_rollout(&ns, "Healthy again", |r| {
             r.status.as_ref().map(|s| s.phase.as_str()) == Some("Healthy")
                 && r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation
         })

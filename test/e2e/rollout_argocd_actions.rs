@@ -22,8 +22,8 @@ use crate::{
     harness::{TestNs, with_ns},
     lws_argocd::{argocd_cm_from_docs, argocd_tool},
     lws_support::{apply, create_available, lws},
-    rollout_support::{common, on_big_stack},
-    rollout_tools::{KRUISE_BIN_ENV, create_rollout, phase_of, run_ok, tool, wait_rollout},
+    rollout_support::{common, create_rollout, on_big_stack, phase, wait_rollout},
+    rollout_tools::{KRUISE_BIN_ENV, run_ok, tool},
 };
 
 const NAME: &str = "vllm";
@@ -153,22 +153,16 @@ fn at(r: &Rollout) -> (i32, String) {
 async fn paused_at(ns: &TestNs, index: i32) -> anyhow::Result<Rollout> {
     wait_rollout(
         ns,
-        NAME,
         &format!("paused at step {index}"),
-        move |r: &Rollout| {
-            phase_of(r) == "Progressing" && at(r) == (index, "StepPaused".to_string())
-        },
+        move |r: &Rollout| phase(r) == "Progressing" && at(r) == (index, "StepPaused".to_string()),
     )
     .await
 }
 
 async fn spec_paused(ns: &TestNs, paused: bool) -> anyhow::Result<Rollout> {
-    let r = wait_rollout(
-        ns,
-        NAME,
-        &format!("spec.strategy.paused {paused}"),
-        move |r| r.spec.strategy.paused == paused,
-    )
+    let r = wait_rollout(ns, &format!("spec.strategy.paused {paused}"), move |r| {
+        r.spec.strategy.paused == paused
+    })
     .await?;
     ensure!(
         at(&r) == (1, "StepPaused".into()),
@@ -286,13 +280,10 @@ async fn actions_move_the_release_as_kubectl_kruise(style: &'static str) -> anyh
         argo.run(&ns, "approve").await?;
         paused_at(&ns, 2).await?;
         argo.run(&ns, "approve").await?;
-        let released = |r: &Rollout| phase_of(r) == "Healthy" && at(r).1 == "Completed";
-        let r = wait_rollout(
-            &ns,
-            NAME,
-            "released, or paused at the last step",
-            move |r| released(r) || at(r) == (3, "StepPaused".into()),
-        )
+        let released = |r: &Rollout| phase(r) == "Healthy" && at(r).1 == "Completed";
+        let r = wait_rollout(&ns, "released, or paused at the last step", move |r| {
+            released(r) || at(r) == (3, "StepPaused".into())
+        })
         .await?;
         if !released(&r) {
             // Blue-green waits for approval at its last step too (a step without `pause`),
@@ -300,7 +291,7 @@ async fn actions_move_the_release_as_kubectl_kruise(style: &'static str) -> anyh
             ensure!(style == "blue-green", "{style} paused at its last step");
             argo.run(&ns, "approve").await?;
         }
-        wait_rollout(&ns, NAME, "released", released).await?;
+        wait_rollout(&ns, "released", released).await?;
         offers(
             &argo.offered(&ns).await?,
             &[

@@ -518,7 +518,6 @@ async fn rollout_canary_nginx_ingress_weight_header_cookie() -> anyhow::Result<(
         ]);
         let routing = json!({"service": SERVICE, "gracePeriodSeconds": 1, "ingress": {"classType": "nginx", "name": "web"}});
         create_rollout(&ns, &rollout(steps, Some(routing))).await?;
-        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
         apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
         wait_paused_at(&ns, 1).await?;
         let canary = ns.api::<Ingress>().get("web-canary").await.context("canary Ingress")?;
@@ -575,7 +574,6 @@ async fn rollout_canary_keeps_exclusive_placement() -> anyhow::Result<()> {
             let steps = json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]);
             create_available(&ns, &v1).await?;
             create_rollout(&ns, &rollout(steps, None)).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
             wait_paused_at(&ns, 1).await?;
             let canary = the_canary(&ns).await?;

@@ -13,10 +13,12 @@ use serde_json::json;
 use crate::{
     harness::with_ns,
     lws_support::{create_available, lws},
+    rollout_support::{
+        condition, create_rollout, paused_at, phase, step, wait_released, wait_rollout,
+    },
     rollout_tools::{
-        KRUISE_BIN_ENV, StatusWatch, condition, create_rollout, images, kubectl_lws,
-        kubectl_plugin, paused_at, phase_of, rollout, run, run_ok, step_of, tool, wait_released,
-        wait_rollout,
+        KRUISE_BIN_ENV, StatusWatch, images, kubectl_lws, kubectl_plugin, rollout, run, run_ok,
+        tool,
     },
 };
 
@@ -50,14 +52,14 @@ async fn kubectl_kruise_approves_pauses_and_resumes_a_release_and_kubectl_lws_st
         crate::lws_support::apply(&ns, &lws("vllm", 2, 2, "model:v2")).await?;
         // Started after the template change: the hold is already on the LWS.
         let status = StatusWatch::start(&n, "vllm", "4m")?;
-        wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
 
         run_ok(&kruise, &n, &["rollout", "pause", "rollout/vllm"]).await?;
-        wait_rollout(&ns, "vllm", "spec paused", paused_spec).await?;
+        wait_rollout(&ns, "spec paused", paused_spec).await?;
         run_ok(&kruise, &n, &["rollout", "resume", "rollout/vllm"]).await?;
-        let r = wait_rollout(&ns, "vllm", "spec resumed", |r| !paused_spec(r)).await?;
+        let r = wait_rollout(&ns, "spec resumed", |r| !paused_spec(r)).await?;
         assert_eq!(
-            step_of(&r),
+            step(&r),
             (1, "StepPaused".into()),
             "pause/resume do not move the step"
         );
@@ -67,7 +69,7 @@ async fn kubectl_kruise_approves_pauses_and_resumes_a_release_and_kubectl_lws_st
             out.contains("approved"),
             "kubectl-kruise approve said: {out}"
         );
-        wait_released(&ns, "vllm", "vllm").await?;
+        wait_released(&ns).await?;
 
         let (code, lines) = status.finish(Duration::from_secs(60)).await?;
         assert_eq!(
@@ -124,15 +126,15 @@ async fn kubectl_lws_drives_a_release_jumps_back_and_rolls_it_back() -> anyhow::
         .await?;
         crate::lws_support::apply(&ns, &lws("vllm", 3, 2, "model:v2")).await?;
         let status = StatusWatch::start(&n, "vllm", "4m")?;
-        wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
 
         run_ok(lws_bin, &n, &["rollout", "pause", "vllm"]).await?;
-        wait_rollout(&ns, "vllm", "spec paused", paused_spec).await?;
+        wait_rollout(&ns, "spec paused", paused_spec).await?;
         run_ok(lws_bin, &n, &["rollout", "resume", "rollout/vllm"]).await?;
-        wait_rollout(&ns, "vllm", "spec resumed", |r| !paused_spec(r)).await?;
+        wait_rollout(&ns, "spec resumed", |r| !paused_spec(r)).await?;
 
         run_ok(lws_bin, &n, &["rollout", "approve", "vllm"]).await?;
-        let r = wait_rollout(&ns, "vllm", "paused at step 2", paused_at(2)).await?;
+        let r = wait_rollout(&ns, "paused at step 2", paused_at(2)).await?;
         assert_eq!(r.status.as_ref().and_then(|s| s.canary_status.as_ref()).map(|c| c.canary_ready_replicas), Some(2));
 
         // Through kubectl's plugin lookup, as users run it.
@@ -146,13 +148,13 @@ async fn kubectl_lws_drives_a_release_jumps_back_and_rolls_it_back() -> anyhow::
         // --fast: step 1 is the earlier step without traffic and with the most replicas.
         let out = run_ok(lws_bin, &n, &["rollout", "undo", "vllm", "--fast"]).await?;
         assert!(out.contains("rolled back to step 1"), "{out}");
-        wait_rollout(&ns, "vllm", "back at step 1, paused", paused_at(1)).await?;
+        wait_rollout(&ns, "back at step 1, paused", paused_at(1)).await?;
 
         // Plain undo: the template goes back to the stable revision and the release is cancelled.
         let out = run_ok(lws_bin, &n, &["rollout", "undo", "vllm"]).await?;
         assert!(out.contains("template reverted"), "{out}");
-        let r = wait_released(&ns, "vllm", "vllm").await?;
-        assert_eq!(condition(&r, "Succeeded").as_deref(), Some("False"), "a cancelled release");
+        let r = wait_released(&ns).await?;
+        assert_eq!(condition(&r, "Succeeded").map(|c| c.0).as_deref(), Some("False"), "a cancelled release");
         let lws_now = ns.api::<LeaderWorkerSet>().get("vllm").await?;
         let image = lws_now.spec.leader_worker_template.worker_template.spec.as_ref()
             .and_then(|s| s.containers.first()).and_then(|c| c.image.clone());
@@ -173,7 +175,7 @@ async fn kubectl_lws_drives_a_release_jumps_back_and_rolls_it_back() -> anyhow::
         // The finished release: status returns at once.
         let out = run(lws_bin, &n, &["rollout", "status", "vllm", "--timeout", "30s"]).await?;
         assert_eq!(out.status.code(), Some(2), "the last release was cancelled: {out:?}");
-        assert_eq!(phase_of(&r), "Healthy");
+        assert_eq!(phase(&r), "Healthy");
         Ok(())
     })
     .await
@@ -221,13 +223,13 @@ async fn kubectl_lws_summary_shows_the_split_of_the_live_route_and_fast_undo_fol
         assert!(summary.contains("no canary backend: all to api"), "{summary}");
 
         crate::lws_support::apply(&ns, &labelled_lws("model:v2")).await?;
-        wait_rollout(&ns, "vllm", "paused at step 1", paused_at(1)).await?;
+        wait_rollout(&ns, "paused at step 1", paused_at(1)).await?;
         let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
         assert!(summary.contains("traffic 20% |"), "{summary}");
         assert!(summary.contains("rule 0: canary 20% (api 80, api-canary 20)"), "{summary}");
 
         run_ok(lws_bin, &n, &["rollout", "approve", "vllm"]).await?;
-        wait_rollout(&ns, "vllm", "paused at step 2", paused_at(2)).await?;
+        wait_rollout(&ns, "paused at step 2", paused_at(2)).await?;
         let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
         assert!(summary.contains("rule 0: canary 50% (api 50, api-canary 50)"), "{summary}");
 
@@ -242,12 +244,12 @@ async fn kubectl_lws_summary_shows_the_split_of_the_live_route_and_fast_undo_fol
             assert!(String::from_utf8_lossy(&out.stderr).contains("no previous step with no traffic"), "{out:?}");
         }
         run_ok(lws_bin, &n, &["rollout", "undo", "vllm", "--fast", "--to-step", "1"]).await?;
-        wait_rollout(&ns, "vllm", "back at step 1, paused", paused_at(1)).await?;
+        wait_rollout(&ns, "back at step 1, paused", paused_at(1)).await?;
         let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
         assert!(summary.contains("rule 0: canary 20% (api 80, api-canary 20)"), "{summary}");
 
         run_ok(lws_bin, &n, &["rollout", "undo", "vllm"]).await?;
-        wait_released(&ns, "vllm", "vllm").await?;
+        wait_released(&ns).await?;
         let summary = run_ok(lws_bin, &n, &["rollout", "summary", "vllm"]).await?;
         assert!(summary.contains("no canary backend: all to api"), "restored:\n{summary}");
         Ok(())

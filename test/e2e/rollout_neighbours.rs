@@ -19,7 +19,7 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::{
     api::{
         admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
-        core::v1::{Event, Namespace, Service},
+        core::v1::{Event, Service},
     },
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
 };
@@ -303,32 +303,17 @@ async fn story(cluster: &IsolatedCluster) -> anyhow::Result<()> {
 
     // 2. What Kruise left in a namespace, and an LWS with two Rollouts stored before any
     //    webhook of ours could refuse the second.
-    let name = "moving".to_string();
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(name.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await?;
-    let ns = TestNs {
-        client: client.clone(),
-        name,
-    };
-    wait_for(
-        &ns.api::<k8s_openapi::api::core::v1::ServiceAccount>(),
-        "default",
-        WAIT,
-        |sa: Option<&k8s_openapi::api::core::v1::ServiceAccount>| sa.is_some(),
-    )
-    .await?;
+    let ns = cluster.namespace("moving").await?;
     kruises_leftovers(&ns).await?;
     let v1 = stable_lws(2, "vllm:1");
     apply(&ns, &v1).await?;
     create_service(&ns).await?;
     create_route(&ns).await?;
-    create_rollout(&ns, &rollout(steps(), Some(gateway_routing()))).await?;
+    // No manager of ours runs yet: nothing makes them Healthy until step 3.
+    submit_rollout(&ns, &rollout(steps(), Some(gateway_routing()))).await?;
     let mut again = rollout(steps(), Some(gateway_routing()));
     again["metadata"]["name"] = json!("vllm-again");
-    create_rollout(&ns, &again).await?;
+    submit_rollout(&ns, &again).await?;
 
     // 3. Kruise uninstalled: our CRD over its one; the chart installs; our manager runs.
     apply_crd(cluster, &our_crd()?).await?;

@@ -233,7 +233,6 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
             create_service(&ns).await?;
             create_route_named(&ns, EXAMPLE_ROUTE).await?;
             create_rollout(&ns, &example_rollout()?).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
             // An answer is "new" when it comes from a revision other than the stable one.
             let stable_revision = Arc::new(Mutex::new(running_revision(&ns).await?));
             let traffic: Option<Traffic> = match traffic_or_skip("rollout_partition (requests)") {
@@ -419,7 +418,6 @@ fn rollout_partition_rolls_a_revert_back_in_batches_with_kruises_annotation() ->
             rollout["metadata"]["annotations"] =
                 serde_json::json!({"rollouts.kruise.io/rollback-in-batch": "true"});
             create_rollout(&ns, &rollout).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
 
             // Step 1 (50%): groups 2 and 3 move to vllm:2.
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;

@@ -319,7 +319,6 @@ async fn rollout_disabled_removes_the_canary_ingress_before_the_canary() -> anyh
             let routing = serde_json::json!({"service": SERVICE, "gracePeriodSeconds": 1,
                 "ingress": {"classType": "nginx", "name": "web"}});
             create_rollout(&ns, &rollout(three_steps(), Some(routing))).await?;
-            wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
             wait_paused_at(&ns, 1).await?;
             ensure!(ns.api::<Ingress>().get_opt("web-canary").await?.is_some());

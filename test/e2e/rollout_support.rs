@@ -14,6 +14,7 @@ use kube::api::{ListParams, Patch, PatchParams, PostParams};
 use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
 use serde_json::{Value, json};
 
+pub use crate::harness::condition;
 use crate::harness::{TestNs, wait_for, wait_for_all};
 use crate::lws_support::{NAME, WORKER_INDEX, apply, create_available, pod_ready};
 
@@ -25,8 +26,9 @@ pub const SERVICE: &str = "vllm-api";
 pub const ROUTE: &str = "vllm-route";
 /// The label that marks a canary LWS (value: the stable LWS).
 pub const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
-/// Generous bound for anything the controllers do (a whole release takes seconds).
-pub const WAIT: Duration = Duration::from_secs(90);
+/// Bound for anything the controllers do: a whole release takes seconds on an idle machine, and
+/// this holds on a loaded 2-core one where the suite runs dozens of tests at once.
+pub const WAIT: Duration = Duration::from_secs(120);
 
 /// The stable LWS: `replicas` groups of 2 pods, a leader template labelled `role: leader`.
 pub fn stable_lws(replicas: i32, image: &str) -> Value {
@@ -165,13 +167,26 @@ pub async fn create_route_named(ns: &TestNs, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Creates a Rollout from JSON.
-pub async fn create_rollout(ns: &TestNs, rollout: &Value) -> anyhow::Result<()> {
-    let r: Rollout = serde_json::from_value(rollout.clone())?;
+/// Creates a Rollout (JSON or typed) and waits until the controller has it Healthy, so the LWS
+/// webhook knows the Rollout controls the LWS before the test changes the template. An error
+/// when the API server refuses it.
+pub async fn create_rollout(ns: &TestNs, rollout: &impl serde::Serialize) -> anyhow::Result<()> {
+    let name = submit_rollout(ns, rollout).await?;
+    wait_rollout_named(ns, &name, "Healthy", |r| phase(r) == "Healthy").await?;
+    Ok(())
+}
+
+/// Creates a Rollout without waiting for it (one that is to be refused a workload, or whose
+/// controller does not run yet); returns its name.
+pub async fn submit_rollout(
+    ns: &TestNs,
+    rollout: &impl serde::Serialize,
+) -> anyhow::Result<String> {
+    let r: Rollout = serde_json::from_value(serde_json::to_value(rollout)?)?;
     ns.api::<Rollout>()
         .create(&PostParams::default(), &r)
         .await?;
-    Ok(())
+    Ok(r.metadata.name.unwrap_or_default())
 }
 
 /// The stable LWS (available), its Service and HTTPRoute, and `rollout` reading Healthy.
@@ -179,9 +194,7 @@ pub async fn release_setup(ns: &TestNs, lws: &Value, rollout: &Value) -> anyhow:
     create_available(ns, lws).await?;
     create_service(ns).await?;
     create_route(ns).await?;
-    create_rollout(ns, rollout).await?;
-    wait_rollout(ns, "Healthy", |r| phase(r) == "Healthy").await?;
-    Ok(())
+    create_rollout(ns, rollout).await
 }
 
 /// `status.phase`.
@@ -216,15 +229,9 @@ pub fn finalising(r: &Rollout) -> String {
         .unwrap_or_default()
 }
 
-/// `(status, reason, message)` of a condition.
-pub fn condition(r: &Rollout, type_: &str) -> Option<(String, String, String)> {
-    r.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_)
-        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+/// Whether the status was computed from the current spec.
+pub fn observed(r: &Rollout) -> bool {
+    r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation
 }
 
 /// Healthy, Completed, Succeeded with `succeeded` (`"True"` / `"False"`).
@@ -236,21 +243,37 @@ pub fn finished(succeeded: &'static str) -> impl Fn(&Rollout) -> bool {
     }
 }
 
-/// Waits until the Rollout satisfies `cond`; `what` names the wait in the error.
+/// Waits until the Rollout [`STABLE`] satisfies `cond`; `what` names the wait in the error.
 pub async fn wait_rollout(
     ns: &TestNs,
     what: &str,
     cond: impl Fn(&Rollout) -> bool,
 ) -> anyhow::Result<Rollout> {
+    wait_rollout_named(ns, STABLE, what, cond).await
+}
+
+/// Waits (watch-based, [`WAIT`]) until the Rollout `name` has a status computed from its
+/// current spec that satisfies `cond`; `what` names the wait in the error.
+pub async fn wait_rollout_named(
+    ns: &TestNs,
+    name: &str,
+    what: &str,
+    cond: impl Fn(&Rollout) -> bool,
+) -> anyhow::Result<Rollout> {
     wait_for(
         &ns.api::<Rollout>(),
-        STABLE,
+        name,
         WAIT,
-        move |r: Option<&Rollout>| r.is_some_and(&cond),
+        move |r: Option<&Rollout>| r.is_some_and(|r| observed(r) && cond(r)),
     )
     .await
-    .with_context(|| format!("Rollout: {what}"))?
-    .context("Rollout gone")
+    .with_context(|| format!("Rollout {name}: {what}"))?
+    .with_context(|| format!("Rollout {name} gone"))
+}
+
+/// At step `index`, paused for approval.
+pub fn paused_at(index: i32) -> impl Fn(&Rollout) -> bool {
+    move |r: &Rollout| phase(r) == "Progressing" && step(r) == (index, "StepPaused".to_string())
 }
 
 /// Waits for step `index` in state StepPaused.
@@ -259,6 +282,30 @@ pub async fn wait_paused_at(ns: &TestNs, index: i32) -> anyhow::Result<Rollout> 
         step(r) == (index, "StepPaused".to_string())
     })
     .await
+}
+
+/// The release is over: the Rollout Healthy with its steps completed, and the stable LWS no
+/// longer held.
+pub async fn wait_released(ns: &TestNs) -> anyhow::Result<Rollout> {
+    let r = wait_rollout(ns, "Healthy after the release", |r| {
+        phase(r) == "Healthy" && step(r).1 == "Completed"
+    })
+    .await?;
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        |l: Option<&LeaderWorkerSet>| {
+            l.is_some_and(|l| {
+                !l.metadata
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(lws_rollout::rollout::names::STABLE_REVISION))
+            })
+        },
+    )
+    .await?;
+    Ok(r)
 }
 
 /// The exact status patch `kubectl-kruise rollout approve` sends (merge patch on the status

@@ -1,6 +1,7 @@
 //! Shared by the e2e tests that drive real releases with outside tools (kubectl-lws, Kruise's
 //! kubectl-kruise, Argo CD's health evaluation): where the tools are, how to run them against
-//! the suite's cluster, Rollout manifests and waits, and a gate keeper for held-back pods.
+//! the suite's cluster, a typed Rollout manifest, and a gate keeper for held-back pods. Waits
+//! on a Rollout are `rollout_support`'s.
 
 use std::{
     process::{Output, Stdio},
@@ -15,15 +16,15 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::{
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{LeaderWorkerSet, Rollout, rollout::Phase};
+use lws_rollout::api::Rollout;
 use serde_json::json;
 use tokio::io::{AsyncBufReadExt, BufReader};
 
 use crate::{
-    harness::{TestNs, kubeconfig_path, wait_for},
+    harness::{TestNs, kubeconfig_path},
     lws_support::HOLD_GATE,
 };
 
@@ -169,106 +170,6 @@ pub fn rollout(name: &str, lws: &str, steps: serde_json::Value) -> Rollout {
         }
     }))
     .expect("a valid Rollout")
-}
-
-/// Creates the Rollout and waits until the controller has it `Healthy` (so the LWS webhook
-/// knows it controls the LWS before the test changes the template).
-pub async fn create_rollout(ns: &TestNs, r: &Rollout) -> anyhow::Result<()> {
-    let api = ns.api::<Rollout>();
-    api.create(&PostParams::default(), r).await?;
-    let name = r.metadata.name.clone().unwrap_or_default();
-    wait_rollout(ns, &name, "Healthy", |r| {
-        phase_of(r) == Phase::Healthy.as_str()
-    })
-    .await?;
-    Ok(())
-}
-
-/// `status.phase`.
-pub fn phase_of(r: &Rollout) -> &str {
-    r.status
-        .as_ref()
-        .map(|s| s.phase.as_str())
-        .unwrap_or_default()
-}
-
-/// (`currentStepIndex`, `currentStepState`) of the canary status.
-pub fn step_of(r: &Rollout) -> (i32, String) {
-    r.status
-        .as_ref()
-        .and_then(|s| s.canary_status.as_ref())
-        .map(|c| {
-            (
-                c.common.current_step_index,
-                c.common.current_step_state.to_string(),
-            )
-        })
-        .unwrap_or_default()
-}
-
-/// Whether the status was computed from the current spec.
-pub fn observed(r: &Rollout) -> bool {
-    r.status.as_ref().and_then(|s| s.observed_generation) == r.metadata.generation
-}
-
-/// The value of a condition of the Rollout.
-pub fn condition(r: &Rollout, type_: &str) -> Option<String> {
-    r.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == type_)
-        .map(|c| c.status.clone())
-}
-
-/// Waits (watch-based, 120 s) until `cond` holds for the Rollout; `what` names it on timeout.
-pub async fn wait_rollout(
-    ns: &TestNs,
-    name: &str,
-    what: &str,
-    cond: impl Fn(&Rollout) -> bool + Send + 'static,
-) -> anyhow::Result<Rollout> {
-    wait_for(
-        &ns.api::<Rollout>(),
-        name,
-        Duration::from_secs(120),
-        move |r: Option<&Rollout>| r.is_some_and(|r| observed(r) && cond(r)),
-    )
-    .await
-    .with_context(|| format!("waiting for rollout {name}: {what}"))?
-    .context("rollout vanished")
-}
-
-/// At step `index`, paused for approval.
-pub fn paused_at(index: i32) -> impl Fn(&Rollout) -> bool + Send + 'static {
-    move |r: &Rollout| {
-        phase_of(r) == Phase::Progressing.as_str()
-            && step_of(r) == (index, "StepPaused".to_string())
-    }
-}
-
-/// The release is over: Healthy, and the LWS no longer held.
-pub async fn wait_released(ns: &TestNs, name: &str, lws: &str) -> anyhow::Result<Rollout> {
-    let r = wait_rollout(ns, name, "Healthy after the release", |r| {
-        phase_of(r) == Phase::Healthy.as_str() && step_of(r).1 == "Completed"
-    })
-    .await?;
-    wait_for(
-        &ns.api::<LeaderWorkerSet>(),
-        lws,
-        Duration::from_secs(60),
-        |l: Option<&LeaderWorkerSet>| {
-            l.is_some_and(|l| {
-                !l.metadata
-                    .annotations
-                    .as_ref()
-                    .is_some_and(|a| a.contains_key(lws_rollout::rollout::names::STABLE_REVISION))
-            })
-        },
-    )
-    .await?;
-    Ok(r)
 }
 
 /// The images of every pod of the LWS `name` (its own groups, not a canary's).

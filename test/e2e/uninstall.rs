@@ -172,7 +172,6 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
         ),
     )
     .await?;
-    wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
     apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
     wait_paused_at(&ns, 1).await?;
     let canary = the_canary(&ns).await?;
