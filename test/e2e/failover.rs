@@ -48,23 +48,13 @@ async fn scale(api: &Api<LeaderWorkerSet>, n: i32) -> anyhow::Result<()> {
 
 #[tokio::test]
 async fn a_standby_replica_takes_over_when_the_leader_stops_or_dies() -> anyhow::Result<()> {
-    let mut cluster = IsolatedCluster::start("failover", &[]).await?;
-    let mut managers = Vec::new();
-    let result = fail_over(&cluster, &mut managers).await;
-    if result.is_err() {
-        cluster.keep_logs();
-        for m in &managers {
-            eprintln!("manager {} log tail:\n{}", m.pid, m.log_tail());
-        }
-    }
-    cluster.stop();
-    result
+    IsolatedCluster::run("failover", &[], |c| Box::pin(fail_over(c))).await
 }
 
-async fn fail_over(
-    cluster: &IsolatedCluster,
-    managers: &mut Vec<ManagerProcess>,
-) -> anyhow::Result<()> {
+async fn fail_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {
+    // Every manager this test starts; their logs are under the cluster's logs/.
+    let mut managers: Vec<ManagerProcess> = Vec::new();
+    let managers = &mut managers;
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
     let lws_api: Api<LeaderWorkerSet> = Api::namespaced(cluster.client.clone(), "default");
 

@@ -175,9 +175,11 @@ impl IsolatedCluster {
     }
 
     /// Starts a cluster (as [`IsolatedCluster::start`]), runs `test` against it and stops it:
-    /// its logs are kept when the test fails, and a control-plane process that exited on its
-    /// own during the test, and was started again as a kubelet would, is named (its own log
-    /// says why it exited).
+    /// when the test fails its logs are kept and the last lines of every controller's log
+    /// (ours, `logs/manager-*.log`, and upstream's) are printed; a control-plane process that
+    /// exited on its own during the test, and was started again as a kubelet would, is named
+    /// (its own log says why it exited). Tests that need a cluster of their own use this rather
+    /// than starting and stopping one themselves.
     pub async fn run<F>(name: &str, env: &[(&str, &str)], test: F) -> anyhow::Result<()>
     where
         F: for<'c> FnOnce(
@@ -191,9 +193,39 @@ impl IsolatedCluster {
         }
         if result.is_err() {
             cluster.keep_logs();
+            for (log, tail) in cluster.controller_log_tails() {
+                eprintln!("isolated cluster {name}: last lines of {log}:\n{tail}");
+            }
         }
         cluster.stop();
         result
+    }
+
+    /// The last lines of each controller's log: our managers' (`logs/manager-<tag>.log`,
+    /// [`ManagerProcess`]) and upstream LWS's (`logs/lws-upstream.log`).
+    pub fn controller_log_tails(&self) -> Vec<(String, String)> {
+        let Ok(logs) = std::fs::read_dir(self.dir.join("logs")) else {
+            return Vec::new();
+        };
+        let mut tails: Vec<(String, String)> = logs
+            .flatten()
+            .map(|entry| entry.path())
+            .filter(|path| {
+                path.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .is_some_and(|n| n.starts_with("manager-") || n == "lws-upstream.log")
+            })
+            .map(|path| {
+                let name = path
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy()
+                    .into_owned();
+                (name, log_tail(&path))
+            })
+            .collect();
+        tails.sort();
+        tails
     }
 
     /// The control-plane processes `test/cluster/supervise.sh` started again after they exited
@@ -354,8 +386,13 @@ impl ManagerProcess {
 
     /// The last lines of its log.
     pub fn log_tail(&self) -> String {
-        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
-        let lines: Vec<_> = text.lines().collect();
-        lines[lines.len().saturating_sub(30)..].join("\n")
+        log_tail(&self.log)
     }
+}
+
+/// The last 30 lines of the log at `path` (empty when it cannot be read).
+pub fn log_tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<_> = text.lines().collect();
+    lines[lines.len().saturating_sub(30)..].join("\n")
 }

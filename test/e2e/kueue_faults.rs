@@ -6,13 +6,14 @@
 use std::{collections::BTreeMap, process::Stdio, time::Duration};
 
 use anyhow::{Context, bail, ensure};
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use lws_rollout::api::LeaderWorkerSet;
 
 use crate::{
+    crash_support::CrashCluster,
     harness::{TestNs, wait_for, wait_for_all},
-    isolated::{IsolatedCluster, ManagerProcess, repo},
+    isolated::repo,
     kueue_release::{StableUntouched, on_image, setup, stable},
     kueue_support::{
         QUEUE, Queues, WAIT, admitted, assert_group_gated, kueue_or_skip, local_queue, queued_lws,
@@ -24,100 +25,27 @@ use crate::{
 
 /// An isolated cluster with Kueue (`LWS_CLUSTER_KUEUE=1`) and our manager, which a test may
 /// kill and start again.
-struct KueueCluster {
-    cluster: IsolatedCluster,
-    manager: Option<ManagerProcess>,
-    starts: u32,
-    passed: bool,
+async fn kueue_cluster(name: &str) -> anyhow::Result<CrashCluster> {
+    let mut c = CrashCluster::new(name, &[("LWS_CLUSTER_KUEUE", "1")]).await?;
+    c.start_manager()?;
+    Ok(c)
 }
 
-impl KueueCluster {
-    async fn start(name: &str) -> anyhow::Result<Self> {
-        let mut c = Self {
-            cluster: IsolatedCluster::start(name, &[("LWS_CLUSTER_KUEUE", "1")]).await?,
-            manager: None,
-            starts: 0,
-            passed: false,
-        };
-        c.start_manager()?;
-        Ok(c)
-    }
-
-    fn start_manager(&mut self) -> anyhow::Result<()> {
-        self.starts += 1;
-        self.manager = Some(ManagerProcess::start(
-            &self.cluster,
-            &self.starts.to_string(),
-            &["--leader-elect=false"],
-        )?);
-        Ok(())
-    }
-
-    /// SIGKILL (no graceful shutdown), then a fresh start.
-    async fn kill_manager(&mut self) -> anyhow::Result<()> {
-        if let Some(mut old) = self.manager.take() {
-            if !old.running() {
-                bail!("the manager had exited on its own:\n{}", old.log_tail());
-            }
-            old.signal("KILL")?;
-            old.exited(Duration::from_secs(10)).await?;
-        }
-        Ok(())
-    }
-
-    /// Runs `test/kueue/<script>.sh` against this cluster.
-    async fn kueue(&self, script: &str) -> anyhow::Result<()> {
-        let out = tokio::process::Command::new("bash")
-            .arg(repo().join(format!("test/kueue/{script}.sh")))
-            .arg(&self.cluster.dir)
-            .stdin(Stdio::null())
-            .output()
-            .await?;
-        if !out.status.success() {
-            bail!(
-                "test/kueue/{script}.sh failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        Ok(())
-    }
-
-    /// A namespace of this cluster, once its default ServiceAccount exists.
-    async fn namespace(&self, name: &str) -> anyhow::Result<TestNs> {
-        let client = self.cluster.client.clone();
-        let mut ns = Namespace::default();
-        ns.metadata.name = Some(name.to_string());
-        Api::<Namespace>::all(client.clone())
-            .create(&PostParams::default(), &ns)
-            .await?;
-        let ns = TestNs {
-            client,
-            name: name.to_string(),
-        };
-        wait_for(
-            &ns.api::<ServiceAccount>(),
-            "default",
-            Duration::from_secs(60),
-            |sa: Option<&ServiceAccount>| sa.is_some(),
-        )
+/// Runs `test/kueue/<script>.sh` (`start`, `stop`) against the cluster.
+async fn kueue(c: &CrashCluster, script: &str) -> anyhow::Result<()> {
+    let out = tokio::process::Command::new("bash")
+        .arg(repo().join(format!("test/kueue/{script}.sh")))
+        .arg(&c.cluster.dir)
+        .stdin(Stdio::null())
+        .output()
         .await?;
-        Ok(ns)
+    if !out.status.success() {
+        bail!(
+            "test/kueue/{script}.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
-
-    fn finish(mut self) {
-        self.passed = true;
-    }
-}
-
-impl Drop for KueueCluster {
-    fn drop(&mut self) {
-        if !self.passed {
-            self.cluster.keep_logs();
-            if let Some(m) = &self.manager {
-                eprintln!("last manager lines:\n{}", m.log_tail());
-            }
-        }
-    }
+    Ok(())
 }
 
 /// Whether the tests of this file can run: Kueue is built (the suite's cluster runs it).
@@ -262,7 +190,7 @@ async fn kueue_stopped_mid_release_body() -> anyhow::Result<()> {
     if !runs("kueue_stopped_mid_release_waits_and_goes_on")? {
         return Ok(());
     }
-    let c = KueueCluster::start("kueue-stop").await?;
+    let c = kueue_cluster("kueue-stop").await?;
     let ns = c.namespace("kueue-stop").await?;
     let q = Queues::create(&ns, 8).await?;
     let v1 = stable("vllm:1");
@@ -277,7 +205,7 @@ async fn kueue_stopped_mid_release_body() -> anyhow::Result<()> {
     })
     .await?;
 
-    c.kueue("stop").await?;
+    kueue(&c, "stop").await?;
     approve(&ns).await?;
     let r = wait_rollout(&ns, "a message saying the canary cannot be written", |r| {
         condition(r, "Progressing").is_some_and(|c| {
@@ -292,7 +220,7 @@ async fn kueue_stopped_mid_release_body() -> anyhow::Result<()> {
     eprintln!("while Kueue is stopped: {event}");
     untouched.check(&ns, "Kueue stopped").await?;
 
-    c.kueue("start").await?;
+    kueue(&c, "start").await?;
     wait_paused_at(&ns, 2).await?;
     wait_workloads(&ns, &canary_uid, "canary groups 0, 1 admitted", |w| {
         admitted(w) == [0, 1]
@@ -336,7 +264,7 @@ async fn kueue_manager_killed_body() -> anyhow::Result<()> {
     if !runs("kueue_manager_killed_while_groups_are_gated_comes_back_to_the_same_state")? {
         return Ok(());
     }
-    let mut c = KueueCluster::start("kueue-kill").await?;
+    let mut c = kueue_cluster("kueue-kill").await?;
     let ns = c.namespace("kueue-kill").await?;
     // Stable: 2 groups of 2 (4 GPUs) + quota for nothing more: the canary's group waits.
     let q = Queues::create(&ns, 4).await?;
@@ -358,8 +286,8 @@ async fn kueue_manager_killed_body() -> anyhow::Result<()> {
         .map(|c| c.2)
         .unwrap_or_default();
 
-    c.kill_manager().await?;
-    c.start_manager()?;
+    c.kill_and_restart("while groups waited behind Kueue's gate")
+        .await?;
     // The new manager has listed everything and decided: the Rollout is reconciled again
     // (its status written by this process) — give it the time a restart takes, watching
     // that nothing changes meanwhile.

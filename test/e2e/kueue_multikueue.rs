@@ -6,8 +6,6 @@
 //! the LWS runs on the worker cluster; deleting the LWS on the manager removes it on the worker.
 //! docs/kueue.md ("MultiKueue").
 
-use std::time::Duration;
-
 use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{
@@ -95,24 +93,7 @@ impl Cluster {
     }
 
     async fn namespace(&self, name: &str) -> anyhow::Result<TestNs> {
-        let client = self.cluster.client.clone();
-        let mut ns = k8s_openapi::api::core::v1::Namespace::default();
-        ns.metadata.name = Some(name.to_string());
-        Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
-            .create(&Default::default(), &ns)
-            .await?;
-        let ns = TestNs {
-            client,
-            name: name.to_string(),
-        };
-        wait_for(
-            &ns.api::<k8s_openapi::api::core::v1::ServiceAccount>(),
-            "default",
-            Duration::from_secs(60),
-            |sa: Option<&k8s_openapi::api::core::v1::ServiceAccount>| sa.is_some(),
-        )
-        .await?;
-        Ok(ns)
+        self.cluster.namespace(name).await
     }
 }
 

@@ -5,8 +5,7 @@
 //! group, only the current revision left, a correct status.
 //!
 //! Kills happen as soon as a watch sees the progress they aim at, never after fixed sleeps.
-//! The manager runs with `--leader-elect=false` (one replica: a restart must not wait out its
-//! killed predecessor's lease); waits after a restart still allow a little extra.
+//! Waits after a restart allow a little extra (`crash_support` has the kill-and-restart harness).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -16,13 +15,9 @@ use std::{
 
 use anyhow::bail;
 use futures::StreamExt;
-use k8s_openapi::api::{
-    apps::v1::StatefulSet,
-    core::v1::{Namespace, Pod, ServiceAccount},
-};
+use k8s_openapi::api::{apps::v1::StatefulSet, core::v1::Pod};
 use kube::{
-    Api, Resource, ResourceExt,
-    api::PostParams,
+    Resource, ResourceExt,
     runtime::{
         WatchStreamExt,
         reflector::{self, Store},
@@ -33,8 +28,8 @@ use lws_rollout::api::LeaderWorkerSet;
 use serde::de::DeserializeOwned;
 
 use crate::{
+    crash_support::CrashCluster,
     harness::{TestNs, wait_for},
-    isolated::{IsolatedCluster, ManagerProcess},
     lws_support::{
         NAME, REVISION, StsRecorder, WORKER_INDEX, apply, available_with, image, label, leader_key,
         lws, lws_revisions, pod_ready, rolling_params,
@@ -46,70 +41,6 @@ const GROUPS: i32 = 3;
 const SIZE: i32 = 3;
 /// Extra time after a restart: the new manager lists everything before it acts.
 const RESTART_BUDGET: Duration = Duration::from_secs(20);
-
-/// An isolated cluster and the one manager this test kills and restarts.
-struct CrashCluster {
-    cluster: IsolatedCluster,
-    manager: Option<ManagerProcess>,
-    starts: u32,
-    passed: bool,
-}
-
-impl CrashCluster {
-    async fn start() -> anyhow::Result<Self> {
-        Ok(Self {
-            cluster: IsolatedCluster::start("crash", &[]).await?,
-            manager: None,
-            starts: 0,
-            passed: false,
-        })
-    }
-
-    fn start_manager(&mut self) -> anyhow::Result<()> {
-        self.starts += 1;
-        let tag = self.starts.to_string();
-        self.manager = Some(ManagerProcess::start(
-            &self.cluster,
-            &tag,
-            &["--leader-elect=false"],
-        )?);
-        Ok(())
-    }
-
-    /// SIGKILL (no graceful shutdown, as a crash or an OOM kill), then a fresh start.
-    async fn restart_manager(&mut self) -> anyhow::Result<()> {
-        if let Some(mut old) = self.manager.take() {
-            if !old.running() {
-                bail!(
-                    "the manager had exited on its own; its log:\n{}",
-                    old.log_tail()
-                );
-            }
-            old.signal("KILL")?;
-            old.exited(Duration::from_secs(10)).await?;
-        }
-        self.start_manager()
-    }
-
-    fn manager_running(&mut self) -> bool {
-        self.manager.as_mut().is_some_and(ManagerProcess::running)
-    }
-
-    fn finish(mut self) {
-        self.passed = true;
-    }
-}
-
-impl Drop for CrashCluster {
-    fn drop(&mut self) {
-        if !self.passed {
-            self.cluster.keep_logs();
-            if let Some(m) = &self.manager {
-                eprintln!("last manager lines:\n{}", m.log_tail());
-            }
-        }
-    }
-}
 
 /// Live view of the LWS's pods and StatefulSets, plus every uid each name ever had.
 struct Tracker {
@@ -374,25 +305,8 @@ fn assert_kept(before: &BTreeMap<String, String>, now: &BTreeMap<String, String>
 #[tokio::test]
 async fn the_controller_converges_after_sigkills_while_creating_and_rolling_groups()
 -> anyhow::Result<()> {
-    let mut cluster = CrashCluster::start().await?;
-    let client = cluster.cluster.client.clone();
-    let ns_name = "crash".to_string();
-    let mut namespace = Namespace::default();
-    namespace.metadata.name = Some(ns_name.clone());
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &namespace)
-        .await?;
-    let ns = TestNs {
-        client: client.clone(),
-        name: ns_name,
-    };
-    wait_for(
-        &ns.api::<ServiceAccount>(),
-        "default",
-        Duration::from_secs(60),
-        |sa: Option<&ServiceAccount>| sa.is_some(),
-    )
-    .await?;
+    let mut cluster = CrashCluster::new("crash", &[]).await?;
+    let ns = cluster.namespace("crash").await?;
     let tracker = Tracker::start(&ns).await?;
     eprintln!(
         "isolated cluster at {}",
@@ -410,7 +324,9 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
     let recorder = StsRecorder::start(&ns, LWS).await?;
 
     // 0. Killed as soon as the leader StatefulSet exists (revision made, no group yet).
-    cluster.restart_manager().await?;
+    cluster
+        .kill_and_restart("as the leader StatefulSet appeared")
+        .await?;
     eprintln!(
         "kill 0: {} worker StatefulSets",
         tracker.worker_statefulsets().len()
@@ -425,7 +341,9 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
         )
         .await?;
     let ready_at_kill1 = tracker.ready_pods(None);
-    cluster.restart_manager().await?;
+    cluster
+        .kill_and_restart("as the first worker StatefulSet appeared")
+        .await?;
     eprintln!(
         "kill 1: {} worker StatefulSets, {} pods ready",
         tracker.worker_statefulsets().len(),
@@ -441,7 +359,9 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
         )
         .await?;
     let ready_at_kill2 = tracker.ready_pods(None);
-    cluster.restart_manager().await?;
+    cluster
+        .kill_and_restart("once a first group was Ready")
+        .await?;
     eprintln!("kill 2: {} groups ready", tracker.ready_groups());
 
     let old_key = check_settled(&ns, "vllm:1", GROUPS).await?;
@@ -467,7 +387,9 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
                 .is_some_and(|k| k != old_key)
         })
         .await?;
-    cluster.restart_manager().await?;
+    cluster
+        .kill_and_restart("at the update's first step")
+        .await?;
     let new_key = tracker
         .leader_sts()
         .and_then(|s| s.labels().get(REVISION).cloned())
@@ -487,7 +409,7 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
         )
         .await?;
     let ready_at_kill4 = tracker.ready_pods(Some(&new_key));
-    cluster.restart_manager().await?;
+    cluster.kill_and_restart("with the partition at 1").await?;
     eprintln!(
         "kill 4: leader StatefulSet at {:?}, {} updated pods ready",
         tracker.leader_sts().map(|s| rolling_params(&s)),
@@ -503,7 +425,7 @@ async fn the_controller_converges_after_sigkills_while_creating_and_rolling_grou
         )
         .await?;
     let ready_at_kill5 = tracker.ready_pods(Some(&new_key));
-    cluster.restart_manager().await?;
+    cluster.kill_and_restart("with the partition at 0").await?;
 
     let key = check_settled(&ns, "vllm:2", GROUPS).await?;
     assert_eq!(key, new_key);

@@ -10,6 +10,7 @@ mod isolated;
 mod bench;
 mod chaos;
 mod cluster;
+mod crash_support;
 mod crds;
 mod disaggregatedset;
 mod failover;

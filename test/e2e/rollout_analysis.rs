@@ -268,7 +268,7 @@ async fn rolls_back(
         );
     }
     wait_rollout(ns, "canary removed", |r| finalising(r) == "END").await?;
-    crate::rollout_crash::wait_for_all_canary(ns, |c| c.is_empty()).await?;
+    wait_for_all_canary(ns, |c| c.is_empty()).await?;
     let after = t.assert_rolled_back(200).await?;
     ensure!(after.failures().is_empty());
     // Only requests the canary answered failed: at most the first step's share of those sent
@@ -600,7 +600,7 @@ fn rollout_analysis_survives_a_manager_killed_mid_analysis() -> anyhow::Result<(
         let Some(prom) = prometheus_or_skip("rollout_analysis_survives_a_manager_killed") else {
             return Ok(());
         };
-        let (mut cc, ns) = crate::rollout_crash::CrashCluster::start("analysis-crash").await?;
+        let (mut cc, ns) = crate::crash_support::CrashCluster::start("analysis-crash").await?;
         let template: AnalysisTemplate = serde_json::from_value(json!({
             "apiVersion": "argoproj.io/v1alpha1", "kind": "AnalysisTemplate",
             "metadata": {"name": "steady"},
@@ -658,7 +658,7 @@ fn rollout_analysis_survives_a_manager_killed_mid_analysis() -> anyhow::Result<(
             before[0].2 >= 2 && status.phase.as_deref() == Some("Successful"),
             "the measurements before the kill counted: {before:?}"
         );
-        cc.passed = true;
+        cc.finish();
         Ok(())
     })
 }
@@ -802,7 +802,7 @@ fn rollout_analysis_blue_green_a_bad_new_side_never_takes_traffic() -> anyhow::R
                 "rolled back at the preview step: {:?}",
                 step(&failed)
             );
-            crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+            wait_for_all_canary(&ns, |c| c.is_empty()).await?;
             let whole = t.stop().await;
             let plain: Vec<&Outcome> = whole
                 .outcomes
@@ -887,7 +887,7 @@ fn rollout_analysis_background_rolls_back_while_a_step_waits_for_a_person() -> a
                 msg.contains("background analysis") && msg.contains("error-ratio"),
                 "{msg}"
             );
-            crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+            wait_for_all_canary(&ns, |c| c.is_empty()).await?;
             t.assert_rolled_back(200).await?;
             t.stop().await;
             let runs = runs(&ns).await?;

@@ -215,7 +215,7 @@ fn rollout_bluegreen_scaled_then_rolled_back_after_the_switch_returns_traffic_at
             let scaled = stable_lws(GROUPS + 1, "vllm:1");
             apply_lws(&ns, &with_image(&scaled, "vllm:2")).await?;
             wait_event(&ns, "WorkloadScaled", "scaled from 2 to 3 groups").await?;
-            crate::rollout_crash::wait_for_all_canary(&ns, |c| {
+            wait_for_all_canary(&ns, |c| {
                 c.len() == 1 && c[0].spec.replicas == Some(GROUPS + 1)
             })
             .await?;

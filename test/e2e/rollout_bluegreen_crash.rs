@@ -7,9 +7,10 @@
 use anyhow::ensure;
 use lws_rollout::api::LeaderWorkerSet;
 
+use crate::crash_support::{CrashCluster, more_uids_than};
 use crate::harness::wait_for;
 use crate::lws_support::{available_with, image, settled_pods, uids};
-use crate::rollout_crash::{CrashCluster, Watched, more_than_once, wait_for_all_canary};
+use crate::rollout_crash::Watched;
 use crate::rollout_support::*;
 
 #[test]
@@ -73,13 +74,7 @@ async fn crash_blue_green() -> anyhow::Result<()> {
             .all(|p| image(p) == "vllm:2")
     );
     nothing_left(&ns).await?;
-    let replaced_twice: Vec<String> = user_pods
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, u)| u.len() > 2)
-        .map(|(n, _)| n.clone())
-        .collect();
+    let replaced_twice = more_uids_than(user_pods, 2);
     ensure!(
         replaced_twice.is_empty(),
         "user pods replaced more than once: {replaced_twice:?}"
@@ -89,7 +84,7 @@ async fn crash_blue_green() -> anyhow::Result<()> {
         ("BatchRelease", brs),
         ("Service", services),
     ] {
-        let twice = more_than_once(&seen.lock().unwrap());
+        let twice = more_uids_than(seen, 1);
         ensure!(twice.is_empty(), "{what} created twice: {twice:?}");
     }
 
@@ -126,6 +121,6 @@ async fn crash_blue_green() -> anyhow::Result<()> {
         "one second LWS per release: {:?}",
         second_lws.lock().unwrap()
     );
-    cc.passed = true;
+    cc.finish();
     Ok(())
 }

@@ -8,142 +8,23 @@
 //!
 //! Kills happen as soon as a watch sees the moment they aim at, never after fixed sleeps.
 
-use std::{
-    collections::{BTreeMap, BTreeSet},
-    sync::{Arc, Mutex},
-    time::Duration,
-};
+use std::collections::{BTreeMap, BTreeSet};
 
-use anyhow::{Context, bail, ensure};
-use futures::StreamExt;
+use anyhow::{Context, ensure};
 use k8s_openapi::api::core::v1::{Pod, Service};
-use kube::{
-    Api, Resource, ResourceExt,
-    api::DeleteParams,
-    runtime::{WatchStreamExt, watcher},
-};
+use kube::api::DeleteParams;
 use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
-use serde::de::DeserializeOwned;
 
 use crate::{
+    crash_support::{CrashCluster, Seen, more_uids_than, track},
     harness::{TestNs, wait_for},
-    isolated::{IsolatedCluster, ManagerProcess},
     lws_support::{NAME, available_with, image, settled_pods, uids},
     rollout_canary::three_steps,
     rollout_support::*,
 };
 
-/// A cluster of the test's own with a manager it kills and restarts.
-pub struct CrashCluster {
-    cluster: IsolatedCluster,
-    manager: Option<ManagerProcess>,
-    starts: u32,
-    /// Set at the end of a passing test (a failing one keeps the logs).
-    pub passed: bool,
-}
-
-impl CrashCluster {
-    /// A fresh cluster named `name`, its manager running, and a namespace `name` on it.
-    pub async fn start(name: &str) -> anyhow::Result<(CrashCluster, TestNs)> {
-        let mut cc = CrashCluster {
-            cluster: IsolatedCluster::start(name, &[]).await?,
-            manager: None,
-            starts: 0,
-            passed: false,
-        };
-        cc.start_manager()?;
-        let ns = cc.cluster.namespace(name).await?;
-        Ok((cc, ns))
-    }
-
-    fn start_manager(&mut self) -> anyhow::Result<()> {
-        self.starts += 1;
-        self.manager = Some(ManagerProcess::start(
-            &self.cluster,
-            &self.starts.to_string(),
-            &["--leader-elect=false"],
-        )?);
-        Ok(())
-    }
-
-    /// SIGKILL, then a fresh manager.
-    pub async fn kill_and_restart(&mut self, at: &str) -> anyhow::Result<()> {
-        if let Some(mut old) = self.manager.take() {
-            if !old.running() {
-                bail!(
-                    "the manager exited on its own before {at}:\n{}",
-                    old.log_tail()
-                );
-            }
-            old.signal("KILL")?;
-            old.exited(Duration::from_secs(10)).await?;
-        }
-        eprintln!("rollout_crash: killed the manager {at}");
-        self.start_manager()
-    }
-}
-
-impl Drop for CrashCluster {
-    fn drop(&mut self) {
-        if !self.passed {
-            self.cluster.keep_logs();
-            if let Some(m) = &self.manager {
-                eprintln!("last manager lines:\n{}", m.log_tail());
-            }
-        }
-    }
-}
-
-/// Object name → every uid it had.
-pub type Seen = Arc<Mutex<BTreeMap<String, BTreeSet<String>>>>;
-
-/// Every uid each object name of a kind ever had (in the namespace, matching `labels`).
-pub fn track<K>(api: Api<K>, labels: &str) -> (tokio::task::JoinHandle<()>, Seen)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let seen: Seen = Arc::default();
-    let out = seen.clone();
-    let config = watcher::Config::default().labels(labels);
-    let task = tokio::spawn(async move {
-        let stream = watcher::watcher(api, config)
-            .touched_objects()
-            .default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(Ok(obj)) = stream.next().await {
-            out.lock()
-                .unwrap()
-                .entry(obj.name_any())
-                .or_default()
-                .insert(obj.uid().unwrap_or_default());
-        }
-    });
-    (task, seen)
-}
-
-/// The names that had more than one uid.
-pub fn more_than_once(seen: &BTreeMap<String, BTreeSet<String>>) -> Vec<String> {
-    seen.iter()
-        .filter(|(_, u)| u.len() > 1)
-        .map(|(n, _)| n.clone())
-        .collect()
-}
-
-/// The names that had more than `n` uids.
-pub fn more_uids_than(seen: &Seen, n: usize) -> Vec<String> {
-    seen.lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, u)| u.len() > n)
-        .map(|(n, _)| n.clone())
-        .collect()
-}
+/// Moved to the Rollout tests' shared module; named here too for the tests that use it so.
+pub use crate::rollout_support::wait_for_all_canary;
 
 /// What a crash test watches through its releases: every uid the stable pods, the canary
 /// LWSs, the BatchReleases and the Services of the namespace ever had. Dropping it stops the
@@ -357,7 +238,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     let twice = more_uids_than(&watched.canary_lws, 1);
     ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
     one_canary_per_release(&watched)?;
-    cc.passed = true;
+    cc.finish();
     Ok(())
 }
 
@@ -423,23 +304,5 @@ fn created_once(
             "{what} created twice in one release: {twice:?}"
         );
     }
-    Ok(())
-}
-
-pub async fn wait_for_all_canary(
-    ns: &TestNs,
-    cond: impl Fn(&[LeaderWorkerSet]) -> bool,
-) -> anyhow::Result<()> {
-    crate::harness::wait_for_all(
-        &ns.api::<LeaderWorkerSet>(),
-        &format!("{CANARY_LABEL}={STABLE}"),
-        WAIT,
-        |c| {
-            let c: Vec<LeaderWorkerSet> = c.iter().map(|l| l.as_ref().clone()).collect();
-            cond(&c)
-        },
-    )
-    .await
-    .context("canary LWS")?;
     Ok(())
 }

@@ -75,7 +75,7 @@ fn rollout_deadline_missed_rolls_back_by_itself_and_holds_until_the_template_cha
                 finalising(r) == "END" && phase(r) == "Progressing"
             })
             .await?;
-            crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+            wait_for_all_canary(&ns, |c| c.is_empty()).await?;
             ensure!(batch_release(&ns).await?.is_none());
             ensure!(route_backends(&ns).await? == users_route());
             let lws = ns.api::<LeaderWorkerSet>().get(STABLE).await?;

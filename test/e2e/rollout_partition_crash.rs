@@ -11,9 +11,10 @@ use lws_rollout::api::LeaderWorkerSet;
 use lws_rollout::lws::labels::RELEASE_PARTITION;
 use serde_json::json;
 
+use crate::crash_support::{CrashCluster, more_uids_than};
 use crate::harness::{TestNs, wait_for};
 use crate::lws_support::{available_with, image, settled_pods, uids};
-use crate::rollout_crash::{CrashCluster, Watched, more_than_once};
+use crate::rollout_crash::Watched;
 use crate::rollout_support::*;
 
 /// Waits until the user's LWS carries the release partition `want` (`None`: none).
@@ -108,18 +109,12 @@ async fn crash_partition() -> anyhow::Result<()> {
             .all(|p| image(p) == "vllm:2")
     );
     nothing_left(&ns).await?;
-    let replaced_twice: Vec<String> = user_pods
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, u)| u.len() > 2)
-        .map(|(n, _)| n.clone())
-        .collect();
+    let replaced_twice = more_uids_than(user_pods, 2);
     ensure!(
         replaced_twice.is_empty(),
         "pods replaced more than once: {replaced_twice:?}"
     );
-    let twice = more_than_once(&brs.lock().unwrap());
+    let twice = more_uids_than(brs, 1);
     ensure!(twice.is_empty(), "BatchRelease created twice: {twice:?}");
 
     // Release 2, reverted at step 1: kill as the rollback starts. Only the moved group goes
@@ -231,6 +226,6 @@ async fn crash_partition() -> anyhow::Result<()> {
         uids(&ns, STABLE).await? == after,
         "ending the release restarted a group"
     );
-    cc.passed = true;
+    cc.finish();
     Ok(())
 }

@@ -588,3 +588,22 @@ where
         Err(panic) => std::panic::resume_unwind(panic),
     }
 }
+
+/// Waits until the canary LWSs of [`STABLE`] satisfy `cond`.
+pub async fn wait_for_all_canary(
+    ns: &TestNs,
+    cond: impl Fn(&[LeaderWorkerSet]) -> bool,
+) -> anyhow::Result<()> {
+    crate::harness::wait_for_all(
+        &ns.api::<LeaderWorkerSet>(),
+        &format!("{CANARY_LABEL}={STABLE}"),
+        WAIT,
+        |c| {
+            let c: Vec<LeaderWorkerSet> = c.iter().map(|l| l.as_ref().clone()).collect();
+            cond(&c)
+        },
+    )
+    .await
+    .context("canary LWS")?;
+    Ok(())
+}

@@ -80,21 +80,7 @@ async fn statefulsets(
 #[tokio::test]
 async fn groups_built_by_upstream_lws_keep_running_when_our_manager_takes_over()
 -> anyhow::Result<()> {
-    let mut cluster = IsolatedCluster::start("takeover", &[]).await?;
-    let result = take_over(&cluster).await;
-    if result.is_err() {
-        cluster.keep_logs();
-        let log =
-            std::fs::read_to_string(cluster.dir.join("logs/manager-ours.log")).unwrap_or_default();
-        let tail: Vec<_> = log.lines().rev().take(30).collect();
-        eprintln!(
-            "our manager's log tail:\n{}",
-            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
-        );
-    }
-    let _ = upstream_script(&cluster, "stop.sh", &[]).await;
-    cluster.stop();
-    result
+    IsolatedCluster::run("takeover", &[], |c| Box::pin(take_over(c))).await
 }
 
 async fn take_over(cluster: &IsolatedCluster) -> anyhow::Result<()> {

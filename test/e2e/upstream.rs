@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::{
     harness::wait_for,
-    isolated::{IsolatedCluster, repo},
+    isolated::{IsolatedCluster, log_tail, repo},
 };
 
 /// Environment variable naming the upstream manager binary (`test/upstream/build.sh`).
@@ -51,12 +51,6 @@ pub async fn upstream_script(
         );
     }
     Ok(())
-}
-
-fn log_tail(path: &Path) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<_> = text.lines().collect();
-    lines[lines.len().saturating_sub(30)..].join("\n")
 }
 
 #[tokio::test]
