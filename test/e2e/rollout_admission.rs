@@ -66,19 +66,7 @@ async fn rollout_next_step_index_jumps() -> anyhow::Result<()> {
                 .await?;
             let r = wait_rollout(&ns, "finished at step 3", finished("True")).await?;
             ensure!(step(&r).0 == 3);
-            wait_for(
-                &ns.api::<LeaderWorkerSet>(),
-                STABLE,
-                WAIT,
-                available_with(4, 4),
-            )
-            .await?;
-            ensure!(
-                settled_pods(&ns, STABLE, 8)
-                    .await?
-                    .iter()
-                    .all(|p| image(p) == "vllm:2")
-            );
+            released_to(&ns, 4, "vllm:2").await?;
             nothing_left(&ns).await?;
             Ok(())
         })

@@ -5,11 +5,9 @@
 //! restarted before promotion. Kills happen as soon as a watch sees the moment they aim at.
 
 use anyhow::ensure;
-use lws_rollout::api::LeaderWorkerSet;
 
 use crate::crash_support::{CrashCluster, more_uids_than};
-use crate::harness::wait_for;
-use crate::lws_support::{available_with, image, settled_pods, uids};
+use crate::lws_support::uids;
 use crate::rollout_crash::Watched;
 use crate::rollout_support::*;
 
@@ -60,19 +58,7 @@ async fn crash_blue_green() -> anyhow::Result<()> {
     );
     cc.kill_and_restart("during promotion").await?;
     wait_rollout(&ns, "release finished", finished("True")).await?;
-    wait_for(
-        &ns.api::<LeaderWorkerSet>(),
-        STABLE,
-        WAIT,
-        available_with(2, 2),
-    )
-    .await?;
-    ensure!(
-        settled_pods(&ns, STABLE, 4)
-            .await?
-            .iter()
-            .all(|p| image(p) == "vllm:2")
-    );
+    released_to(&ns, 2, "vllm:2").await?;
     nothing_left(&ns).await?;
     let replaced_twice = more_uids_than(user_pods, 2);
     ensure!(

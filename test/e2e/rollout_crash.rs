@@ -18,7 +18,7 @@ use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
 use crate::{
     crash_support::{CrashCluster, Seen, more_uids_than, track},
     harness::{TestNs, wait_for},
-    lws_support::{NAME, available_with, image, settled_pods, uids},
+    lws_support::{NAME, uids},
     rollout_canary::three_steps,
     rollout_support::*,
 };
@@ -75,7 +75,7 @@ pub async fn ended_uninterrupted(
     watched: &Watched,
 ) -> anyhow::Result<()> {
     wait_rollout(ns, what, finished("True")).await?;
-    released_to(ns, image).await?;
+    released_to(ns, 4, image).await?;
     nothing_left(ns).await?;
     let replaced_twice = more_uids_than(&watched.stable_pods, 2);
     ensure!(
@@ -202,7 +202,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
         .await?;
     wait_rollout(&ns, "Disabled", |r| phase(r) == "Disabled").await?;
     nothing_left(&ns).await?;
-    released_to(&ns, "vllm:4").await?;
+    released_to(&ns, 4, "vllm:4").await?;
     created_once(&[("BatchRelease", brs), ("Service", services)], &known)?;
     set_disabled(&ns, false).await?;
     wait_rollout(&ns, "Healthy again", |r| phase(r) == "Healthy").await?;
@@ -233,7 +233,7 @@ async fn crash_release_and_rollback() -> anyhow::Result<()> {
     .await
     .context("the Rollout's finalizer is removed after the restart")?;
     nothing_left(&ns).await?;
-    released_to(&ns, "vllm:5").await?;
+    released_to(&ns, 4, "vllm:5").await?;
     created_once(&[("BatchRelease", brs), ("Service", services)], &known)?;
     let twice = more_uids_than(&watched.canary_lws, 1);
     ensure!(twice.is_empty(), "canary LWS created twice: {twice:?}");
@@ -255,24 +255,6 @@ fn canary_revision(r: &Rollout) -> String {
         .and_then(|s| s.canary_status.as_ref())
         .map(|c| c.canary_revision.clone())
         .unwrap_or_default()
-}
-
-/// The stable LWS, released, rolled every group to `image` by its own strategy.
-async fn released_to(ns: &TestNs, want: &str) -> anyhow::Result<()> {
-    wait_for(
-        &ns.api::<LeaderWorkerSet>(),
-        STABLE,
-        WAIT,
-        available_with(4, 4),
-    )
-    .await?;
-    let pods = settled_pods(ns, STABLE, 8).await?;
-    ensure!(
-        pods.iter().all(|p| image(p) == want),
-        "the released stable LWS runs {:?}, not {want}",
-        pods.iter().map(image).collect::<Vec<_>>()
-    );
-    Ok(())
 }
 
 /// Every uid seen so far, per kind, to tell one release's creations from earlier ones.

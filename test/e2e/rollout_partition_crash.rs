@@ -95,19 +95,7 @@ async fn crash_partition() -> anyhow::Result<()> {
     .await?;
     cc.kill_and_restart("while the LWS rolled the rest").await?;
     wait_rollout(&ns, "release finished", finished("True")).await?;
-    wait_for(
-        &ns.api::<LeaderWorkerSet>(),
-        STABLE,
-        WAIT,
-        available_with(4, 4),
-    )
-    .await?;
-    ensure!(
-        settled_pods(&ns, STABLE, 8)
-            .await?
-            .iter()
-            .all(|p| image(p) == "vllm:2")
-    );
+    released_to(&ns, 4, "vllm:2").await?;
     nothing_left(&ns).await?;
     let replaced_twice = more_uids_than(user_pods, 2);
     ensure!(

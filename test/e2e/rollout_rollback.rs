@@ -16,7 +16,7 @@ use kube::{
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 
 use crate::harness::{TestNs, wait_for, with_ns};
-use crate::lws_support::{available_with, create_available, image, settled_pods, uids};
+use crate::lws_support::{create_available, image, settled_pods, uids};
 use crate::rollout_canary::{RATE, is_canary, three_steps};
 use crate::rollout_support::*;
 use crate::traffic_driver::{Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip};
@@ -171,19 +171,7 @@ async fn rollout_third_template_restarts_the_canary() -> anyhow::Result<()> {
             // And it finishes on the third template.
             approve(&ns).await?;
             wait_rollout(&ns, "finished", finished("True")).await?;
-            wait_for(
-                &ns.api::<LeaderWorkerSet>(),
-                STABLE,
-                WAIT,
-                available_with(4, 4),
-            )
-            .await?;
-            ensure!(
-                settled_pods(&ns, STABLE, 8)
-                    .await?
-                    .iter()
-                    .all(|p| image(p) == "vllm:3")
-            );
+            released_to(&ns, 4, "vllm:3").await?;
             nothing_left(&ns).await?;
             Ok(())
         })
@@ -208,19 +196,7 @@ async fn rollout_disabled_mid_release_releases_everything() -> anyhow::Result<()
                 "traffic left the canary first: {seen:?}"
             );
             // Released: the stable LWS rolls to its template by its own strategy.
-            wait_for(
-                &ns.api::<LeaderWorkerSet>(),
-                STABLE,
-                WAIT,
-                available_with(4, 4),
-            )
-            .await?;
-            ensure!(
-                settled_pods(&ns, STABLE, 8)
-                    .await?
-                    .iter()
-                    .all(|p| image(p) == "vllm:2")
-            );
+            released_to(&ns, 4, "vllm:2").await?;
             Ok(())
         })
     })
@@ -248,19 +224,7 @@ async fn rollout_deleted_mid_release_releases_everything() -> anyhow::Result<()>
                 canary_left_after_traffic(&seen),
                 "traffic left the canary first: {seen:?}"
             );
-            wait_for(
-                &ns.api::<LeaderWorkerSet>(),
-                STABLE,
-                WAIT,
-                available_with(4, 4),
-            )
-            .await?;
-            ensure!(
-                settled_pods(&ns, STABLE, 8)
-                    .await?
-                    .iter()
-                    .all(|p| image(p) == "vllm:2")
-            );
+            released_to(&ns, 4, "vllm:2").await?;
             Ok(())
         })
     })

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 
 pub use crate::harness::condition;
 use crate::harness::{TestNs, wait_for, wait_for_all};
-use crate::lws_support::{NAME, WORKER_INDEX, apply, create_available, pod_ready};
+use crate::lws_support::{
+    NAME, WORKER_INDEX, apply, available_with, create_available, image, pod_ready, settled_pods,
+};
 
 /// Name of the stable LWS (and of the Rollout and its BatchRelease) in every Rollout test.
 pub const STABLE: &str = "vllm";
@@ -506,6 +508,25 @@ pub async fn set_disabled(ns: &TestNs, disabled: bool) -> anyhow::Result<()> {
 /// Applies the stable LWS (as the user).
 pub async fn apply_lws(ns: &TestNs, lws: &Value) -> anyhow::Result<()> {
     apply(ns, lws).await
+}
+
+/// The stable LWS released: `groups` groups Available on the current template, every pod
+/// (two a group) settled on `image`.
+pub async fn released_to(ns: &TestNs, groups: i32, want: &str) -> anyhow::Result<()> {
+    wait_for(
+        &ns.api::<LeaderWorkerSet>(),
+        STABLE,
+        WAIT,
+        available_with(groups, groups),
+    )
+    .await?;
+    let pods = settled_pods(ns, STABLE, 2 * groups as usize).await?;
+    anyhow::ensure!(
+        pods.iter().all(|p| image(p) == want),
+        "the released stable LWS runs {:?}, not {want}",
+        pods.iter().map(image).collect::<Vec<_>>()
+    );
+    Ok(())
 }
 
 /// Nothing of a release is left: no BatchRelease, no canary LWS, no canary Service, the
