@@ -31,6 +31,8 @@ pub struct Config {
     /// Leader election, when enabled (several replicas); without it this process always runs
     /// the controllers.
     pub leader_election: Option<leader::LeaderElection>,
+    /// The LWS controller's tuning.
+    pub lws: crate::lws::controller::Tuning,
 }
 
 /// How the webhook is served and reached.
@@ -167,6 +169,7 @@ pub async fn run(
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),
         metrics.clone(),
+        config.lws,
         stop_rx,
         election.as_ref().map(|e| e.is_leader.clone()),
     ));
@@ -205,6 +208,7 @@ pub async fn run(
 async fn run_controllers(
     client: Client,
     metrics: crate::k8s::metrics::Metrics,
+    lws_tuning: crate::lws::controller::Tuning,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
@@ -269,6 +273,7 @@ async fn run_controllers(
             pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("lws"),
+        lws_tuning,
         stopped(&stop_all),
     );
     let rollouts = crate::rollout::controller::run(
@@ -433,10 +438,21 @@ async fn start_webhook(
             },
         ),
     };
-    let bundle =
-        webhook::secret::load_or_issue(client, &cfg.secret_namespace, &cfg.secret_name, &hosts)
-            .await
-            .map_err(WebhookError::from)?;
+    // The owner is read before anything is written: with the chart's ClusterRole gone the
+    // release is being uninstalled, and nothing of ours should be written again.
+    let owner = match &cfg.configuration_owner {
+        Some(role) => Some(webhook::registration::owner(client, role).await?),
+        None => None,
+    };
+    let bundle = webhook::secret::load_or_issue(
+        client,
+        &cfg.secret_namespace,
+        &cfg.secret_name,
+        &hosts,
+        owner.as_ref(),
+    )
+    .await
+    .map_err(WebhookError::from)?;
     let tls = webhook::tls_config(&bundle.serving_cert().map_err(WebhookError::from)?)?;
     let handle = axum_server::Handle::new();
     let server =
@@ -492,6 +508,7 @@ async fn start_webhook(
             hosts,
             configuration_name: cfg.configuration_name.clone(),
             configuration_owner: cfg.configuration_owner.clone(),
+            secret_owner: owner,
             endpoint,
         },
         bundle,
