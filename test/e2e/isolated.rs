@@ -132,18 +132,37 @@ impl IsolatedCluster {
         component: &str,
         outage: std::time::Duration,
     ) -> anyhow::Result<()> {
-        let out = tokio::process::Command::new("bash")
-            .arg(repo().join("test/cluster/restart.sh"))
+        let outage = outage.as_secs().to_string();
+        self.script("test/cluster/restart.sh", &[component, &outage], &[])
+            .await
+    }
+
+    /// Runs the repository's `script` (a path from the repository root) with bash against this
+    /// cluster: its state directory first, then `args`, with `env` and the control-plane
+    /// binaries (`LWS_ROLLOUT_BIN_DIR`); an error carrying its stderr when it fails.
+    pub async fn script(
+        &self,
+        script: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> anyhow::Result<()> {
+        let mut cmd = tokio::process::Command::new("bash");
+        cmd.arg(repo().join(script))
             .arg(&self.dir)
-            .arg(component)
-            .arg(outage.as_secs().to_string())
-            .stdin(Stdio::null())
+            .args(args)
+            .env("LWS_ROLLOUT_BIN_DIR", &self.bin_dir)
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd
             .output()
             .await
-            .context("running test/cluster/restart.sh")?;
+            .with_context(|| format!("running {script}"))?;
         if !out.status.success() {
             bail!(
-                "test/cluster/restart.sh {component} failed: {}",
+                "{script} {} failed: {}",
+                args.join(" "),
                 String::from_utf8_lossy(&out.stderr)
             );
         }

@@ -3,7 +3,7 @@
 //! of a release and started again, and our manager SIGKILLed while groups wait behind Kueue's
 //! gate. docs/kueue.md.
 
-use std::{collections::BTreeMap, process::Stdio, time::Duration};
+use std::{collections::BTreeMap, time::Duration};
 
 use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
@@ -33,19 +33,9 @@ async fn kueue_cluster(name: &str) -> anyhow::Result<CrashCluster> {
 
 /// Runs `test/kueue/<script>.sh` (`start`, `stop`) against the cluster.
 async fn kueue(c: &CrashCluster, script: &str) -> anyhow::Result<()> {
-    let out = tokio::process::Command::new("bash")
-        .arg(repo().join(format!("test/kueue/{script}.sh")))
-        .arg(&c.cluster.dir)
-        .stdin(Stdio::null())
-        .output()
-        .await?;
-    if !out.status.success() {
-        bail!(
-            "test/kueue/{script}.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    c.cluster
+        .script(&format!("test/kueue/{script}.sh"), &[], &[])
+        .await
 }
 
 /// Whether the tests of this file can run: Kueue is built (the suite's cluster runs it).

@@ -3,9 +3,9 @@
 //! not fight over the same objects), it turns a small LWS into Available groups through its own
 //! webhooks, and `test/upstream/stop.sh` stops it and removes its webhook configurations.
 
-use std::{path::Path, process::Stdio, time::Duration};
+use std::{path::Path, time::Duration};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::api::{
     admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
     apps::v1::StatefulSet,
@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::{
     harness::wait_for,
-    isolated::{IsolatedCluster, log_tail, repo},
+    isolated::{IsolatedCluster, log_tail},
 };
 
 /// Environment variable naming the upstream manager binary (`test/upstream/build.sh`).
@@ -35,22 +35,13 @@ pub async fn upstream_script(
     let upstream = std::env::var(UPSTREAM_BIN_ENV).with_context(|| {
         format!("{UPSTREAM_BIN_ENV} is not set: run the e2e tests with test/run-tests.sh, which builds upstream LWS")
     })?;
-    let out = tokio::process::Command::new("bash")
-        .arg(repo().join("test/upstream").join(script))
-        .arg(&cluster.dir)
-        .args(args)
-        .env("LWS_UPSTREAM_BIN", upstream)
-        .env("LWS_ROLLOUT_BIN_DIR", &cluster.bin_dir)
-        .stdin(Stdio::null())
-        .output()
-        .await?;
-    if !out.status.success() {
-        bail!(
-            "test/upstream/{script} failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-    Ok(())
+    cluster
+        .script(
+            &format!("test/upstream/{script}"),
+            args,
+            &[("LWS_UPSTREAM_BIN", &upstream)],
+        )
+        .await
 }
 
 #[tokio::test]
