@@ -14,7 +14,9 @@ use kube::runtime::{
 
 use super::{apply, observe, plan};
 use crate::{
-    api::{DisaggregatedSet, LeaderWorkerSet},
+    api::{
+        DisaggregatedSet, LeaderWorkerSet, disaggregatedset_role_scaler::DisaggregatedSetRoleScaler,
+    },
     k8s::{
         apply::{ApiError, Applier},
         events::Events,
@@ -40,6 +42,8 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// Services labelled with a set's name.
     pub services: &'a mut SharedCache<Service>,
+    /// DisaggregatedSetRoleScalers.
+    pub scalers: &'a mut SharedCache<DisaggregatedSetRoleScaler>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -53,6 +57,7 @@ pub fn run(
         sets: caches.sets.store(),
         lws: caches.lws.store(),
         services: caches.services.store(),
+        scalers: caches.scalers.store(),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
@@ -60,7 +65,11 @@ pub fn run(
         stores: stores.clone(),
         runner: Runner::new("disaggregatedset", metrics.clone()),
     });
-    let (by_lws, by_service) = (stores.sets.clone(), stores.sets.clone());
+    let (by_lws, by_service, by_scaler) = (
+        stores.sets.clone(),
+        stores.sets.clone(),
+        stores.sets.clone(),
+    );
     let queued_store = caches.sets.store();
     let changes = caches.sets.subscribe().inspect(move |set| {
         let key = ObjectRef::from_obj(set.as_ref());
@@ -76,6 +85,12 @@ pub fn run(
         .watches_shared_stream(caches.services.subscribe(), move |svc: Arc<Service>| {
             observe::sets_of(&by_service, svc.as_ref())
         })
+        .watches_shared_stream(
+            caches.scalers.subscribe(),
+            move |scaler: Arc<DisaggregatedSetRoleScaler>| {
+                observe::sets_of(&by_scaler, scaler.as_ref())
+            },
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -91,6 +106,7 @@ async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Acti
         store_ready(&s.sets),
         store_ready(&s.lws),
         store_ready(&s.services),
+        store_ready(&s.scalers),
     ];
     ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
 }

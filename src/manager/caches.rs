@@ -54,6 +54,9 @@ pub struct Caches {
     pub disaggregated_sets: SharedCache<DisaggregatedSet>,
     /// Services that belong to a DisaggregatedSet.
     pub set_services: SharedCache<Service>,
+    /// DisaggregatedSetRoleScalers.
+    pub role_scalers:
+        SharedCache<crate::api::disaggregatedset_role_scaler::DisaggregatedSetRoleScaler>,
     /// Argo's analysis kinds, where the API server serves them.
     pub analysis: Option<AnalysisCaches>,
 }
@@ -114,6 +117,7 @@ impl Caches {
                 Api::all(client.clone()),
                 Config::default().labels(disaggregatedset::SET_NAME_LABEL),
             ),
+            role_scalers: SharedCache::new(Api::all(client.clone()), Config::default()),
             analysis: analysis.then(|| AnalysisCaches {
                 templates: SharedCache::new(Api::all(client.clone()), Config::default()),
                 cluster_templates: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -151,6 +155,7 @@ impl Caches {
             ),
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
+            self.role_scalers.driver(metrics),
         ];
         if let Some(a) = self.analysis.as_mut() {
             drivers.push(a.templates.driver(metrics));

@@ -305,6 +305,7 @@ async fn run_controllers(
             sets: &mut caches.disaggregated_sets,
             lws: &mut caches.lws,
             services: &mut caches.set_services,
+            scalers: &mut caches.role_scalers,
         },
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),
