@@ -1,21 +1,24 @@
-# The lws-rollout manager image, for release pipelines (docker buildx, kaniko, buildah).
-# A statically linked (musl) binary on distroless/static: no shell, no libc, no package
-# manager; runs as the distroless `nonroot` user (65532) and writes nothing to its root
-# filesystem, so `readOnlyRootFilesystem: true` (the chart's default) just works.
+# The lws-rollout manager image, for release pipelines (docker buildx, kaniko, buildah), for
+# linux/amd64 and linux/arm64:
+#
+#   docker buildx build --platform linux/amd64,linux/arm64 -t <registry>/lws-rollout:<tag> --push .
+#
+# The release binary (glibc) on distroless/cc: no shell, no package manager; runs as the
+# distroless `nonroot` user (65532) and writes nothing to its root filesystem, so
+# `readOnlyRootFilesystem: true` (the chart's default) just works. Both platforms are built on
+# the amd64 build machine (arm64 with Debian's cross toolchain), by the same script that builds
+# the binary the e2e suite runs and the benchmark measures (test/image/build-binary.sh);
 # test/image/build.sh builds the same layout daemonlessly for the tests (docs/install.md).
 
-FROM rust:1.95-bookworm AS build
-RUN rustup target add x86_64-unknown-linux-musl \
- && apt-get update && apt-get install -y --no-install-recommends musl-tools \
- && rm -rf /var/lib/apt/lists/*
+FROM --platform=linux/amd64 rust:1.95-bookworm AS build
+ARG TARGETARCH
 WORKDIR /src
 COPY . .
 # Symbols are of no use in a container.
 ENV CARGO_PROFILE_RELEASE_STRIP=symbols
-# The same build as the tests' image and the benchmark: static, with the PGO profile (pgo/).
-RUN cp "$(test/image/build-binary.sh)" /lws-rollout
+RUN cp "$(test/image/build-binary.sh "$TARGETARCH")" /lws-rollout
 
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM gcr.io/distroless/cc-debian12:nonroot
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="lws-rollout" \
       org.opencontainers.image.description="LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery" \

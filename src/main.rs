@@ -3,18 +3,11 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
-use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection};
+use lws_rollout::{
+    lws::controller as lws_controller,
+    manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection},
+};
 use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
-
-mod small_blocks;
-// Only the static (musl) build takes its `memcmp`; the tests check it everywhere.
-#[cfg(any(test, target_env = "musl"))]
-mod word_compare;
-
-/// Freed small blocks are kept for reuse in front of `malloc` (`small_blocks`: musl's is slow
-/// per call).
-#[global_allocator]
-static ALLOCATOR: small_blocks::SmallBlocks = small_blocks::SmallBlocks::new();
 
 /// LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery.
 #[derive(Debug, Parser)]
@@ -43,6 +36,11 @@ struct Args {
         default_value = "lws-rollout"
     )]
     webhook_configuration: String,
+    /// ClusterRole that owns the webhook configurations, so the garbage collector deletes them
+    /// with it (the Helm chart passes its own: `helm uninstall` then leaves no webhook behind).
+    /// Unset: they stay until deleted by hand.
+    #[arg(long, env = "LWS_ROLLOUT_WEBHOOK_OWNER")]
+    webhook_owner: Option<String>,
     /// Secret (in the manager's namespace) that shares the webhook certificate between replicas.
     #[arg(
         long,
@@ -67,11 +65,13 @@ struct Args {
     /// Worker threads of the async runtime; 0 runs everything on the main thread.
     #[arg(long, env = "LWS_ROLLOUT_WORKER_THREADS", default_value_t = 0)]
     worker_threads: usize,
-    /// Milliseconds the controllers' thread waits, once it has run out of work, before it
-    /// sleeps until the next watch event: events that arrive meanwhile are then handled in one
-    /// wake-up instead of one each (0: sleep at once). Only with `--worker-threads 0`.
-    #[arg(long, env = "LWS_ROLLOUT_PARK_LINGER_MS", default_value_t = 5)]
-    park_linger_ms: u64,
+    /// The LWS controller's per-LWS trigger window: the first event after a quiet window
+    /// reconciles at once, the window's other events in one reconcile at its end.
+    #[arg(long, env = "LWS_ROLLOUT_RECONCILE_WINDOW_MS", default_value_t = lws_controller::RECONCILE_WINDOW.as_millis() as u64)]
+    lws_reconcile_window_ms: u64,
+    /// LWS reconciles that run at once (0: unbounded).
+    #[arg(long, env = "LWS_ROLLOUT_LWS_CONCURRENCY", default_value_t = lws_controller::RECONCILE_CONCURRENCY)]
+    lws_concurrency: u16,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LWS_ROLLOUT_LOG_JSON")]
     log_json: bool,
@@ -113,28 +113,14 @@ fn exit_for(err: &anyhow::Error) -> std::process::ExitCode {
 
 /// The async runtime. One thread by default: the controllers and the caches' drivers already
 /// run as one task (kube-runtime polls reconciles inside its controller stream), so more
-/// worker threads bought nothing but cross-thread wake-ups (perf: ~10% of the manager's CPU in
-/// the scheduler's task switches) and one glibc malloc arena per thread, i.e. memory held in
-/// several arenas at once. `--worker-threads N` gives a multi-threaded runtime, e.g. for a
+/// worker threads bought nothing but cross-thread wake-ups and one glibc malloc arena per
+/// thread, i.e. memory held in several arenas at once. `--worker-threads N` gives a multi-threaded runtime, e.g. for a
 /// webhook under heavy load.
-///
-/// The park linger: the API server writes each watch event as it happens, so a burst of
-/// events (a GitOps sync creating dozens of LWS, a roll) woke the thread once per event, and
-/// the wake-ups (the task switch back from `epoll_pwait`, the poll of the runtime) were a
-/// large share of its CPU. Waiting a few milliseconds before sleeping lets the events of a
-/// burst gather and be read and handled in one wake-up. An event that arrives while the
-/// thread sleeps is not delayed; one that arrives within the linger after other work waits at
-/// most the linger. The webhook's thread does not linger.
 fn runtime(args: &Args) -> std::io::Result<tokio::runtime::Runtime> {
     match args.worker_threads {
-        0 => {
-            let mut builder = tokio::runtime::Builder::new_current_thread();
-            if args.park_linger_ms > 0 {
-                let linger = std::time::Duration::from_millis(args.park_linger_ms);
-                builder.on_thread_park(move || std::thread::sleep(linger));
-            }
-            builder.enable_all().build()
-        }
+        0 => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build(),
         n => tokio::runtime::Builder::new_multi_thread()
             .worker_threads(n)
             .enable_all()
@@ -176,6 +162,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         addr: args.webhook_addr,
         reach,
         configuration_name: args.webhook_configuration.clone(),
+        configuration_owner: args.webhook_owner.clone(),
         secret_namespace: own_namespace(),
         secret_name: args.webhook_secret.clone(),
     });
@@ -191,6 +178,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         health_addr: args.health_addr,
         webhook,
         leader_election,
+        lws: lws_controller::Tuning {
+            reconcile_window: std::time::Duration::from_millis(args.lws_reconcile_window_ms),
+            concurrency: args.lws_concurrency,
+        },
     };
     manager::run(config, shutdown_signal()).await?;
     Ok(())
@@ -239,8 +230,8 @@ async fn shutdown_signal() {
 /// The log filter from `RUST_LOG` (default `info`): `level` or `target=level` directives,
 /// comma-separated (`info,lws_rollout=debug`). A target filter rather than tracing's
 /// `EnvFilter`: that one also matches span names and field values with regular expressions,
-/// which no deployment of ours uses, and its regex engine was ~0.7 MB of the binary, all of it
-/// resident (docs/performance.md). A filter that does not parse logs at `info` and says why.
+/// which no deployment of ours uses, and its regex engine was a large share of the binary, all of
+/// it resident. A filter that does not parse logs at `info` and says why.
 fn log_filter(env: Option<&str>) -> (Targets, Option<String>) {
     let default = || Targets::new().with_default(tracing::Level::INFO);
     match env.map(str::trim).filter(|v| !v.is_empty()) {

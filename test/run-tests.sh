@@ -13,9 +13,12 @@ START=$SECONDS
 
 # 1. Control-plane binaries (cold: a Go build of ~7 min; warm: instant).
 BIN=$(test/cluster/build.sh)
-# The upstream LWS v0.8.0 manager, for the e2e tests that run it (cold: a Go build of a few
+# The upstream LWS manager (test/upstream/versions.env), for the e2e tests that run it (cold: a Go build of a few
 # minutes; warm: instant).
 UPSTREAM_BIN=$(test/upstream/build.sh)
+# Upstream's own code as the reference for revision keys (test/lwsref; shares the Go module and
+# build caches with the line above).
+LWSREF_BIN=$(test/upstream/build-lwsref.sh)
 # Outside tools the Rollout e2e tests run: Kruise's kubectl-kruise and Argo CD's health check
 # (Go builds of a few minutes cold). A tool that cannot be built here (no Go, no module proxy)
 # leaves its variable empty, and its tests print one SKIPPED line instead of running.
@@ -41,10 +44,15 @@ test/cluster/build-traefik.sh >/dev/null || true
 # seconds). Not available: the cluster runs without it and those tests print SKIPPED.
 test/cluster/build-prometheus.sh >/dev/null || log "Prometheus not available: the analysis e2e tests will be skipped"
 
-# Helm (cold: a Go build of a few minutes) and the manager image, built without a container
-# engine as an OCI layout from a static release binary (cold: a release build).
+# Helm (cold: a Go build of a few minutes) and the manager image for amd64 and arm64, built
+# without a container engine as an OCI layout (cold: two release builds, one of them cross).
 HELM=$(test/tools/build-helm.sh)
 IMAGE=$(test/image/build.sh)
+# The manager every e2e test runs: the image's amd64 binary, the release build users run
+# (built by the line above; this only names it).
+MANAGER_BIN=$(test/image/build-binary.sh amd64)
+# qemu's user-mode emulator, which runs the arm64 image's binary in the image test.
+QEMU_AARCH64="$(test/tools/build-cross-aarch64.sh)/qemu-aarch64-static"
 
 # 2. Build every test target before the cluster starts, so compile time never eats into
 #    e2e timeouts and the two do not fight over the 2 cores.
@@ -82,14 +90,16 @@ MANAGER_KUBECONFIG=$(test/helm/install.sh "$KUBECONFIG_FILE" "$STATE")
 
 # 4. The manager under test, against the same cluster; its PID joins the cluster's so
 #    down.sh stops it, and its log sits with the control-plane logs.
-KUBECONFIG="$MANAGER_KUBECONFIG" target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
+KUBECONFIG="$MANAGER_KUBECONFIG" "$MANAGER_BIN" --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 >"$STATE/logs/manager.log" 2>&1 &
 echo $! >"$STATE/pids/manager.pid"
 
 # 5. Unit and e2e tests. E2E tests run concurrently, one namespace each.
 log "running unit and e2e tests"
 export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPSTREAM_BIN="$UPSTREAM_BIN" \
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
-  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
+  LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_BIN="$MANAGER_BIN" \
+  LWS_E2E_QEMU_AARCH64="$QEMU_AARCH64" LWS_E2E_LWSREF_BIN="$LWSREF_BIN" \
+  LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
   LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
 # Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and

@@ -2,9 +2,11 @@
 //! apply. Woken by its BatchRelease, the canary LWS it owns (whose status says how many of the
 //! batch's groups are ready), and the stable LWS its workloadRef names.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 use kube::{
     ResourceExt,
     runtime::{
@@ -47,6 +49,9 @@ pub struct Caches<'a> {
     pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Kueue Workloads (a canary group's says why it is not admitted; empty without Kueue).
     pub workloads: &'a mut SharedCache<Workload>,
+    /// PodGroups of gang-scheduled LWSes, where the API server serves them: the scheduler's
+    /// verdict on a group is why a batch waits.
+    pub pod_groups: Option<&'a mut SharedCache<PodGroup>>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -62,9 +67,13 @@ pub fn run(
         revisions: caches.revisions.store(),
         pods: crate::lws::controller::index_of(caches.pods),
         workloads: crate::lws::controller::index_of(caches.workloads),
+        pod_groups: caches
+            .pod_groups
+            .as_deref()
+            .map(crate::lws::controller::index_of),
     };
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::BATCHRELEASE),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         runner: Runner::new("batchrelease", metrics.clone()),
@@ -73,6 +82,11 @@ pub fn run(
     let brs = stores.batch_releases.clone();
     let (brs_of_workloads, lws_of_workloads) = (brs.clone(), stores.lws.clone());
     let brs_of_pods = brs.clone();
+    let (brs_of_pod_groups, lws_of_pod_groups) = (brs.clone(), stores.lws.clone());
+    let pod_group_changes = match caches.pod_groups {
+        Some(pod_groups) => pod_groups.subscribe().boxed(),
+        None => futures::stream::empty().boxed(),
+    };
     // Queue depth: the BatchRelease's own changes pass through here.
     let queued_store = caches.batch_releases.store();
     let changes = caches.batch_releases.subscribe().inspect(move |br| {
@@ -91,6 +105,12 @@ pub fn run(
         .watches_shared_stream(caches.workloads.subscribe(), move |wl: Arc<Workload>| {
             workload_owner(&lws_of_workloads, &wl)
                 .map(|lws| releases_of(&brs_of_workloads, &lws))
+                .unwrap_or_default()
+        })
+        // The scheduler's verdict on a gang group is the reason it waits: a change re-reads it.
+        .watches_shared_stream(pod_group_changes, move |pg: Arc<PodGroup>| {
+            pod_group_owner(&lws_of_pod_groups, &pg)
+                .map(|lws| releases_of(&brs_of_pod_groups, &lws))
                 .unwrap_or_default()
         })
         // A group of the user's LWS ready on the new template is news the LWS's status tells
@@ -156,6 +176,12 @@ fn workload_owner(lws: &Store<LeaderWorkerSet>, wl: &Workload) -> Option<Arc<Lea
     let (name, uid) = wl.lws_owner()?;
     lws.get(&ObjectRef::new(name).within(wl.metadata.namespace.as_deref()?))
         .filter(|l| l.metadata.uid.as_deref() == Some(uid))
+}
+
+/// The LWS a PodGroup of ours belongs to (its name label).
+fn pod_group_owner(lws: &Store<LeaderWorkerSet>, pg: &PodGroup) -> Option<Arc<LeaderWorkerSet>> {
+    let name = pg.labels().get(crate::lws::labels::NAME)?;
+    lws.get(&ObjectRef::new(name).within(pg.metadata.namespace.as_deref()?))
 }
 
 async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, ApiError> {

@@ -4,6 +4,7 @@
 use crate::api::batchrelease::BatchRelease;
 use crate::api::kueue::{QUEUE_LABEL, Workload};
 use crate::api::leaderworkerset::LeaderWorkerSet;
+use k8s_openapi::api::scheduling::v1alpha2::PodGroup;
 
 /// Everything one BatchRelease reconcile decides from.
 #[derive(Clone, Debug, Default)]
@@ -30,6 +31,9 @@ pub struct StableLws {
     pub release_partition: Option<i32>,
     /// Its groups on `update_revision`, by index (partition style moves them in place).
     pub on_update: Vec<GroupOnRevision>,
+    /// Groups of the user's LWS the kube-scheduler could not place whole (gang scheduling),
+    /// by index: a partition-style batch names them.
+    pub gang_waits: std::collections::BTreeMap<i32, GangWait>,
     /// The groups' `leader_pod`s come from a fresh read of the API server
     /// ([`confirm_leaders`]), not from the pod cache, which may not show our latest patch of a
     /// leader yet.
@@ -106,6 +110,18 @@ pub struct GroupReadiness {
     /// The LWS is Kueue's (it has a queue name) and this group's Workload is not admitted:
     /// why, from the Workload.
     pub kueue: Option<KueueWait>,
+    /// The group is gang-scheduled (docs/lws.md, "Gang scheduling") and the kube-scheduler
+    /// could not place it whole: which PodGroup, and the scheduler's reason.
+    pub gang: Option<GangWait>,
+}
+
+/// A gang group the kube-scheduler could not place whole.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct GangWait {
+    /// The group's PodGroup.
+    pub pod_group: String,
+    /// The message of its `PodGroupScheduled=False` condition.
+    pub why: String,
 }
 
 /// A group that waits for Kueue.
@@ -131,6 +147,9 @@ pub struct Stores {
     pub pods: crate::k8s::label_index::LabelIndex<crate::k8s::pod::CachedPod>,
     /// Kueue Workloads by the uid of the object they stand for (`kueue.x-k8s.io/job-uid`).
     pub workloads: crate::k8s::label_index::LabelIndex<Workload>,
+    /// PodGroups of gang-scheduled LWSes by LWS name; `None` when the API server does not
+    /// serve them.
+    pub pod_groups: Option<crate::k8s::label_index::LabelIndex<PodGroup>>,
 }
 
 /// Fills the observed state of `br` from the stores.
@@ -154,6 +173,7 @@ pub fn observe(stores: &Stores, br: &BatchRelease) -> BatchReleaseObserved {
                 .cloned(),
             release_partition: crate::lws::plan::revisions::release_partition(&lws),
             on_update: Vec::new(),
+            gang_waits: gang_waits(stores, &lws),
             leaders_confirmed: false,
             lws: lws.as_ref().clone(),
         })
@@ -288,6 +308,7 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
             *count += 1;
         }
     }
+    let mut gang = gang_waits(stores, lws);
     let workloads = lws.labels().get(QUEUE_LABEL).map(|queue| {
         let found = stores.workloads.get(
             lws.metadata.namespace.as_deref().unwrap_or_default(),
@@ -308,9 +329,44 @@ fn not_ready_groups(stores: &Stores, lws: &LeaderWorkerSet) -> Vec<GroupReadines
                 kueue: workloads
                     .as_ref()
                     .and_then(|(queue, found)| kueue_wait(queue, found, index)),
+                gang: gang.remove(&index),
             }
         })
         .collect()
+}
+
+/// The groups of `lws` whose PodGroup the kube-scheduler could not place whole, by index.
+fn gang_waits(stores: &Stores, lws: &LeaderWorkerSet) -> std::collections::BTreeMap<i32, GangWait> {
+    let Some(index) = stores.pod_groups.as_ref() else {
+        return Default::default();
+    };
+    let found = index.get(
+        lws.metadata.namespace.as_deref().unwrap_or_default(),
+        lws.metadata.name.as_deref().unwrap_or_default(),
+    );
+    gang_waits_of(&found)
+}
+
+/// [`gang_waits`] of these PodGroups (one LWS's). A group with more than one (a rolled
+/// group's old one still going) is named by the first the scheduler could not place.
+pub fn gang_waits_of(
+    found: &[std::sync::Arc<PodGroup>],
+) -> std::collections::BTreeMap<i32, GangWait> {
+    use kube::ResourceExt;
+    let mut waits = std::collections::BTreeMap::new();
+    for pg in found {
+        let (Some((index, _)), Some(why)) = (
+            crate::lws::gang::identity(pg),
+            crate::lws::gang::unschedulable(pg),
+        ) else {
+            continue;
+        };
+        waits.entry(index).or_insert_with(|| GangWait {
+            pod_group: pg.name_any(),
+            why: why.to_string(),
+        });
+    }
+    waits
 }
 
 /// Why group `index` of an LWS in `queue` waits for Kueue, from its Workload among `found`
@@ -333,5 +389,53 @@ pub fn kueue_wait(
             queue: queue.to_string(),
             why: "Kueue has made no Workload for it yet".to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn pod_group(
+        name: &str,
+        index: i32,
+        scheduled: Option<(&str, &str)>,
+    ) -> std::sync::Arc<PodGroup> {
+        let conditions = scheduled.map(|(status, message)| {
+            json!([{"type": "PodGroupScheduled", "status": status, "reason": "Unschedulable",
+                "message": message, "lastTransitionTime": "2026-01-01T00:00:00Z"}])
+        });
+        std::sync::Arc::new(
+            serde_json::from_value(json!({
+                "apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup",
+                "metadata": {"name": name, "namespace": "ns", "labels": {
+                    "leaderworkerset.sigs.k8s.io/name": "vllm",
+                    "leaderworkerset.sigs.k8s.io/group-index": index.to_string(),
+                    "leaderworkerset.sigs.k8s.io/template-revision-hash": "abc"}},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+                "status": {"conditions": conditions},
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn only_groups_the_scheduler_could_not_place_whole_wait_for_the_gang() {
+        let waits = gang_waits_of(&[
+            pod_group("vllm-0-abc", 0, Some(("True", ""))),
+            pod_group("vllm-1-abc", 1, Some(("False", "0/3 nodes are available"))),
+            pod_group("vllm-2-abc", 2, None),
+        ]);
+        assert_eq!(
+            waits.into_iter().collect::<Vec<_>>(),
+            vec![(
+                1,
+                GangWait {
+                    pod_group: "vllm-1-abc".into(),
+                    why: "0/3 nodes are available".into()
+                }
+            )]
+        );
     }
 }

@@ -157,7 +157,7 @@ impl<K> Object for K where
 /// What a write's answer is read for: the object's uid and resourceVersion as stored. The API
 /// server answers a write with the whole object (an LWS: its spec with two pod templates, its
 /// status), and the controllers read only these two fields of it; decoded into this, the rest is
-/// parsed and skipped without an allocation (docs/performance.md, issue 25, session 23).
+/// parsed and skipped without an allocation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Stored {
     /// `metadata.uid`.

@@ -2,10 +2,12 @@
 //! request carries our User-Agent (kube-rs sends none) and the audit log can tell ours apart,
 //! and every client speaks HTTP/2 to the API server when it offers it.
 //!
+//! What kube lacks (kube 4.2.0, https://docs.rs/kube/4.2.0): an HTTP/2 client to the API server;
+//! delete the connector here when `Client::try_from(Config)` negotiates h2.
+//!
 //! Why our own stack: kube-rs builds an HTTP/1.1-only client, so every request in flight holds
 //! a TLS connection of its own, and its pool keeps them all for 90 s: under a burst the manager
-//! holds dozens of connections, each with its TLS and read buffers (measured in
-//! docs/performance.md). client-go speaks
+//! holds dozens of connections, each with its TLS and read buffers. client-go speaks
 //! HTTP/2: one connection, every request and watch a stream on it. The same here, through
 //! kube-rs's own layers (base URI, authentication, headers, server retries), with only the
 //! connector and the hyper client built by us. A server that does not offer h2 in ALPN gets

@@ -74,7 +74,7 @@ impl EventSpec {
 ///
 /// Our own recorder rather than kube-runtime's: that one keeps every event it published in
 /// full (object, key with the reference and the note twice) for six minutes, a large share of
-/// the manager's heap under a burst (docs/performance.md). Here a published event leaves only
+/// the manager's heap under a burst. Here a published event leaves only
 /// what a repeat needs: a hash of its key, its name and namespace, and its count.
 ///
 /// Publishing only queues: one task per recorder sends the queue in order, so a reconcile

@@ -2,7 +2,7 @@
 //! to names). Our own create of an object reaches our cache a moment later, through the watch;
 //! a reconcile started by another event in between plans the same create again, and the API
 //! server answers 409. For a worker StatefulSet that is also one more fresh read of its leader.
-//! Bursts of new groups make this common (docs/performance.md counts them).
+//! Bursts of new groups make this common.
 //!
 //! Memory only as a shortcut, never for a decision: an entry lasts until the cache shows an
 //! object of that name or [`PATIENCE`] has passed, whichever comes first, and a plan that skips

@@ -1,7 +1,7 @@
 //! An index of one cache by (namespace, value of one label): the LWS controller reads "every pod
 //! of LWS x" on each reconcile, and a linear scan of the whole store made that the largest
 //! cost of a reconcile once there are many LWSes (perf showed `observe`, with its label
-//! compares and namespace clones, on top; docs/performance.md).
+//! compares and namespace clones, on top).
 //!
 //! The index holds the store's own `Arc`s (no second copy of an object), filed by the name
 //! they carry (no copy of the name either). It is kept by the cache's driver, after the store

@@ -14,8 +14,10 @@ use std::{
 };
 
 use prometheus_client::{
-    encoding::{EncodeLabelSet, text::encode},
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric, text::encode},
     metrics::{
+        MetricType,
         counter::Counter,
         family::Family,
         gauge::Gauge,
@@ -127,6 +129,7 @@ pub struct Metrics {
     step_duration: HistogramFamily<StepLabels>,
     watch_events: Family<WatchLabels, Counter>,
     leader_lane: Family<LaneLabels, Counter>,
+    releases: ReleaseCollector,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -232,6 +235,8 @@ impl Metrics {
              worker StatefulSet was created or found there; left: to the LWS's reconcile)",
             leader_lane.clone(),
         );
+        let releases = ReleaseCollector::default();
+        registry.register_collector(Box::new(releases.clone()));
         Self {
             registry: Arc::new(registry),
             reconciles,
@@ -248,7 +253,15 @@ impl Metrics {
             step_duration,
             watch_events,
             leader_lane,
+            releases,
         }
+    }
+
+    /// Where the per-Rollout series come from while this replica runs the controllers (the
+    /// Rollout controller's caches); `None` when it stops, so a standby shows none and no
+    /// Rollout is reported twice.
+    pub fn set_release_view(&self, view: Option<Arc<dyn ReleaseView>>) {
+        *self.releases.view.lock().expect("not poisoned") = view;
     }
 
     /// The text exposition of every metric.
@@ -529,5 +542,303 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(sample(&text, "lws_rollout_leader"), Some(1.0));
+    }
+}
+
+/// One Rollout's release as the per-Rollout series show it: plain data, read from the
+/// Rollout (and its newest AnalysisRun) at each scrape.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReleaseRow {
+    /// The Rollout's namespace.
+    pub namespace: String,
+    /// The Rollout's name.
+    pub name: String,
+    /// `status.phase` (`Initial`, `Healthy`, `Progressing`, `Disabled`, …).
+    pub phase: String,
+    /// The current step, 1-based (0: none yet).
+    pub step: i64,
+    /// How many steps the strategy has.
+    pub steps: i64,
+    /// The step state (`StepUpgrade`, `StepPaused`, `Completed`, …); empty: none yet.
+    pub step_state: String,
+    /// Seconds since the step state last changed (its `lastUpdateTime`).
+    pub state_seconds: Option<f64>,
+    /// `spec.strategy.paused`.
+    pub paused: bool,
+    /// Phase of the Rollout's newest AnalysisRun (`Running`, `Successful`, `Failed`, …).
+    pub analysis: Option<String>,
+    /// Every condition: (type, status, reason).
+    pub conditions: Vec<(String, String, String)>,
+}
+
+/// The source of [`ReleaseRow`]s.
+pub trait ReleaseView: Send + Sync + 'static {
+    /// One row per Rollout, as it is now.
+    fn rows(&self) -> Vec<ReleaseRow>;
+}
+
+/// Labels naming a Rollout.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutLabels {
+    namespace: String,
+    name: String,
+}
+
+/// A Rollout and its phase.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PhaseLabels {
+    namespace: String,
+    name: String,
+    phase: String,
+}
+
+/// A Rollout and its step state.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    namespace: String,
+    name: String,
+    state: String,
+}
+
+/// A Rollout and its last analysis verdict.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    namespace: String,
+    name: String,
+    verdict: String,
+}
+
+/// A Rollout's condition.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RolloutConditionLabels {
+    namespace: String,
+    name: String,
+    #[prometheus(flatten)]
+    condition: ConditionLabels,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ConditionLabels {
+    r#type: String,
+    status: String,
+    reason: String,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+/// Writes the per-Rollout series at each scrape from the current [`ReleaseView`]: nothing is
+/// kept between scrapes, so a deleted Rollout's series are gone at the next one.
+#[derive(Clone, Default)]
+struct ReleaseCollector {
+    view: Arc<Mutex<Option<Arc<dyn ReleaseView>>>>,
+}
+
+impl std::fmt::Debug for ReleaseCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReleaseCollector").finish_non_exhaustive()
+    }
+}
+
+impl ReleaseCollector {
+    fn rows(&self) -> Vec<ReleaseRow> {
+        let view = self.view.lock().expect("not poisoned").clone();
+        let mut rows = view.map(|v| v.rows()).unwrap_or_default();
+        rows.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        rows
+    }
+}
+
+/// One family of gauges, written under `name`.
+fn write_gauges<L>(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    unit: Option<&Unit>,
+    samples: impl IntoIterator<Item = (L, f64)>,
+) -> Result<(), std::fmt::Error>
+where
+    L: Clone + std::fmt::Debug + Hash + Eq + EncodeLabelSet + Send + Sync + 'static,
+{
+    let family = Family::<L, FloatGauge>::default();
+    for (labels, value) in samples {
+        family.get_or_create(&labels).set(value);
+    }
+    let metric = encoder.encode_descriptor(name, help, unit, MetricType::Gauge)?;
+    family.encode(metric)
+}
+
+impl Collector for ReleaseCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let rows = self.rows();
+        let id = |r: &ReleaseRow| RolloutLabels {
+            namespace: r.namespace.clone(),
+            name: r.name.clone(),
+        };
+        write_gauges(
+            &mut encoder,
+            "rollout_phase",
+            "1 for a Rollout's current status.phase",
+            None,
+            rows.iter().map(|r| {
+                let labels = PhaseLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    phase: r.phase.clone(),
+                };
+                (labels, 1.0)
+            }),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_step",
+            "A Rollout's current release step, 1-based (0: none yet)",
+            None,
+            rows.iter().map(|r| (id(r), r.step as f64)),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_steps",
+            "How many steps a Rollout's strategy has",
+            None,
+            rows.iter().map(|r| (id(r), r.steps as f64)),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_step_state",
+            "1 for the current step state of a Rollout's release",
+            None,
+            rows.iter().filter(|r| !r.step_state.is_empty()).map(|r| {
+                let labels = StateLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    state: r.step_state.clone(),
+                };
+                (labels, 1.0)
+            }),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_step_state_age",
+            "Time since a Rollout's step state last changed",
+            Some(&Unit::Seconds),
+            rows.iter().filter_map(|r| Some((id(r), r.state_seconds?))),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_paused",
+            "1 while a Rollout's spec.strategy.paused is set",
+            None,
+            rows.iter().map(|r| (id(r), f64::from(u8::from(r.paused)))),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_analysis",
+            "1 for the phase of a Rollout's newest AnalysisRun: its last analysis verdict",
+            None,
+            rows.iter().filter_map(|r| {
+                let labels = VerdictLabels {
+                    namespace: r.namespace.clone(),
+                    name: r.name.clone(),
+                    verdict: r.analysis.clone()?,
+                };
+                Some((labels, 1.0))
+            }),
+        )?;
+        write_gauges(
+            &mut encoder,
+            "rollout_condition",
+            "1 for each condition of a Rollout (type, status, reason)",
+            None,
+            rows.iter().flat_map(|r| {
+                r.conditions.iter().map(|(t, s, why)| {
+                    (
+                        RolloutConditionLabels {
+                            namespace: r.namespace.clone(),
+                            name: r.name.clone(),
+                            condition: ConditionLabels {
+                                r#type: t.clone(),
+                                status: s.clone(),
+                                reason: why.clone(),
+                            },
+                        },
+                        1.0,
+                    )
+                })
+            }),
+        )?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod release_tests {
+    use super::*;
+
+    struct Fixed(Vec<ReleaseRow>);
+
+    impl ReleaseView for Fixed {
+        fn rows(&self) -> Vec<ReleaseRow> {
+            self.0.clone()
+        }
+    }
+
+    #[test]
+    fn each_rollout_is_a_set_of_series_named_by_namespace_and_name_while_a_view_is_set() {
+        let m = Metrics::new();
+        assert!(!m.encode().contains("lws_rollout_rollout_phase{"));
+        m.set_release_view(Some(Arc::new(Fixed(vec![ReleaseRow {
+            namespace: "demo".into(),
+            name: "vllm".into(),
+            phase: "Progressing".into(),
+            step: 2,
+            steps: 3,
+            step_state: "StepPaused".into(),
+            state_seconds: Some(42.0),
+            paused: false,
+            analysis: Some("Successful".into()),
+            conditions: vec![("Progressing".into(), "True".into(), "InRolling".into())],
+        }]))));
+        let text = m.encode();
+        for (series, value) in [
+            (
+                r#"lws_rollout_rollout_phase{namespace="demo",name="vllm",phase="Progressing"}"#,
+                1.0,
+            ),
+            (
+                r#"lws_rollout_rollout_step{namespace="demo",name="vllm"}"#,
+                2.0,
+            ),
+            (
+                r#"lws_rollout_rollout_steps{namespace="demo",name="vllm"}"#,
+                3.0,
+            ),
+            (
+                r#"lws_rollout_rollout_step_state{namespace="demo",name="vllm",state="StepPaused"}"#,
+                1.0,
+            ),
+            (
+                r#"lws_rollout_rollout_step_state_age_seconds{namespace="demo",name="vllm"}"#,
+                42.0,
+            ),
+            (
+                r#"lws_rollout_rollout_paused{namespace="demo",name="vllm"}"#,
+                0.0,
+            ),
+            (
+                r#"lws_rollout_rollout_analysis{namespace="demo",name="vllm",verdict="Successful"}"#,
+                1.0,
+            ),
+            (
+                r#"lws_rollout_rollout_condition{namespace="demo",name="vllm",type="Progressing",status="True",reason="InRolling"}"#,
+                1.0,
+            ),
+        ] {
+            assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
+        }
+        m.set_release_view(None);
+        assert!(
+            !m.encode().contains("lws_rollout_rollout_phase{"),
+            "a standby reports no Rollout"
+        );
     }
 }

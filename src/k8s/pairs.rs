@@ -1,9 +1,11 @@
 //! Labels or annotations as the pod cache keeps them: every key and value packed into one
 //! string, in key order. A `BTreeMap<String, String>` costs a 540-byte node and two heap
 //! strings per entry; a cached pod has two such maps (a dozen labels, a few annotations), and
-//! with a thousand pods they were the largest part of the manager's heap (docs/performance.md,
-//! issue 25, session 23). Packed, a map is two allocations whatever its size, and decoding it
-//! from the watch's JSON allocates nothing else.
+//! with a thousand pods they were the largest part of the manager's heap. Packed, a map is two
+//! allocations whatever its size, and decoding it from the watch's JSON allocates nothing else.
+//!
+//! What kube lacks (k8s-openapi 0.28 / kube 4.2.0): a compact label map; delete this when object
+//! metadata can be decoded into something smaller than `BTreeMap<String, String>`.
 
 use std::{collections::BTreeMap, fmt};
 

@@ -1,5 +1,8 @@
 //! How every controller reads a pod: the pod as the caches keep it ([`CachedPod`]) and one
 //! definition of "ready".
+//!
+//! What kube lacks (kube 4.2.0, https://docs.rs/kube-runtime/4.2.0): a reflector of a projection
+//! of an object; delete [`CachedPod`] when its stores can keep a partial type decoded from a watch.
 
 use std::{
     borrow::Cow,
@@ -17,16 +20,15 @@ use super::pairs::Pairs;
 /// A pod as the caches keep it: its metadata and the few facts of its spec and status that a
 /// controller reads, decoded straight from the watch's JSON. A full `Pod` is ~4 KiB in memory
 /// even with its spec emptied (the inline `PodSpec`, container statuses, conditions), and
-/// the pod cache was the largest part of the manager's heap (docs/performance.md, "Fourth
-/// follow-up"); decoding into this skips the rest of each pod without allocating it.
+/// the pod cache was the largest part of the manager's heap; decoding into this skips the rest of each pod without allocating it.
 ///
 /// Its API identity is the Pod's (`kind: Pod`, `v1`, `pods`), so it is watched, listed and
 /// read like one; nothing writes it.
 ///
 /// The record is shared: a clone is a reference count. kube-runtime's store copies every object
 /// a watch event brings before keeping it, and for pods, the most frequent events, that copy
-/// was one allocation per label, annotation and owner, made and freed again per event
-/// (docs/performance.md, issue 25, session 20). Fields read through [`Deref`]; a change
+/// was one allocation per label, annotation and owner, made and freed again per event.
+/// Fields read through [`Deref`]; a change
 /// through [`DerefMut`] copies the record first if it is shared.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(from = "wire::Pod")]

@@ -61,7 +61,7 @@ where
     /// the steps' state was held three times over (the argument, the inner block, the span's
     /// wrapper), and kube-runtime keeps one such future per reconcile in flight: a burst of
     /// groups coming up held megabytes of them. Boxed here, the caller's future keeps only a
-    /// pointer to it (the sizes before and after: docs/performance.md, issue 25, session 22).
+    /// pointer to it.
     pub fn reconcile<'a, E: 'a, Fut>(
         &'a self,
         obj: &'a K,
@@ -92,7 +92,7 @@ where
         );
         let result = async {
             // With kube's span around it, this names what woke the reconcile (RUST_LOG debug):
-            // how an outage's recovery was traced (docs/performance.md).
+            // how an outage's recovery is traced.
             tracing::debug!("reconcile started");
             if !watch::ready(caches, CACHE_WAIT).await {
                 return Ok(Action::requeue(Duration::from_secs(1)));

@@ -7,7 +7,7 @@
 //! a group of pods comes up (events closer together than the debounce) the reconcile slides
 //! until the burst ends — hundreds of milliseconds before the worker StatefulSet of a leader pod
 //! created early in the burst. Without any debounce every event reconciles, which costs CPU
-//! and requests (docs/performance.md). The throttle bounds both: the latency of a trigger to at
+//! and requests. The throttle bounds both: the latency of a trigger to at
 //! most one window, and the reconciles to two per window per key.
 //!
 //! An *urgent* trigger (one a user waits on, such as a new leader pod without its workers)
@@ -15,8 +15,7 @@
 //! stays where it was. The caller bounds how often a key is urgent (a leader is urgent once:
 //! `lws::triggers`), so a key passes at most twice per window plus once per urgent cause. Every
 //! urgent trigger passes, not only a window's first: leader pods of one LWS are created moments
-//! apart, and each one's workers would otherwise wait for the window's end
-//! (docs/performance.md has the measurement).
+//! apart, and each one's workers would otherwise wait for the window's end.
 //!
 //! The adapter keeps no state beyond open windows: nothing a restart would miss, since a
 //! controller lists everything again after one.

@@ -3,6 +3,9 @@
 //! So the Rollout and BatchRelease controllers read the LWS, pod and StatefulSet caches the
 //! LWS controller already keeps instead of doubling the memory and the watch load.
 //!
+//! What kube lacks (kube 4.2.0, https://docs.rs/kube-runtime/4.2.0): a shared store whose fan-out
+//! survives deletions; delete this when `store_shared` delivers every change to every subscriber.
+//!
 //! The fan-out is ours, not kube-runtime's `store_shared`/`ReflectHandle`: that one (kube 4.2)
 //! drops a change whose object is no longer in the store by returning `Pending` without a
 //! wake-up, so the first deleted pod stalled the subscriber for good, the broadcast buffer
@@ -289,7 +292,7 @@ where
 ///
 /// Why not kube's default (0.8 s doubling to 30 s): a watch is how the manager learns that
 /// the API server is back, and a wait drawn at 3–6 s in the fifth second of an outage was most
-/// of the seconds a release stood still after it (traced in docs/performance.md, recovery). A
+/// of the seconds a release stood still after it. A
 /// manager has a dozen watches, so [`RETRY_MAX`] costs an API server that is down a few
 /// requests a second at most.
 #[derive(Default)]

@@ -287,7 +287,7 @@ pub async fn remove_stale_workers(
 /// A reconcile that runs before the LWS watch has delivered our last status write (the pod and
 /// StatefulSet events that trigger it travel on other streams) compares against the status as
 /// cached, sees a difference and writes the very same status again, with its condition event
-/// again (a measurable share of all status patches in a rolling update: docs/performance.md).
+/// again (a measurable share of all status patches in a rolling update).
 /// An entry lives until a reconcile finds the cache at a newer LWS or already showing
 /// that status (normally the very next one, woken by the write); after a restart it is gone
 /// and the status is simply written once more.
@@ -350,8 +350,7 @@ impl WrittenStatuses {
     /// and so holds nothing a reconcile has not already acted on: that reconcile computed the
     /// status from everything else it read, and any change since came in its own watch event,
     /// which starts a reconcile of its own. So the echo of a status write starts none (such
-    /// reconciles ended with nothing to do; their count is in docs/performance.md, issue 25,
-    /// session 19). Only the write's own version counts, once; the Rollout
+    /// reconciles ended with nothing to do). Only the write's own version counts, once; the Rollout
     /// controllers, which act on an LWS's status, get every event as before.
     pub fn is_echo(&self, lws: &LeaderWorkerSet) -> bool {
         let (Some(uid), Some(version)) = (&lws.metadata.uid, &lws.metadata.resource_version) else {
@@ -387,8 +386,7 @@ impl WrittenStatuses {
 /// times over some seconds (its leader goes, the StatefulSet controller recreates it, its
 /// workers are created, it comes back ready); what anyone acts on is written at once (the
 /// conditions, the generation), so the counters in between are for people reading `kubectl
-/// get`, and ten seconds merge most of them (the measurements behind it are in
-/// docs/performance.md, issue 25).
+/// get`, and ten seconds merge most of them.
 pub const STATUS_PACE: Duration = Duration::from_secs(10);
 
 /// How long a status write waits, if it does: the write changes only the group counters
@@ -397,7 +395,7 @@ pub const STATUS_PACE: Duration = Duration::from_secs(10);
 /// owned LWS coming up or scaling writes its counters at once: its owner may act on a count
 /// short of all (a DisaggregatedSet waits for one ready group per role; a release's canary
 /// LWS is read off its pods, but nothing is gained by guessing which owner reads what). Written one by one, the counters cost about twice upstream's status writes per group,
-/// whose single-worker queue merges them by being slow (docs/performance.md). The write that
+/// whose single-worker queue merges them by being slow. The write that
 /// waits is made by the reconcile the requeue brings (or an earlier one), from the world as it
 /// is then, so it is never lost, only merged. Everything a reader acts on is written at once:
 /// conditions (Argo CD health, `kubectl wait`, the condition events; the end of a creation, a

@@ -33,7 +33,7 @@ pub struct LiveLeader {
 
 /// What the fresh reads found. The objects are boxed: a reconcile keeps this across its awaits,
 /// and absent (as nearly always) they then take a pointer's room in its state, not a whole
-/// StatefulSet's and Service's (docs/performance.md, issue 25, session 22).
+/// StatefulSet's and Service's.
 #[derive(Clone, Debug, Default)]
 pub struct Dereferenced {
     /// The StatefulSet named like the LWS, read when the cache has none (a foreign one, or

@@ -5,7 +5,7 @@
 //! LWS created at once on a busy API server) one reconcile — the status write of a new LWS, or
 //! the worker StatefulSet of the group before — takes a few hundred milliseconds. The next
 //! leader's workers waited for it: the tail of the benchmark's "leader pod created → worker
-//! StatefulSet" (docs/performance.md, issue 25, session 26). Here each new leader is a job of
+//! StatefulSet". Here each new leader is a job of
 //! its own, run beside its LWS's reconcile and beside the other leaders' jobs.
 //!
 //! A job decides nothing of its own: it plans the LWS's worker StatefulSets from the caches as

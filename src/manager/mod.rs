@@ -31,6 +31,8 @@ pub struct Config {
     /// Leader election, when enabled (several replicas); without it this process always runs
     /// the controllers.
     pub leader_election: Option<leader::LeaderElection>,
+    /// The LWS controller's tuning.
+    pub lws: crate::lws::controller::Tuning,
 }
 
 /// How the webhook is served and reached.
@@ -42,6 +44,9 @@ pub struct WebhookConfig {
     pub reach: WebhookReach,
     /// Name of the Mutating- and ValidatingWebhookConfiguration.
     pub configuration_name: String,
+    /// The ClusterRole that owns them, so they go when it goes (the Helm chart's own, deleted
+    /// by `helm uninstall`); none: they stay until deleted by hand.
+    pub configuration_owner: Option<String>,
     /// Namespace of the Secret that shares the certificate between replicas.
     pub secret_namespace: String,
     /// Name of that Secret.
@@ -164,6 +169,7 @@ pub async fn run(
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),
         metrics.clone(),
+        config.lws,
         stop_rx,
         election.as_ref().map(|e| e.is_leader.clone()),
     ));
@@ -202,6 +208,7 @@ pub async fn run(
 async fn run_controllers(
     client: Client,
     metrics: crate::k8s::metrics::Metrics,
+    lws_tuning: crate::lws::controller::Tuning,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
 ) {
@@ -248,6 +255,13 @@ async fn run_controllers(
         );
     }
     let mut caches = caches::Caches::new(&client, analysis, pod_groups_served);
+    // The per-Rollout series come from this term's caches, and only while it lasts.
+    metrics.set_release_view(Some(std::sync::Arc::new(
+        crate::rollout::metrics::CachedReleases {
+            rollouts: caches.rollouts.store(),
+            runs: caches.analysis.as_ref().map(|a| a.runs.store()),
+        },
+    )));
     let lws = crate::lws::controller::run(
         client.clone(),
         crate::lws::controller::Caches {
@@ -259,6 +273,7 @@ async fn run_controllers(
             pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("lws"),
+        lws_tuning,
         stopped(&stop_all),
     );
     let rollouts = crate::rollout::controller::run(
@@ -288,6 +303,7 @@ async fn run_controllers(
             pods: &mut caches.pods,
             revisions: &caches.revisions,
             workloads: &mut caches.workloads,
+            pod_groups: caches.pod_groups.as_mut(),
         },
         metrics.controller("batchrelease"),
         stopped(&stop_all),
@@ -352,13 +368,13 @@ async fn run_controllers(
         _ = drivers => {},
         _ = stop => {},
     }
+    metrics.set_release_view(None);
 }
 
 /// Runs `futures` together until every one has finished, polling only those that were woken.
 /// Joined (`join_all`, `join5`), every wake-up of any of them — each watch event, each
 /// reconcile's reply — polled all fifteen drivers and controllers, each down to its HTTP/2
-/// stream, a share of the manager's CPU the benchmark's profile shows (docs/performance.md,
-/// issue 25, session 18).
+/// stream, a share of the manager's CPU the benchmark's profile shows.
 async fn run_all(futures: Vec<futures::future::BoxFuture<'static, ()>>) {
     let mut running: futures::stream::FuturesUnordered<_> = futures.into_iter().collect();
     while running.next().await.is_some() {}
@@ -470,6 +486,7 @@ async fn start_webhook(
         &cfg.configuration_name,
         &endpoint,
         &bundle.ca_cert_pem,
+        cfg.configuration_owner.as_deref(),
     )
     .await?;
     info!(port, configuration = %cfg.configuration_name, "webhooks serving and registered");
@@ -480,6 +497,7 @@ async fn start_webhook(
             name: cfg.secret_name.clone(),
             hosts,
             configuration_name: cfg.configuration_name.clone(),
+            configuration_owner: cfg.configuration_owner.clone(),
             endpoint,
         },
         bundle,

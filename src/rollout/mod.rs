@@ -6,6 +6,7 @@ pub mod admission;
 pub mod apply;
 pub mod controller;
 pub mod deref;
+pub mod metrics;
 pub mod names;
 pub mod observe;
 pub mod plan;

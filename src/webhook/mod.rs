@@ -44,6 +44,11 @@ pub enum Error {
     /// Writing the webhook configuration failed.
     #[error("applying the webhook configurations: {0}")]
     Register(#[source] kube::Error),
+    /// `--webhook-owner` names a ClusterRole that does not exist.
+    #[error(
+        "the webhook configurations' owner, ClusterRole {0}, does not exist (--webhook-owner; the Helm chart creates it, so the release is being uninstalled or the flag names another role)"
+    )]
+    OwnerMissing(String),
 }
 
 impl From<secret::SecretError> for Error {
@@ -150,6 +155,8 @@ pub struct CertificateSource {
     pub hosts: Vec<String>,
     /// Webhook configurations to keep the caBundle of.
     pub configuration_name: String,
+    /// The ClusterRole that owns them, if any (`--webhook-owner`).
+    pub configuration_owner: Option<String>,
     /// How the API server reaches us.
     pub endpoint: registration::Endpoint,
 }
@@ -230,6 +237,7 @@ pub async fn keep_certificate_current(
                 &source.configuration_name,
                 &source.endpoint,
                 &next.ca_cert_pem,
+                source.configuration_owner.as_deref(),
             )
             .await
         {

@@ -1,24 +1,25 @@
 //! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects and
 //! Rollouts), server-side applied with the current CA.
 
+use crate::k8s::field_managers;
 use k8s_openapi::{
     ByteString,
     api::admissionregistration::v1::{
         MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
         ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
     },
-    apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement, ObjectMeta},
+    api::rbac::v1::ClusterRole,
+    apimachinery::pkg::apis::meta::v1::{
+        LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+    },
 };
 use kube::{
-    Api, Client,
+    Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
 };
 
 use super::{Error, lws, pods, rollout};
 use crate::lws::labels;
-
-/// Field manager of the webhook configuration.
-pub const FIELD_MANAGER: &str = "lws-rollout-webhook";
 
 /// Where the API server reaches the webhook.
 #[derive(Debug, Clone)]
@@ -78,12 +79,10 @@ pub fn configuration(
     name: &str,
     endpoint: &Endpoint,
     ca_pem: &str,
+    owner: Option<&OwnerReference>,
 ) -> MutatingWebhookConfiguration {
     MutatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
+        metadata: metadata(name, owner),
         webhooks: Some(vec![
             MutatingWebhook {
                 name: "mpod.lws-rollout.x-k8s.io".into(),
@@ -132,12 +131,10 @@ pub fn validating_configuration(
     name: &str,
     endpoint: &Endpoint,
     ca_pem: &str,
+    owner: Option<&OwnerReference>,
 ) -> ValidatingWebhookConfiguration {
     ValidatingWebhookConfiguration {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
+        metadata: metadata(name, owner),
         webhooks: Some(vec![
             ValidatingWebhook {
                 name: "vleaderworkerset.lws-rollout.x-k8s.io".into(),
@@ -169,19 +166,63 @@ pub fn validating_configuration(
     }
 }
 
+/// Both configurations' metadata: their name and, when the manager was given one, the owner
+/// whose deletion takes them away (see [`owner_reference`]).
+fn metadata(name: &str, owner: Option<&OwnerReference>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        owner_references: owner.map(|o| vec![o.clone()]),
+        ..Default::default()
+    }
+}
+
+/// The owner reference to the ClusterRole named `owner` (`--webhook-owner`; the Helm chart's
+/// own ClusterRole). The configurations are written at run time, so Helm does not know them:
+/// without an owner, `helm uninstall` would leave them behind with `failurePolicy: Fail` and
+/// every LWS write and LWS pod would be refused with no one left to answer. Owned by an object
+/// the chart deletes, the garbage collector removes them with the release. Not a controller
+/// reference and no `blockOwnerDeletion`: nothing about the ClusterRole's deletion should wait.
+pub fn owner_reference(role: &ClusterRole) -> Option<OwnerReference> {
+    Some(OwnerReference {
+        api_version: ClusterRole::api_version(&()).into_owned(),
+        kind: ClusterRole::kind(&()).into_owned(),
+        name: role.metadata.name.clone()?,
+        uid: role.metadata.uid.clone()?,
+        controller: None,
+        block_owner_deletion: None,
+    })
+}
+
+/// Reads the owner ClusterRole. Missing, it is an error rather than a configuration without
+/// owner: the chart creates it before the manager runs, so its absence means the release is
+/// being uninstalled, and writing the configurations again then would leave them behind.
+async fn owner(client: &Client, name: &str) -> Result<OwnerReference, Error> {
+    let role = Api::<ClusterRole>::all(client.clone())
+        .get_opt(name)
+        .await
+        .map_err(Error::Register)?
+        .ok_or_else(|| Error::OwnerMissing(name.into()))?;
+    owner_reference(&role).ok_or_else(|| Error::OwnerMissing(role.name_any()))
+}
+
 /// Applies the configuration (creating it or moving it to the new CA and endpoint).
 pub async fn register(
     client: &Client,
     name: &str,
     endpoint: &Endpoint,
     ca_pem: &str,
+    owner_name: Option<&str>,
 ) -> Result<(), Error> {
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let owner = match owner_name {
+        Some(role) => Some(owner(client, role).await?),
+        None => None,
+    };
+    let pp = PatchParams::apply(field_managers::WEBHOOK).force();
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
             name,
             &pp,
-            &Patch::Apply(configuration(name, endpoint, ca_pem)),
+            &Patch::Apply(configuration(name, endpoint, ca_pem, owner.as_ref())),
         )
         .await
         .map_err(Error::Register)?;
@@ -189,9 +230,62 @@ pub async fn register(
         .patch(
             name,
             &pp,
-            &Patch::Apply(validating_configuration(name, endpoint, ca_pem)),
+            &Patch::Apply(validating_configuration(
+                name,
+                endpoint,
+                ca_pem,
+                owner.as_ref(),
+            )),
         )
         .await
         .map_err(Error::Register)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn role(uid: Option<&str>) -> ClusterRole {
+        ClusterRole {
+            metadata: ObjectMeta {
+                name: Some("lws-rollout".into()),
+                uid: uid.map(str::to_string),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn both_configurations_are_owned_by_the_named_cluster_role() {
+        let owner = owner_reference(&role(Some("u-1"))).expect("a reference");
+        assert_eq!(owner.api_version, "rbac.authorization.k8s.io/v1");
+        assert_eq!(owner.kind, "ClusterRole");
+        assert_eq!(
+            (owner.name.as_str(), owner.uid.as_str()),
+            ("lws-rollout", "u-1")
+        );
+        assert_eq!(owner.block_owner_deletion, None);
+        let endpoint = Endpoint::Url("https://127.0.0.1:9443".into());
+        let mutating = configuration("w", &endpoint, "ca", Some(&owner));
+        let validating = validating_configuration("w", &endpoint, "ca", Some(&owner));
+        assert_eq!(
+            mutating.metadata.owner_references,
+            Some(vec![owner.clone()])
+        );
+        assert_eq!(validating.metadata.owner_references, Some(vec![owner]));
+        assert_eq!(
+            configuration("w", &endpoint, "ca", None)
+                .metadata
+                .owner_references,
+            None,
+            "no --webhook-owner: no owner"
+        );
+    }
+
+    #[test]
+    fn a_role_not_yet_stored_gives_no_reference() {
+        assert_eq!(owner_reference(&role(None)), None);
+    }
 }

@@ -11,7 +11,7 @@ use serde::de::DeserializeOwned;
 /// An admission endpoint's AdmissionReview. axum's `Json` decodes through serde_path_to_error,
 /// which keeps the path of every field it passes so that an error can name it: allocations
 /// for each field of every object admitted, most of all the pods, whose admissions are the
-/// webhook's work (docs/performance.md, issue 25, session 20). The API server sends only
+/// webhook's work. The API server sends only
 /// well-formed reviews, so those paths were never read; a body that is no AdmissionReview
 /// still gets a 422 answer with serde_json's line and column.
 pub struct Review<T>(pub T);

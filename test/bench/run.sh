@@ -6,7 +6,7 @@
 #   test/bench/run.sh [lws-bench flags]     e.g. --lws 50 --noise-pods 2000, --sides upstream,
 #                                           --scenarios s1,s5 (S5, releases, runs on ours only)
 #
-# Builds what it needs (our manager as the image ships it — the static musl release build,
+# Builds what it needs (our manager as the image ships it — the release build,
 # test/image/build-binary.sh — and the driver in release mode, the control plane and the
 # upstream manager from pinned Go modules, cached under ~/.cache/lws-rollout), then runs
 # target/release/lws-bench. Every process it starts is recorded and stopped on every exit path.
@@ -22,7 +22,7 @@ UPSTREAM_BIN=$(test/upstream/build.sh)
 # shellcheck source=../upstream/versions.env
 . test/upstream/versions.env
 export LWS_UPSTREAM_VERSION
-log "building lws-rollout (the image's static binary) and lws-bench (release)"
+log "building lws-rollout (the image's amd64 binary) and lws-bench (release)"
 # LWS_BENCH_MANAGER_BIN: another build of our manager to measure (an experiment's binary kept
 # aside), instead of the one built here; the driver already built is used as it is then, so a
 # series of experiments is not slowed (nor disturbed) by rebuilding it after each source edit.

@@ -53,9 +53,8 @@ install_crds() {
 # on. Ports come from 20000-31999, below Linux's ephemeral range (32768+), where a client
 # connection could take a probed port before the server binds it (seen once with concurrent
 # test clusters). A port handed out once in this run is never handed out again: none of them is
-# listening yet when the next is probed. This needs the assignment in the calling shell: until
-# session 8 callers ran `$(free_port)`, a subshell whose record of used ports was lost, and a
-# cluster once got its scheduler on its API server's port (the scheduler failed to bind, no pod
+# listening yet when the next is probed. This needs the assignment in the calling shell: `$(free_port)`
+# runs in a subshell whose record of used ports is lost, and a cluster once got its scheduler on its API server's port (the scheduler failed to bind, no pod
 # was scheduled, and the benchmark's e2e test timed out).
 USED_PORTS=" "
 free_port() {

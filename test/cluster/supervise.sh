@@ -5,7 +5,7 @@
 # kubelet (KWOK stands in for it). Without it, a component that exits by design stays gone for
 # good, which no real cluster allows: kube-scheduler, for one, exits when an update contradicts
 # its cache ("Scheduler cache is corrupted", then exit 1), which an API-server restart can
-# cause; the cluster then scheduled nothing more and a release waited forever (issue 26).
+# cause; the cluster then scheduled nothing more and a release waited forever.
 #
 #   test/cluster/supervise.sh STATE_DIR
 #

@@ -35,7 +35,7 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
             "--release-size=1".into(),
         ])
         .arg("--manager-bin")
-        .arg(env!("CARGO_BIN_EXE_lws-rollout"))
+        .arg(crate::harness::manager_bin())
         .arg("--upstream-bin")
         .arg(upstream)
         .arg("--bin-dir")

@@ -17,7 +17,7 @@
 //! The cluster's control plane is supervised as a kubelet supervises static pods
 //! (`test/cluster/supervise.sh`): kube-scheduler exits by design when an API-server restart
 //! leaves its cache contradicting an update, and without a restart the cluster would schedule
-//! nothing more (the blue-green scenario's stall of 2026-11-24).
+//! nothing more (the blue-green scenario once stalled that way).
 
 use std::time::{Duration, Instant};
 
@@ -76,9 +76,8 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
     // reconnect with client-go's backoff, which grows over this test's repeated outages, and
     // until they are back the proxy cannot learn that an endpoint left (EndpointSlices have
     // no acknowledgement a controller could wait for). In a real cluster the grace period
-    // covers that blindness; the agent's default drain (5 s) once did not: CI, 2026-11-28,
-    // 11 of 15,840 requests got 502 within 1.6 s as finalisation removed canary groups right
-    // after the third restart (the likely cause; the run's logs did not survive to confirm).
+    // covers that blindness; the agent's default drain once did not: a few requests got
+    // 502 as finalisation removed canary groups right after the third restart.
     let v1 = with_drain_ms(&with_ready_delay(&stable_lws(4, "vllm:1"), "2s"), 30_000);
     release_setup(&ns, &v1, &rollout(three_steps(), Some(gateway_routing()))).await?;
     let requests = requests_through_the_proxy(cluster, &ns).await?;
@@ -137,7 +136,7 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
         replacement.log_tail()
     );
     // What the outage left in the log a user reads: one line per failing dependency per
-    // backoff step, not one per object and attempt (issue 26 item 4). Each line says how many
+    // backoff step, not one per object and attempt. Each line says how many
     // failures with the same cause were folded into it, so the log also tells how many lines
     // there would have been.
     let lines: Vec<String> = ["reconcile failed", "cannot publish event"]
@@ -240,7 +239,7 @@ async fn release_through_outages(cluster: &IsolatedCluster) -> anyhow::Result<()
 /// a failed stage only when the API server refused the connection or answered 503/504/429; the
 /// API server's answer while etcd restarts is a 500 (`rpc error: code = Unavailable`), after
 /// which KWOK drops the job and the pod stays Terminating for good, its StatefulSet unable to
-/// recreate it (seen in CI, 2026-11-27: the stable LWS's roll stuck at 1/4 groups). A kubelet's
+/// recreate it (seen in CI: the stable LWS's roll stuck at 1/4 groups). A kubelet's
 /// pod workers resync and delete it again. So, until dropped, every pod of the namespace still
 /// terminating a few seconds after its deletion gets a metadata touch — a new watch event, on
 /// which KWOK plays its delete stage again. The controller under test never sees anything it

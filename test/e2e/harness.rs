@@ -47,6 +47,18 @@ pub fn record_time(what: &str, started: std::time::Instant) {
     }
 }
 
+/// Environment variable naming the manager binary the e2e tests start (`test/run-tests.sh`
+/// sets it to the release build the image ships, `test/image/build-binary.sh`).
+pub const MANAGER_BIN_ENV: &str = "LWS_E2E_MANAGER_BIN";
+
+/// The manager binary to start: the shipped build when the suite runs from test/run-tests.sh;
+/// cargo's own build of this checkout when a developer runs `cargo test --test e2e` by hand.
+pub fn manager_bin() -> std::path::PathBuf {
+    std::env::var_os(MANAGER_BIN_ENV)
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_lws-rollout").into())
+}
+
 /// Path of the test cluster's kubeconfig, or a clear error.
 pub fn kubeconfig_path() -> anyhow::Result<String> {
     std::env::var(KUBECONFIG_ENV).map_err(|_| {

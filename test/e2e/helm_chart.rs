@@ -108,6 +108,7 @@ fn the_chart_renders_a_non_root_manager_with_its_names_passed_by_flag() -> anyho
     for want in [
         "--webhook-service=lws-system/lws-rollout-webhook:443",
         "--webhook-configuration=lws-rollout",
+        "--webhook-owner=lws-rollout",
         "--webhook-secret=lws-rollout-webhook-cert",
         "--leader-election-id=lws-rollout",
     ] {
@@ -250,6 +251,109 @@ fn two_replicas_get_a_disruption_budget_and_spread_over_nodes_one_gets_neither()
     Ok(())
 }
 
+#[test]
+fn monitoring_renders_only_when_asked_and_only_where_the_operator_is_served() -> anyhow::Result<()>
+{
+    let all = [
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.prometheusRule.enabled=true",
+        "metrics.grafanaDashboard.enabled=true",
+    ];
+    let kinds = |docs: &[serde_json::Value]| -> Vec<String> {
+        docs.iter()
+            .filter_map(|d| d["kind"].as_str().map(str::to_string))
+            .collect()
+    };
+    let off = kinds(&render("lws-system", &[])?);
+    assert!(
+        !off.iter()
+            .any(|k| k == "ServiceMonitor" || k == "PrometheusRule" || k == "ConfigMap"),
+        "nothing by default: {off:?}"
+    );
+    // Asked for, on a cluster without the Prometheus Operator: no kind the API server would
+    // refuse; the dashboard ConfigMap needs nothing but Grafana's sidecar.
+    let docs = render("lws-system", &all)?;
+    let without = kinds(&docs);
+    assert!(
+        !without
+            .iter()
+            .any(|k| k == "ServiceMonitor" || k == "PrometheusRule"),
+        "{without:?}"
+    );
+    let dashboard = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap")
+        .context("the dashboard ConfigMap")?;
+    assert_eq!(dashboard["metadata"]["labels"]["grafana_dashboard"], "1");
+    let json: serde_json::Value = serde_json::from_str(
+        dashboard["data"]["lws-rollout.json"]
+            .as_str()
+            .context("dashboard JSON")?,
+    )?;
+    assert_eq!(json["uid"], "lws-rollout");
+    // Where the operator's kinds are served.
+    let mut args = vec![
+        "template",
+        "lws-rollout",
+        CHART,
+        "--namespace",
+        "lws-system",
+        "--kube-version",
+        "v1.36.3",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+        "--api-versions",
+        "monitoring.coreos.com/v1/PrometheusRule",
+    ];
+    for v in all {
+        args.extend(["--set", v]);
+    }
+    let out = helm(&args)?;
+    assert!(out.status.success(), "{}", text(&out));
+    let docs: Vec<serde_json::Value> = serde_yaml::Deserializer::from_slice(&out.stdout)
+        .map(serde_json::Value::deserialize)
+        .collect::<Result<_, _>>()?;
+    let monitor = docs
+        .iter()
+        .find(|d| d["kind"] == "ServiceMonitor")
+        .context("a ServiceMonitor")?;
+    let service = docs
+        .iter()
+        .find(|d| d["kind"] == "Service" && d["metadata"]["name"] == "lws-rollout-metrics")
+        .context("the metrics Service")?;
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
+    for (k, v) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .context("selector")?
+    {
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "the monitor selects the Service"
+        );
+    }
+    let rules = docs
+        .iter()
+        .find(|d| d["kind"] == "PrometheusRule")
+        .context("a PrometheusRule")?;
+    let alerts: Vec<&str> = rules["spec"]["groups"][0]["rules"]
+        .as_array()
+        .context("rules")?
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    assert_eq!(
+        alerts,
+        [
+            "LwsRolloutReleaseStuck",
+            "LwsRolloutReleaseRolledBack",
+            "LwsRolloutWebhookFailing",
+            "LwsRolloutWebhookCertificateExpiring"
+        ]
+    );
+    Ok(())
+}
+
 #[tokio::test]
 async fn bad_values_fail_with_helms_own_validation_and_install_nothing() -> anyhow::Result<()> {
     with_ns("helm-bad", |ns| async move {
@@ -260,6 +364,10 @@ async fn bad_values_fail_with_helms_own_validation_and_install_nothing() -> anyh
             ("replica=2", "additional properties"),
             ("imagePullSecret[0].name=reg", "additional properties"),
             ("podDisruptionBudget.enable=false", "/podDisruptionBudget"),
+            (
+                "metrics.serviceMonitor.enable=true",
+                "/metrics/serviceMonitor",
+            ),
         ] {
             let out = helm(&[
                 "install",

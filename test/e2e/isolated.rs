@@ -280,7 +280,7 @@ impl ManagerProcess {
     ) -> anyhow::Result<Self> {
         let log = cluster.dir.join(format!("logs/manager-{tag}.log"));
         let file = std::fs::File::create(&log)?;
-        let child = tokio::process::Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
+        let child = tokio::process::Command::new(crate::harness::manager_bin())
             .args([
                 "--health-addr=127.0.0.1:0",
                 "--webhook-addr=127.0.0.1:0",

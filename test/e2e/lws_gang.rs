@@ -57,9 +57,14 @@ impl Pool {
     }
 
     async fn add_node(&mut self) -> anyhow::Result<()> {
+        self.add_node_with(GPUS_PER_POD).await
+    }
+
+    /// A node of `gpus` GPUs.
+    async fn add_node_with(&mut self, gpus: &str) -> anyhow::Result<()> {
         let name = format!("{}-{}", self.name, self.count);
         let capacity = json!({"cpu": "32", "memory": "256Gi", "pods": "110",
-            "nvidia.com/gpu": GPUS_PER_POD});
+            "nvidia.com/gpu": gpus});
         let node: Node = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name,
@@ -200,6 +205,105 @@ async fn pod_group_scheduled(ns: &TestNs, lws: &str, status: &str) -> anyhow::Re
         "{lws}: one PodGroup for its one group: {groups:?}"
     );
     Ok((*groups[0]).clone())
+}
+
+/// `obj` (from [`Pool::lws`]) with each pod asking for `gpus` GPUs: a new revision whose pods
+/// need nodes of that size.
+fn with_gpus(mut obj: serde_json::Value, gpus: &str) -> serde_json::Value {
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["resources"] =
+        json!({"limits": {"nvidia.com/gpu": gpus}});
+    obj
+}
+
+/// The pods of group `index` of `lws` in a placement.
+fn group(
+    placement: &BTreeMap<String, Option<String>>,
+    lws: &str,
+    index: i32,
+) -> BTreeMap<String, Option<String>> {
+    let leader = format!("{lws}-{index}");
+    let worker = format!("{leader}-");
+    placement
+        .iter()
+        .filter(|(name, _)| **name == leader || name.starts_with(&worker))
+        .map(|(name, node)| (name.clone(), node.clone()))
+        .collect()
+}
+
+/// Waits until group `index` of `lws` has `pods` pods (none terminating) on the LWS's current
+/// revision, of which `bound_count` are bound.
+async fn wait_group(
+    ns: &TestNs,
+    lws: &str,
+    index: i32,
+    pods: usize,
+    bound_count: usize,
+) -> anyhow::Result<()> {
+    eventually(
+        WAIT,
+        &format!("{lws} group {index}: {pods} new pods, {bound_count} bound"),
+        || async {
+            let key = crate::lws_support::leader_key(ns, lws).await?;
+            let listed = ns
+                .api::<Pod>()
+                .list(&kube::api::ListParams::default().labels(&format!(
+                    "leaderworkerset.sigs.k8s.io/name={lws},\
+                     leaderworkerset.sigs.k8s.io/group-index={index}"
+                )))
+                .await?;
+            let new: Vec<_> = listed
+                .items
+                .iter()
+                .filter(|p| {
+                    p.metadata.deletion_timestamp.is_none()
+                        && p.labels()
+                            .get("leaderworkerset.sigs.k8s.io/template-revision-hash")
+                            == Some(&key)
+                })
+                .collect();
+            let bound_now = new
+                .iter()
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                .count();
+            let done = listed.items.len() == pods && new.len() == pods && bound_now == bound_count;
+            Ok((done, (listed.items.len(), new.len(), bound_now)))
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// Waits for a PodGroup of group `index` of `lws` whose `PodGroupScheduled` is `status`.
+async fn group_pod_group(
+    ns: &TestNs,
+    lws: &str,
+    index: i32,
+    status: &str,
+) -> anyhow::Result<PodGroup> {
+    let groups = wait_for_all(
+        &ns.api::<PodGroup>(),
+        &format!(
+            "leaderworkerset.sigs.k8s.io/name={lws},leaderworkerset.sigs.k8s.io/group-index={index}"
+        ),
+        WAIT,
+        |pgs| pgs.iter().any(|pg| scheduled_status(pg) == status),
+    )
+    .await
+    .with_context(|| format!("{lws} group {index}: a PodGroup with PodGroupScheduled={status}"))?;
+    groups
+        .iter()
+        .find(|pg| scheduled_status(pg) == status)
+        .map(|pg| (**pg).clone())
+        .context("found")
+}
+
+fn scheduled_status(pg: &PodGroup) -> String {
+    pg.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodGroupScheduled"))
+        .map(|c| c.status.clone())
+        .unwrap_or_default()
 }
 
 fn scheduled_message(pg: &PodGroup) -> String {
@@ -538,9 +642,21 @@ async fn canary_binds_whole() -> anyhow::Result<()> {
                 == Some(&"native".to_string()),
             "the canary keeps gang scheduling"
         );
-        // Room for one of its two pods: none binds.
-        pod_group_scheduled(&ns, &canary, "False").await?;
+        // Room for one of its two pods: none binds, and the release says which group waits
+        // for the scheduler, at its step.
+        let pg = pod_group_scheduled(&ns, &canary, "False").await?;
         wait_bound(&ns, &canary, 2, 0).await?;
+        let said = format!("group 0 cannot be scheduled whole (PodGroup {}): ", pg.name_any());
+        let waiting = wait_rollout(&ns, "the release says why it waits", |r| {
+            message(r).contains(&said)
+        })
+        .await?;
+        ensure!(
+            crate::rollout_support::step(&waiting).0 == 1,
+            "{:?}",
+            waiting.status
+        );
+        crate::rollout_support::wait_event(&ns, "CanaryNotReady", &said).await?;
         ensure!(bound(&placement(&ns, STABLE).await?) == 4, "the stable groups run on");
 
         // Room for the whole group: it binds whole and the release reaches its pause.
@@ -660,6 +776,227 @@ async fn under_kueue_an_admitted_gang_group_binds_whole_and_the_next_waits_for_q
             Ok(())
         })
         .await
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_rolling_update_of_a_gang_lws_moves_each_group_whole() -> anyhow::Result<()> {
+    with_pool("lws-gang-update", 4, |ns, mut pool| async move {
+        apply(&ns, &pool.lws("g", 2, 2, true)).await?;
+        wait_bound(&ns, "g", 4, 4).await?;
+        let old = pod_groups(&ns, "g").await?;
+        // The new revision's pods need 16 GPUs, more than any node of the pool has.
+        apply(&ns, &with_gpus(pool.lws("g", 2, 2, true), "16")).await?;
+        // Group 1 goes first: its new pods wait whole, told why; group 0 runs on.
+        let pg = group_pod_group(&ns, "g", 1, "False").await?;
+        ensure!(
+            !old.contains_key(&pg.name_any()),
+            "a new PodGroup for the new revision"
+        );
+        wait_group(&ns, "g", 1, 2, 0).await?;
+        events_when(&ns, WAIT, |events| {
+            events.iter().any(|e| {
+                e.reason.as_deref() == Some("GangUnschedulable")
+                    && e.note
+                        .as_deref()
+                        .is_some_and(|n| n.contains("Group 1") && n.contains(&pg.name_any()))
+            })
+        })
+        .await
+        .with_context(|| {
+            format!(
+                "the scheduler's reason on the LWS: {}",
+                scheduled_message(&pg)
+            )
+        })?;
+        ensure!(
+            bound(&group(&placement(&ns, "g").await?, "g", 0)) == 2,
+            "group 0 keeps running while group 1 waits"
+        );
+        // Room for group 1: it binds whole; then group 0 rolls and waits whole in turn.
+        pool.add_node_with("16").await?;
+        pool.add_node_with("16").await?;
+        wait_group(&ns, "g", 1, 2, 2).await?;
+        group_pod_group(&ns, "g", 0, "False").await?;
+        wait_group(&ns, "g", 0, 2, 0).await?;
+        pool.add_node_with("16").await?;
+        pool.add_node_with("16").await?;
+        wait_group(&ns, "g", 0, 2, 2).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[test]
+fn a_partition_release_of_a_gang_lws_moves_a_group_whole_and_says_why_it_waits()
+-> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(partition_release_binds_whole)
+}
+
+async fn partition_release_binds_whole() -> anyhow::Result<()> {
+    use crate::rollout_support::{
+        STABLE, create_rollout, phase, rollout, wait_event, wait_paused_at, wait_rollout,
+    };
+    with_pool("lws-gang-partition", 4, |ns, mut pool| async move {
+        crate::lws_support::create_available(&ns, &pool.lws(STABLE, 2, 2, true)).await?;
+        let mut r = rollout(
+            json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]),
+            None,
+        );
+        let canary = &mut r["spec"]["strategy"]["canary"];
+        canary["enableExtraWorkloadForCanary"] = json!(false);
+        canary
+            .as_object_mut()
+            .context("canary")?
+            .remove("patchPodTemplateMetadata");
+        create_rollout(&ns, &r).await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+
+        // The new template's pods need 16 GPUs: the user's group 1 moves in place and waits
+        // whole, and the release says which group and the scheduler's reason.
+        apply(&ns, &with_gpus(pool.lws(STABLE, 2, 2, true), "16")).await?;
+        let pg = group_pod_group(&ns, STABLE, 1, "False").await?;
+        wait_group(&ns, STABLE, 1, 2, 0).await?;
+        let said = format!(
+            "group 1 cannot be scheduled whole (PodGroup {}): ",
+            pg.name_any()
+        );
+        let waiting = wait_rollout(&ns, "the release says why it waits", |r| {
+            message(r).contains(&said)
+        })
+        .await?;
+        ensure!(
+            crate::rollout_support::step(&waiting).0 == 1,
+            "waits at step 1: {:?}",
+            crate::rollout_support::step(&waiting)
+        );
+        wait_event(&ns, "CanaryNotReady", &said).await?;
+        ensure!(
+            bound(&group(&placement(&ns, STABLE).await?, STABLE, 0)) == 2,
+            "group 0 is not part of the batch and runs on"
+        );
+        // Room for the group: it binds whole and the release reaches its pause.
+        pool.add_node_with("16").await?;
+        pool.add_node_with("16").await?;
+        wait_group(&ns, STABLE, 1, 2, 2).await?;
+        wait_paused_at(&ns, 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+/// The Rollout's `status.message`.
+fn message(r: &lws_rollout::api::rollout::Rollout) -> String {
+    r.status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_blue_green_release_of_a_gang_lws_binds_the_new_side_whole() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(blue_green_binds_whole)
+}
+
+async fn blue_green_binds_whole() -> anyhow::Result<()> {
+    use crate::rollout_support::{
+        STABLE, blue_green_rollout, create_rollout, phase, the_canary, wait_paused_at, wait_rollout,
+    };
+    // The stable group fills two nodes; one is spare: half a group of the new side.
+    with_pool("lws-gang-bluegreen", 3, |ns, mut pool| async move {
+        crate::lws_support::create_available(&ns, &pool.lws(STABLE, 1, 2, true)).await?;
+        create_rollout(
+            &ns,
+            &blue_green_rollout(json!([{"replicas": "100%", "pause": {}}]), None),
+        )
+        .await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+        let mut updated = pool.lws(STABLE, 1, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let green = eventually(WAIT, "the new side's LWS", || async {
+            let green = the_canary(&ns).await.ok();
+            Ok((green.is_some(), green))
+        })
+        .await?
+        .context("a new side")?
+        .name_any();
+        ensure!(
+            ns.api::<LeaderWorkerSet>().get(&green).await?.annotations().get(GANG)
+                == Some(&"native".to_string()),
+            "the new side keeps gang scheduling"
+        );
+        let pg = pod_group_scheduled(&ns, &green, "False").await?;
+        wait_bound(&ns, &green, 2, 0).await?;
+        let said = format!("group 0 cannot be scheduled whole (PodGroup {}): ", pg.name_any());
+        wait_rollout(&ns, "the release says why it waits", |r| message(r).contains(&said)).await?;
+        ensure!(bound(&placement(&ns, STABLE).await?) == 2, "the stable group runs on");
+        pool.add_node().await?;
+        wait_bound(&ns, &green, 2, 2).await?;
+        wait_paused_at(&ns, 1).await?;
+        Ok(())
+    })
+    .await
+}
+
+#[test]
+fn a_release_whose_gang_group_cannot_bind_rolls_back_at_its_deadline() -> anyhow::Result<()> {
+    crate::rollout_support::on_big_stack(gang_release_misses_its_deadline)
+}
+
+async fn gang_release_misses_its_deadline() -> anyhow::Result<()> {
+    use crate::rollout_support::{
+        STABLE, condition, create_rollout, finalising, phase, rollout, wait_event, wait_rollout,
+    };
+    // Room for the stable group only: the canary group can never bind.
+    with_pool("lws-gang-deadline", 2, |ns, pool| async move {
+        crate::lws_support::create_available(&ns, &pool.lws(STABLE, 1, 2, true)).await?;
+        let mut r = rollout(json!([{"replicas": 1, "pause": {}}]), None);
+        r["metadata"]["annotations"] = json!({
+            "lws-rollout.x-k8s.io/progress-deadline-seconds": "20",
+            "lws-rollout.x-k8s.io/rollback-on-deadline": "true"
+        });
+        create_rollout(&ns, &r).await?;
+        wait_rollout(&ns, "Healthy", |r| phase(r) == "Healthy").await?;
+        let user_pods = crate::lws_support::uids(&ns, STABLE).await?;
+        let mut updated = pool.lws(STABLE, 1, 2, true);
+        updated["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]
+            ["image"] = json!("vllm/vllm-openai:v0.12.0");
+        apply(&ns, &updated).await?;
+        let late = wait_rollout(&ns, "deadline missed", |r| {
+            condition(r, "Progressing")
+                .is_some_and(|c| c.0 == "False" && c.1 == "RolledBackOnDeadline")
+        })
+        .await?;
+        let msg = condition(&late, "Progressing").context("condition")?.2;
+        ensure!(
+            msg.contains("not ready within 20s")
+                && msg.contains("group 0 cannot be scheduled whole (PodGroup "),
+            "the message names the gang-blocked group: {msg}"
+        );
+        wait_event(&ns, "ProgressDeadlineExceeded", "cannot be scheduled whole").await?;
+        // Rolled back: the canary and its PodGroups gone, the user's group untouched.
+        wait_rollout(&ns, "canary removed", |r| {
+            finalising(r) == "END" && phase(r) == "Progressing"
+        })
+        .await?;
+        crate::rollout_crash::wait_for_all_canary(&ns, |c| c.is_empty()).await?;
+        wait_for_all(&ns.api::<PodGroup>(), "", WAIT, |pgs| {
+            pgs.iter().all(|pg| {
+                pg.labels().get("leaderworkerset.sigs.k8s.io/name").map(String::as_str)
+                    == Some(STABLE)
+            })
+        })
+        .await
+        .context("only the user's LWS has PodGroups")?;
+        ensure!(
+            crate::lws_support::uids(&ns, STABLE).await? == user_pods,
+            "a user pod restarted"
+        );
+        ensure!(bound(&placement(&ns, STABLE).await?) == 2);
+        Ok(())
     })
     .await
 }

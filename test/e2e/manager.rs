@@ -46,7 +46,7 @@ async fn manager_becomes_ready_and_stops_on_sigterm() -> anyhow::Result<()> {
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let mut child = Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
+    let mut child = Command::new(crate::harness::manager_bin())
         .arg(format!("--health-addr={addr}"))
         .env("KUBECONFIG", kubeconfig_path()?)
         .env("RUST_LOG", "info")
@@ -132,7 +132,7 @@ async fn manager_without_a_cluster_fails_with_one_clear_line() -> anyhow::Result
     let dir = std::env::temp_dir().join(format!("lws-e2e-noconfig-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let missing = dir.join("missing-kubeconfig");
-    let out = Command::new(env!("CARGO_BIN_EXE_lws-rollout"))
+    let out = Command::new(crate::harness::manager_bin())
         .arg("--health-addr=127.0.0.1:0")
         .env("KUBECONFIG", &missing)
         .env("HOME", &dir)

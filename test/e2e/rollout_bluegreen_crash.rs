@@ -1,4 +1,4 @@
-//! Crash safety of a blue-green release (issue 21 item 6): the manager is SIGKILLed as the
+//! Crash safety of a blue-green release: the manager is SIGKILLed as the
 //! second LWS appears, mid-growth, at the switch, during promotion and during a rollback, on a
 //! cluster of the test's own. Every restart decides from the cluster and the Rollout's status
 //! alone: the same end state as an uninterrupted release, nothing created twice, no user group

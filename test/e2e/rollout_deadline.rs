@@ -1,4 +1,4 @@
-//! Release deadlines (ours, issue 24 item 3) against the real control plane: a canary whose
+//! Release deadlines (ours, not Kruise's) against the real control plane: a canary whose
 //! group can never be scheduled misses the Rollout's deadline, the status says which group and
 //! why, and with automatic rollback the release undoes itself — traffic first, the canary
 //! removed — while the user's groups never restart and stay held until the template changes.

@@ -1,5 +1,5 @@
-//! Partition-style releases (examples/rollout-partition.yaml: Kruise's default canary, `enableExtraWorkloadForCanary: false`;
-//! issue 24 item 1) against the real control plane: no second LWS — each step moves the
+//! Partition-style releases (examples/rollout-partition.yaml: Kruise's default canary,
+//! `enableExtraWorkloadForCanary: false`) against the real control plane: no second LWS — each step moves the
 //! user's own groups to the new template in place, highest ordinals first, the user's spec is
 //! never written, and the cluster never holds more groups than the LWS has. Both sides are the
 //! one LWS: the stable Service serves the old revision's leaders and the canary Service the
@@ -294,7 +294,7 @@ fn rollout_partition_moves_the_users_groups_in_place_and_rolls_a_revert_back() -
                 "step 2"
             );
             sides_at(&ns, &[0, 1], &[2, 3], traffic.as_ref(), 50).await?;
-            // A moved group fails (issue 24 item 4): a worker of group 3 is deleted and the LWS
+            // A moved group fails: a worker of group 3 is deleted and the LWS
             // recreates the whole group. It counts as not ready until it is whole again — the
             // Rollout's canaryReadyReplicas says 1 of 2 meanwhile — and comes back on the new
             // template; no other group restarts.

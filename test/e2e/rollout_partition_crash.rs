@@ -1,4 +1,4 @@
-//! Crash safety of a partition-style release (issue 24 item 6): the manager is SIGKILLed as the
+//! Crash safety of a partition-style release: the manager is SIGKILLed as the
 //! first batch's release partition is written, as a later batch moves groups in place, while
 //! the LWS rolls the rest at the end, during a rollback, while a batch waits for its deadline
 //! and as the automatic rollback on that deadline starts — on a cluster of the test's own.

@@ -8,7 +8,7 @@
 #   built with `go test -c` inside a copy of the module (its own go.mod and go.sum), cached
 #   under ~/.cache/lws-rollout/lws-upstream-e2e-<version>/;
 # - a fresh cluster (test/cluster/up.sh, no traffic layer), our CRDs, our manager out of
-#   cluster with its webhooks (target/debug/lws-rollout, built here);
+#   cluster with its webhooks (the release build the image ships, test/image/build-binary.sh);
 # - skipped, each with its reason (printed, and in docs/lws.md): what needs a component this
 #   project does not run — Volcano gang scheduling, upstream's metrics Service in lws-system,
 #   the check that upstream's own controller Deployment is Running;
@@ -56,7 +56,7 @@ if [ ! -f "$STAMP" ]; then
 fi
 
 log "building our manager"
-cargo build --locked --bin lws-rollout
+MANAGER_BIN=$(test/image/build-binary.sh amd64)
 
 # --- a cluster, our CRDs, our manager -------------------------------------------------------
 OUT="$REPO/target/upstream-e2e"
@@ -73,7 +73,7 @@ trap 'exit 130' INT TERM
 KUBECONFIG_FILE=$(LWS_CLUSTER_TRAFFIC=0 test/cluster/up.sh "$STATE")
 export KUBECONFIG="$KUBECONFIG_FILE"
 install_crds "$BIN/kubectl"
-target/debug/lws-rollout --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 \
+"$MANAGER_BIN" --health-addr=127.0.0.1:0 --webhook-addr=127.0.0.1:0 --webhook-host=127.0.0.1 \
   >"$STATE/logs/manager.log" 2>&1 &
 echo $! >"$STATE/pids/manager.pid"
 # Our webhooks answer once the manager has registered them.

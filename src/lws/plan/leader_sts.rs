@@ -91,8 +91,8 @@ pub type ReadyWorkers<'a> = std::collections::HashMap<&'a str, i32>;
 
 /// Counts the ready worker pods of every worker StatefulSet in `observed`, from the pods
 /// themselves: the StatefulSet's own `readyReplicas` is the StatefulSet controller's count of
-/// the same pods, written seconds later under load (issue 25: the LWS was Available ~1–6 s
-/// after its last pod was Ready, waiting for that write).
+/// the same pods, written seconds later under load (the LWS would be Available seconds after its last
+/// pod was Ready, waiting for that write).
 pub fn ready_workers(observed: &Observed) -> ReadyWorkers<'_> {
     let mut ready = ReadyWorkers::new();
     for p in &observed.pods {

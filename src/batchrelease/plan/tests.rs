@@ -107,6 +107,7 @@ fn stable(replicas: i32) -> StableLws {
         hold: Some("rev1".into()),
         release_partition: None,
         on_update: Vec::new(),
+        gang_waits: Default::default(),
         leaders_confirmed: false,
     }
 }
@@ -143,6 +144,7 @@ fn canary(spec_replicas: i32, existing: i32, ready: i32, not_ready: &[(i32, i32)
                 ready_pods: *ready_pods,
                 pods: 4,
                 kueue: None,
+                gang: None,
             })
             .collect(),
     }
@@ -386,6 +388,52 @@ fn a_group_that_waits_for_kueue_says_so_in_kueues_words() {
 }
 
 #[test]
+fn a_gang_group_the_scheduler_cannot_place_whole_is_named_with_the_schedulers_reason() {
+    use crate::batchrelease::observe::{GangWait, GroupOnRevision};
+    let why = "0/5 nodes are available: 1 Insufficient nvidia.com/gpu";
+    let gang = GangWait {
+        pod_group: "vllm-canary-rev2-1-abc".into(),
+        why: why.into(),
+    };
+    // A canary group: the message and a Warning Event name the group, its PodGroup and why.
+    let mut c = canary(2, 2, 1, &[(1, 0)]);
+    c.not_ready_groups[0].gang = Some(gang.clone());
+    let p = plan(&observed(br(Some(1), None), vec![c]), now());
+    let msg = p.status.message.clone().unwrap();
+    assert_eq!(
+        msg,
+        format!(
+            "batch 2 waits for LeaderWorkerSet vllm-canary-rev2: 1/2 groups ready; not ready: \
+             group 1; group 1 cannot be scheduled whole (PodGroup vllm-canary-rev2-1-abc): {why}"
+        )
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == event::CANARY_NOT_READY && e.note == msg)
+    );
+    // A partition-style batch: the user's own group, on its new revision, says the same.
+    let mut b = br(Some(0), None);
+    b.spec.release_plan.rolling_style = Some(RollingStyle::Partition);
+    b.spec.release_plan.enable_extra_workload_for_canary = false;
+    let mut o = observed(b, vec![]);
+    let stable = o.stable.as_mut().unwrap();
+    stable.release_partition = Some(3);
+    stable.on_update = vec![GroupOnRevision {
+        index: 3,
+        leader: true,
+        ready_pods: 0,
+        leader_pod: None,
+    }];
+    stable.gang_waits.insert(3, gang);
+    let msg = plan(&o, now()).status.message.unwrap();
+    assert!(
+        msg.contains("not ready: group 3; group 3 cannot be scheduled whole (PodGroup vllm-canary-rev2-1-abc): 0/5 nodes"),
+        "{msg}"
+    );
+}
+
+#[test]
 fn a_canary_keeps_the_kueue_queue_it_was_created_with() {
     // The stable LWS carries a queue; the canary as it exists was made without one (an older
     // manager): the plan does not add it (Kueue's webhook refuses changing a queue name).
@@ -456,7 +504,7 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
 
 #[test]
 fn the_canary_keeps_the_last_steps_groups_less_those_the_stable_has_rolled_down_to_a_floor() {
-    use crate::batchrelease::canarystyle::keep_while_stable_rolls;
+    use crate::batchrelease::canary::keep_while_stable_rolls;
     // (has, last step's groups, stable groups moved and ready, floor, keep)
     let table = [
         (4, 4, 0, 1, 4),

@@ -111,7 +111,7 @@ pub fn record(
         },
         updated_replicas: updated,
         updated_ready_replicas: ready,
-        // Set when a rollback in batches starts (`partitionstyle`), kept for its batches.
+        // Set when a rollback in batches starts (`partition`), kept for its batches.
         no_need_update_replicas: out
             .status
             .canary_status
@@ -335,7 +335,10 @@ fn stable_may_be_unavailable(lws: &crate::api::leaderworkerset::LeaderWorkerSet)
 /// Groups, not pods: the message (and so the status) changes when a group's readiness does,
 /// not with every pod that starts. A group whose Kueue Workload is not admitted adds Kueue's
 /// reason: "…; canary group 1 waits for Kueue admission in queue gpu-team: couldn't assign
-/// flavors to pod set main: insufficient quota …" (docs/kueue.md).
+/// flavors to pod set main: insufficient quota …" (docs/kueue.md). A gang group the scheduler
+/// could not place whole adds its PodGroup and the scheduler's reason: "…; group 1 cannot be
+/// scheduled whole (PodGroup vllm-canary-x-1-y): 0/5 nodes are available: …" (docs/lws.md,
+/// "Gang scheduling").
 pub fn not_ready_message(
     batch: usize,
     what: &str,
@@ -357,6 +360,12 @@ pub fn not_ready_message(
             m.push_str(&format!(
                 "; canary group {} waits for Kueue admission in queue {}: {}",
                 g.index, k.queue, k.why
+            ));
+        }
+        if let Some(gang) = &g.gang {
+            m.push_str(&format!(
+                "; group {} cannot be scheduled whole (PodGroup {}): {}",
+                g.index, gang.pod_group, gang.why
             ));
         }
     }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::canarystyle::{not_ready_message, record};
+use super::canary::{not_ready_message, record};
 use super::draft::{BatchReleasePlan, canary_names, current_batch, note};
 use super::names::{batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, GroupReadiness, LeaderPod, StableLws};
@@ -195,6 +195,7 @@ fn not_ready_groups(stable: &StableLws, partition: i32, size: i32) -> Vec<GroupR
             ready_pods: g.ready_pods,
             pods: size,
             kueue: None,
+            gang: stable.gang_waits.get(&g.index).cloned(),
         })
         .collect()
 }
