@@ -43,8 +43,9 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// Services labelled with a set's name.
     pub services: &'a mut SharedCache<Service>,
-    /// DisaggregatedSetRoleScalers.
-    pub scalers: &'a mut SharedCache<DisaggregatedSetRoleScaler>,
+    /// DisaggregatedSetRoleScalers, where the cluster serves them (`None`: their CRD is not
+    /// installed; a set with an External role says so in its status).
+    pub scalers: Option<&'a mut SharedCache<DisaggregatedSetRoleScaler>>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -58,7 +59,7 @@ pub fn run(
         sets: caches.sets.store(),
         lws: caches.lws.store(),
         services: caches.services.store(),
-        scalers: caches.scalers.store(),
+        scalers: caches.scalers.as_deref().map(SharedCache::store),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), field_managers::DISAGGREGATEDSET),
@@ -78,20 +79,23 @@ pub fn run(
             metrics.queued(&key);
         }
     });
-    Controller::for_shared_stream(changes, caches.sets.store())
+    let mut controller = Controller::for_shared_stream(changes, caches.sets.store())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
         .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
             observe::sets_of(&by_lws, lws.as_ref())
         })
         .watches_shared_stream(caches.services.subscribe(), move |svc: Arc<Service>| {
             observe::sets_of(&by_service, svc.as_ref())
-        })
-        .watches_shared_stream(
-            caches.scalers.subscribe(),
+        });
+    if let Some(scalers) = caches.scalers {
+        controller = controller.watches_shared_stream(
+            scalers.subscribe(),
             move |scaler: Arc<DisaggregatedSetRoleScaler>| {
                 observe::sets_of(&by_scaler, scaler.as_ref())
             },
-        )
+        );
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -103,12 +107,12 @@ async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let s = &ctx.stores;
-    let caches = [
+    let mut caches = vec![
         store_ready(&s.sets),
         store_ready(&s.lws),
         store_ready(&s.services),
-        store_ready(&s.scalers),
     ];
+    caches.extend(s.scalers.as_ref().map(store_ready));
     ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
 }
 

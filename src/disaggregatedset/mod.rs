@@ -5,6 +5,7 @@
 //! `plan/steps` is the rolling-update planner) → `apply` → `status`. See
 //! docs/disaggregatedset.md.
 
+pub mod admission;
 pub mod apply;
 pub mod controller;
 pub mod objects;

@@ -28,8 +28,9 @@ pub struct Stores {
     pub lws: Store<LeaderWorkerSet>,
     /// Services labelled with a set's name.
     pub services: Store<Service>,
-    /// DisaggregatedSetRoleScalers.
-    pub scalers: Store<DisaggregatedSetRoleScaler>,
+    /// DisaggregatedSetRoleScalers; `None` where the cluster does not serve the kind (its CRD
+    /// is not installed: a watch of it would never list, and every reconcile would wait).
+    pub scalers: Option<Store<DisaggregatedSetRoleScaler>>,
 }
 
 /// The world of one set.
@@ -46,6 +47,8 @@ pub struct Observed {
     pub scalers: Vec<Arc<DisaggregatedSetRoleScaler>>,
     /// Names of DisaggregatedSetRoleScalers named `<set>-…` that the set does not control.
     pub foreign_scalers: std::collections::BTreeSet<String>,
+    /// The cluster does not serve DisaggregatedSetRoleScalers (their CRD is not installed).
+    pub scalers_unserved: bool,
 }
 
 /// Reads the caches for `set`.
@@ -77,7 +80,8 @@ pub fn observe(stores: &Stores, set: &DisaggregatedSet) -> Observed {
                 && controller_uid(s.as_ref()) == uid
         })
         .collect();
-    for scaler in stores.scalers.state() {
+    observed.scalers_unserved = stores.scalers.is_none();
+    for scaler in stores.scalers.iter().flat_map(|s| s.state()) {
         if scaler.namespace() != namespace {
             continue;
         }

@@ -88,6 +88,9 @@ pub mod reasons {
     pub const SCALER_DELETED: &str = "ScalerDeleted";
     /// A scaler with a role's scaler name belongs to someone else.
     pub const SCALER_CONFLICT: &str = "ScalerConflict";
+    /// A role is External but the cluster does not serve the DisaggregatedSetRoleScaler kind
+    /// (ours: upstream's manager does not start without it).
+    pub const ROLE_SCALER_NOT_SERVED: &str = "RoleScalerNotServed";
 }
 
 /// An LWS of the set to scale.
@@ -236,7 +239,8 @@ struct Ctx<'a> {
     /// Replicas per slice of each role of the spec (a scaler's for an External role).
     targets: BTreeMap<String, i32>,
     plan: Plan,
-    conflicts: Vec<String>,
+    /// Why the set is Degraded (reason, message), first found first.
+    conflicts: Vec<(&'static str, String)>,
 }
 
 impl Ctx<'_> {
@@ -252,8 +256,11 @@ impl Ctx<'_> {
         let lws = objects::lws(self.set, self.slice, role, &self.revision, replicas);
         let name = lws.name_any();
         if self.observed.foreign.contains_key(&name) {
-            self.conflicts.push(format!(
-                "LeaderWorkerSet {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+            self.conflicts.push((
+                reasons::OBJECT_CONFLICT,
+                format!(
+                    "LeaderWorkerSet {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+                ),
             ));
             return;
         }
@@ -329,7 +336,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         plan_slice(&mut ctx);
     }
 
-    let conflict = ctx.conflicts.first().cloned();
+    let degraded = ctx.conflicts.first().cloned();
     let Ctx {
         mut plan, targets, ..
     } = ctx;
@@ -338,7 +345,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         observed,
         &revision,
         &targets,
-        conflict.as_deref().map(|m| (reasons::OBJECT_CONFLICT, m)),
+        degraded.as_ref().map(|(reason, m)| (*reason, m.as_str())),
         now,
     );
     plan
@@ -397,6 +404,26 @@ fn scalers(ctx: &mut Ctx<'_>) {
             continue;
         }
         let name = role_scaler::name(&set_name, &role.name);
+        if observed.scalers_unserved {
+            // No scaler can be made: the role is scaled as a Static one (its spec.replicas, a
+            // value that does not move with the groups a rolling update adds), and the set
+            // says why no scaler drives it.
+            let keep = role.replicas();
+            let message = format!(
+                "role {} has scaling.mode External, but the cluster does not serve DisaggregatedSetRoleScalers: apply crds/disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml and restart the manager; until then the role runs its spec.replicas ({keep}) as a Static role",
+                role.name
+            );
+            if ctx.conflicts.is_empty() {
+                ctx.plan.events.push(EventSpec::warning(
+                    reasons::ROLE_SCALER_NOT_SERVED,
+                    message.clone(),
+                ));
+            }
+            ctx.conflicts
+                .push((reasons::ROLE_SCALER_NOT_SERVED, message));
+            ctx.targets.insert(role.name.clone(), keep);
+            continue;
+        }
         let mine = observed.scalers.iter().find(|s| {
             s.name_any() == name
                 && s.labels().get(ROLE_LABEL).map(String::as_str) == Some(role.name.as_str())
@@ -417,8 +444,11 @@ fn scalers(ctx: &mut Ctx<'_>) {
                 scaler.spec.replicas
             }
             None if observed.foreign_scalers.contains(&name) => {
-                ctx.conflicts.push(format!(
-                    "DisaggregatedSetRoleScaler {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+                ctx.conflicts.push((
+                    reasons::OBJECT_CONFLICT,
+                    format!(
+                        "DisaggregatedSetRoleScaler {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+                    ),
                 ));
                 ctx.plan.events.push(EventSpec::warning(
                     reasons::SCALER_CONFLICT,

@@ -1012,6 +1012,43 @@ fn scalers_of_roles_no_longer_external_go_and_foreign_ones_are_not_taken() {
 }
 
 #[test]
+fn an_external_role_without_the_scaler_kind_runs_its_replicas_and_the_set_says_why() {
+    let s = external(pd(2, 3, "v1"), "decode");
+    let r = rev(&s);
+    let mut w = World::default();
+    w.observed.scalers_unserved = true;
+    let p = w.plan(&s);
+    assert!(p.create_scalers.is_empty());
+    assert_eq!(
+        created(&p),
+        [
+            (format!("pd-0-{r}-prefill"), 2),
+            (format!("pd-0-{r}-decode"), 3)
+        ]
+    );
+    let degraded = cond(&p, status::DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", reasons::ROLE_SCALER_NOT_SERVED)
+    );
+    assert!(
+        degraded.message.contains("role decode"),
+        "{}",
+        degraded.message
+    );
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == reasons::ROLE_SCALER_NOT_SERVED)
+    );
+    // A Static set is not concerned.
+    let mut w = World::default();
+    w.observed.scalers_unserved = true;
+    let p = w.plan(&pd(2, 3, "v1"));
+    assert_eq!(cond(&p, status::DEGRADED).status, "False");
+}
+
+#[test]
 fn a_placement_policy_places_each_slices_pods() {
     let s = with(
         pd(1, 1, "v1"),
