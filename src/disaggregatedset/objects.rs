@@ -237,6 +237,23 @@ pub fn service(set: &DisaggregatedSet, slice: i32, role: &str, revision: &str) -
     }
 }
 
+/// The Service of a v0.9 child adopted in place: `<set>-<revision>-<role>-prv`, selecting its
+/// pods, which carry no slice label.
+pub fn legacy_service(set: &DisaggregatedSet, role: &str, revision: &str) -> Service {
+    let mut svc = service(set, 0, role, revision);
+    svc.metadata.name = Some(format!(
+        "{}-prv",
+        legacy_lws_name(&set.name_any(), role, revision)
+    ));
+    if let Some(labels) = svc.metadata.labels.as_mut() {
+        labels.remove(SLICE_LABEL);
+    }
+    if let Some(selector) = svc.spec.as_mut().and_then(|s| s.selector.as_mut()) {
+        selector.remove(SLICE_LABEL);
+    }
+    svc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

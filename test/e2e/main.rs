@@ -12,6 +12,7 @@ mod chaos;
 mod cluster;
 mod crds;
 mod disaggregatedset;
+mod disaggregatedset_v10;
 mod failover;
 mod helm_chart;
 mod image;

@@ -831,8 +831,16 @@ fn services(
         .map(|(r, _)| r)
         .collect();
     if complete_revisions.contains(&ctx.revision) {
+        let target = revisions.get(&ctx.revision);
         for role in &set.spec.roles {
-            let svc = objects::service(set, ctx.slice, &role.name, &ctx.revision);
+            // Named after the role's LWS, as upstream: a v0.9 child adopted in place keeps a
+            // v0.9 Service (no slice in its name or selector), which selects its pods.
+            let svc = match target.and_then(|t| t.get(&role.name)) {
+                Some(lws) if objects::is_legacy(lws.labels()) => {
+                    objects::legacy_service(set, &role.name, &ctx.revision)
+                }
+                _ => objects::service(set, ctx.slice, &role.name, &ctx.revision),
+            };
             if !ctx
                 .observed
                 .services

@@ -791,7 +791,28 @@ fn a_v09_child_is_adopted_in_place_while_the_set_has_one_slice() {
         deleted(&p)
     );
     assert!(p.delete_services.is_empty(), "its Services keep serving");
+    assert!(p.services.is_empty(), "no slice Service beside them");
     assert_eq!(cond(&p, status::AVAILABLE).status, "True");
+    // Its Services missing: remade with v0.9 names and selectors (its pods have no slice).
+    let mut bare = World::default();
+    bare.lws_in(&s, None, &r, "prefill", 2, 2, 10)
+        .lws_in(&s, None, &r, "decode", 2, 2, 10);
+    let p = bare.plan(&s);
+    let made: Vec<_> = p
+        .services
+        .iter()
+        .map(|s| {
+            let selector = s.spec.as_ref().and_then(|s| s.selector.clone()).unwrap();
+            (s.name_any(), selector.contains_key(SLICE_LABEL))
+        })
+        .collect();
+    assert_eq!(
+        made,
+        [
+            (format!("pd-{r}-prefill-prv"), false),
+            (format!("pd-{r}-decode-prv"), false)
+        ]
+    );
     // A scale reaches the v0.9 LWS by its name.
     let p = w.plan(&pd(3, 2, "v1"));
     assert_eq!(scaled(&p), [(format!("pd-{r}-prefill"), 2, 3)]);
