@@ -66,6 +66,11 @@ pub const INITIAL_REPLICAS_ANNOTATION: &str = "disaggregatedset.x-k8s.io/initial
     ).message(
         "spec.slices > 1 is not supported while any role has scaling.mode: External (as upstream: one scaler per role drives one slice)"
     ).field_path(".slices"),
+    validation = Rule::new(
+        "!has(self.placementPolicy) || !has(self.placementPolicy.type) || self.placementPolicy.type == 'None' || self.roles.all(r, !has(r.metadata) || !has(r.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.metadata.annotations))"
+    ).message(
+        "a role's leaderworkerset.sigs.k8s.io/exclusive-topology or subgroup-exclusive-topology annotation must not be combined with a placementPolicy type other than None (as upstream)"
+    ).field_path(".placementPolicy.type"),
 )]
 pub struct DisaggregatedSetSpec {
     /// The roles (2 to 10), each with a unique name.

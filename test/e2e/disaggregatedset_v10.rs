@@ -106,7 +106,10 @@ async fn lws_names(ns: &TestNs, name: &str) -> anyhow::Result<BTreeMap<String, i
 
 /// The revision the set's roles hash to, as stored (its CRD defaults applied): a dry run.
 async fn revision_of(ns: &TestNs, obj: &Value) -> anyhow::Result<String> {
-    let typed: DisaggregatedSet = serde_json::from_value(obj.clone())?;
+    // Under a name of its own: the set itself may exist (the revision does not depend on it).
+    let mut probe = obj.clone();
+    probe["metadata"]["name"] = json!("revision-probe");
+    let typed: DisaggregatedSet = serde_json::from_value(probe)?;
     let stored = ns
         .api::<DisaggregatedSet>()
         .create(
