@@ -67,7 +67,10 @@ pub const INITIAL_REPLICAS_ANNOTATION: &str = "disaggregatedset.x-k8s.io/initial
         "spec.slices > 1 is not supported while any role has scaling.mode: External (as upstream: one scaler per role drives one slice)"
     ).field_path(".slices"),
     validation = Rule::new(
-        "!has(self.placementPolicy) || !has(self.placementPolicy.type) || self.placementPolicy.type == 'None' || self.roles.all(r, !has(r.metadata) || !has(r.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.metadata.annotations))"
+        "!has(self.placementPolicy) || !has(self.placementPolicy.type) || self.placementPolicy.type == 'None' || self.roles.all(r, \
+           (!has(r.metadata) || !has(r.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.metadata.annotations)) && \
+           (!has(r.spec) || !has(r.spec.leaderWorkerTemplate.workerTemplate.metadata) || !has(r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations)) && \
+           (!has(r.spec) || !has(r.spec.leaderWorkerTemplate.leaderTemplate) || !has(r.spec.leaderWorkerTemplate.leaderTemplate.metadata) || !has(r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations)))"
     ).message(
         "a role's leaderworkerset.sigs.k8s.io/exclusive-topology or subgroup-exclusive-topology annotation must not be combined with a placementPolicy type other than None (as upstream)"
     ).field_path(".placementPolicy.type"),

@@ -598,6 +598,23 @@ async fn v010_refusals_name_the_field() -> anyhow::Result<()> {
                     && msg.contains("topology is required when type is not None"),
                 "{msg}"
             );
+            // A role's own exclusive-topology annotation with a placement policy (upstream).
+            let mut both = pd("both", 2, "a");
+            both["spec"]["placementPolicy"] = json!({"type": "ExclusiveSlice", "topology": "rack"});
+            both["spec"]["roles"][0]["metadata"] =
+                json!({"annotations": {"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"}});
+            let msg = refused(both).await?;
+            assert!(
+                msg.contains("spec.placementPolicy.type") && msg.contains("exclusive-topology"),
+                "{msg}"
+            );
+            let mut in_template = pd("tmpl", 2, "a");
+            in_template["spec"]["placementPolicy"] =
+                json!({"type": "ExclusiveTopology", "topology": "rack"});
+            in_template["spec"]["roles"][1]["spec"]["leaderWorkerTemplate"]["workerTemplate"]["metadata"] =
+                json!({"annotations": {"leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology": "rack"}});
+            let msg = refused(in_template).await?;
+            assert!(msg.contains("spec.placementPolicy.type"), "{msg}");
             let mut external = pd("ext", 2, "a");
             external["spec"]["roles"][1]["scaling"] = json!({"mode": "External"});
             let msg = refused(external).await?;
