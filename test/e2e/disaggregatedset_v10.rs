@@ -676,3 +676,70 @@ async fn v010_refusals_name_the_field() -> anyhow::Result<()> {
     })
     .await
 }
+
+/// A cluster upgraded without the new CRD (`helm upgrade` never updates CRDs): the manager
+/// starts, does not wait for a RoleScaler watch that cannot list, reconciles the sets, and a set
+/// with an External role runs it at its `spec.replicas` and says why.
+#[tokio::test]
+async fn without_the_role_scaler_crd_sets_still_reconcile_and_an_external_role_says_why()
+-> anyhow::Result<()> {
+    crate::isolated::IsolatedCluster::run("ds10-no-scaler-crd", &[], |cluster| {
+        Box::pin(async move {
+            use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+            let crds = Api::<CustomResourceDefinition>::all(cluster.client.clone());
+            let crd = "disaggregatedsetrolescalers.disaggregatedset.x-k8s.io";
+            crds.delete(crd, &DeleteParams::default()).await?;
+            wait_for(&crds, crd, WAIT, |c: Option<&CustomResourceDefinition>| c.is_none())
+                .await
+                .context("the RoleScaler CRD gone")?;
+            let manager = crate::isolated::ManagerProcess::start(cluster, "ours", &[])?;
+            let ns = cluster.namespace("ds").await?;
+            let mut obj = pd("pd", 1, "vllm:1");
+            obj["spec"]["roles"][1]["scaling"] = json!({"mode": "External"});
+            obj["spec"]["roles"][1]["spec"]["replicas"] = json!(2);
+            let rev = revision_of(&ns, &obj).await?;
+            apply(&ns, &obj).await?;
+            let names = settled(&ns, "pd").await?;
+            assert_eq!(
+                names,
+                BTreeMap::from([
+                    (objects::lws_name("pd", 0, "prefill", &rev), 1),
+                    (objects::lws_name("pd", 0, "decode", &rev), 2)
+                ])
+            );
+            let set = wait_for(&ns.api::<DisaggregatedSet>(), "pd", WAIT, |s: Option<&DisaggregatedSet>| {
+                s.is_some_and(|s| condition(s, "Degraded").as_deref() == Some("True"))
+            })
+            .await?
+            .context("pd")?;
+            let degraded = set
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "Degraded")
+                .context("Degraded")?;
+            assert_eq!(degraded.reason, "RoleScalerNotServed");
+            assert!(
+                degraded.message.contains("role decode")
+                    && degraded.message.contains("disaggregatedsetrolescalers.yaml"),
+                "{}",
+                degraded.message
+            );
+            events_when(&ns, Duration::from_secs(30), |events| {
+                events.iter().any(|e| {
+                    e.reason.as_deref() == Some("RoleScalerNotServed")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            })
+            .await?;
+            assert!(
+                manager.logged("DisaggregatedSetRoleScalers"),
+                "one line at start says the kind is not served: {}",
+                manager.log_tail()
+            );
+            Ok(())
+        })
+    })
+    .await
+}
