@@ -21,8 +21,7 @@ use kube::{
 };
 use lws_rollout::{
     api::{
-        DisaggregatedSet, LeaderWorkerSet,
-        disaggregatedset::SLICE_LABEL,
+        DisaggregatedSet, LeaderWorkerSet, disaggregatedset::SLICE_LABEL,
         disaggregatedset_role_scaler::DisaggregatedSetRoleScaler,
     },
     disaggregatedset::{objects, revision},
@@ -125,7 +124,11 @@ async fn revision_of(ns: &TestNs, obj: &Value) -> anyhow::Result<String> {
 
 fn expected(set: &str, slices: i32, revision: &str, roles: &[&str]) -> BTreeSet<String> {
     (0..slices)
-        .flat_map(|s| roles.iter().map(move |r| objects::lws_name(set, s, r, revision)))
+        .flat_map(|s| {
+            roles
+                .iter()
+                .map(move |r| objects::lws_name(set, s, r, revision))
+        })
         .collect()
 }
 
@@ -170,7 +173,11 @@ async fn slices_are_independent_copies_with_upstreams_names_each_rolled_on_its_o
             })
             .await?;
             for svc in &services {
-                let selector = svc.spec.as_ref().and_then(|s| s.selector.clone()).unwrap_or_default();
+                let selector = svc
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.selector.clone())
+                    .unwrap_or_default();
                 let slice = selector.get(SLICE_LABEL).context("slice in the selector")?;
                 assert_eq!(
                     svc.name_any(),
@@ -199,8 +206,10 @@ async fn slices_are_independent_copies_with_upstreams_names_each_rolled_on_its_o
             .await?;
             for slice in ["slice 0", "slice 1"] {
                 assert!(
-                    events.iter().any(|e| e.reason.as_deref() == Some("RollingUpdateStarted")
-                        && e.note.as_deref().is_some_and(|n| n.contains(slice))),
+                    events
+                        .iter()
+                        .any(|e| e.reason.as_deref() == Some("RollingUpdateStarted")
+                            && e.note.as_deref().is_some_and(|n| n.contains(slice))),
                     "each slice starts its own update"
                 );
             }
@@ -276,16 +285,26 @@ fn legacy_child(set: &DisaggregatedSet, role: usize, revision: &str) -> LeaderWo
     lws
 }
 
+/// Versions of LWSs a watch showed, in order: (name, replicas, ready groups).
+type SeenLws = Arc<Mutex<Vec<(String, i32, i32)>>>;
+
 /// What a watch of the set's LWSs showed, in order: (name, replicas, ready).
-fn record_lws(ns: &TestNs, set: &str) -> (Arc<Mutex<Vec<(String, i32, i32)>>>, tokio::task::JoinHandle<()>) {
-    let seen: Arc<Mutex<Vec<(String, i32, i32)>>> = Arc::default();
+fn record_lws(ns: &TestNs, set: &str) -> (SeenLws, tokio::task::JoinHandle<()>) {
+    let seen: SeenLws = Arc::default();
     let into = seen.clone();
     let api = ns.api::<LeaderWorkerSet>();
     let config = watcher::Config::default().labels(&format!("{SET}={set}"));
     let task = tokio::spawn(async move {
-        let mut s = watcher(api, config).default_backoff().applied_objects().boxed();
+        let mut s = watcher(api, config)
+            .default_backoff()
+            .applied_objects()
+            .boxed();
         while let Some(Ok(l)) = s.next().await {
-            let ready = l.status.as_ref().and_then(|s| s.ready_replicas).unwrap_or(0);
+            let ready = l
+                .status
+                .as_ref()
+                .and_then(|s| s.ready_replicas)
+                .unwrap_or(0);
             into.lock()
                 .expect("seen")
                 .push((l.name_any(), l.spec.replicas.unwrap_or(1), ready));
@@ -306,7 +325,10 @@ async fn a_v09_named_set_is_adopted_without_a_restart_and_rolled_over_when_slice
             // (what a v0.9 manager left behind), so the manager under test cannot race them.
             for role in ["prefill", "decode"] {
                 lws_api
-                    .create(&PostParams::default(), &blocker(&objects::lws_name("pd", 0, role, &rev))?)
+                    .create(
+                        &PostParams::default(),
+                        &blocker(&objects::lws_name("pd", 0, role, &rev))?,
+                    )
                     .await?;
             }
             let stored = apply(&ns, &v1).await?;
@@ -318,7 +340,10 @@ async fn a_v09_named_set_is_adopted_without_a_restart_and_rolled_over_when_slice
             }
             for role in ["prefill", "decode"] {
                 lws_api
-                    .delete(&objects::lws_name("pd", 0, role, &rev), &DeleteParams::default())
+                    .delete(
+                        &objects::lws_name("pd", 0, role, &rev),
+                        &DeleteParams::default(),
+                    )
                     .await?;
             }
             // Adopted in place: no slice-aware LWS, the v0.9 pods keep running.
@@ -329,6 +354,20 @@ async fn a_v09_named_set_is_adopted_without_a_restart_and_rolled_over_when_slice
             );
             let before = pod_uids(&ns, "pd").await?;
             assert_eq!(before.len(), 4, "{before:?}");
+            // Its Services keep v0.9 names and select its pods (which have no slice label).
+            let services = wait_for_all(&ns.api::<Service>(), &format!("{SET}=pd"), WAIT, |s| {
+                s.len() == 2
+            })
+            .await?;
+            for svc in &services {
+                let selector = svc
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.selector.clone())
+                    .unwrap_or_default();
+                assert_eq!(svc.name_any(), format!("pd-{rev}-{}-prv", selector[ROLE]));
+                assert!(!selector.contains_key(SLICE_LABEL), "{selector:?}");
+            }
             // A reconcile after the adoption (a scale of another object wakes it anyway):
             // nothing of the v0.9 children changes.
             apply(&ns, &v1).await?;
