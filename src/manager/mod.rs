@@ -447,10 +447,21 @@ async fn start_webhook(
             },
         ),
     };
-    let bundle =
-        webhook::secret::load_or_issue(client, &cfg.secret_namespace, &cfg.secret_name, &hosts)
-            .await
-            .map_err(WebhookError::from)?;
+    // The owner is read before anything is written: with the chart's ClusterRole gone the
+    // release is being uninstalled, and nothing of ours should be written again.
+    let owner = match &cfg.configuration_owner {
+        Some(role) => Some(webhook::registration::owner(client, role).await?),
+        None => None,
+    };
+    let bundle = webhook::secret::load_or_issue(
+        client,
+        &cfg.secret_namespace,
+        &cfg.secret_name,
+        &hosts,
+        owner.as_ref(),
+    )
+    .await
+    .map_err(WebhookError::from)?;
     let tls = webhook::tls_config(&bundle.serving_cert().map_err(WebhookError::from)?)?;
     let handle = axum_server::Handle::new();
     let server =
@@ -506,6 +517,7 @@ async fn start_webhook(
             hosts,
             configuration_name: cfg.configuration_name.clone(),
             configuration_owner: cfg.configuration_owner.clone(),
+            secret_owner: owner,
             endpoint,
         },
         bundle,

@@ -212,7 +212,7 @@ pub fn owner_reference(role: &ClusterRole) -> Option<OwnerReference> {
 /// Reads the owner ClusterRole. Missing, it is an error rather than a configuration without
 /// owner: the chart creates it before the manager runs, so its absence means the release is
 /// being uninstalled, and writing the configurations again then would leave them behind.
-async fn owner(client: &Client, name: &str) -> Result<OwnerReference, Error> {
+pub async fn owner(client: &Client, name: &str) -> Result<OwnerReference, Error> {
     let role = Api::<ClusterRole>::all(client.clone())
         .get_opt(name)
         .await

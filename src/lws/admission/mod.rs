@@ -6,6 +6,7 @@
 //! webhook does to a new pod (its TPU environment in `tpu`); `hold` keeps a released LWS's groups
 //! on the stable revision while a release owns it.
 
+pub mod error;
 pub mod hold;
 pub mod pod_defaults;
 mod tpu;

@@ -21,34 +21,12 @@ use k8s_openapi::{
 };
 use kube::ResourceExt;
 use serde::Serialize;
-use thiserror::Error;
 
-use super::tpu;
+use super::{error::PodDefaultError, tpu};
 use crate::lws::{
     gang, labels,
     objects::{group_key, parent_and_ordinal, subgroup_key},
 };
-
-/// Why a pod cannot be admitted (the webhook fails the CREATE, as upstream does).
-#[derive(Debug, Error, PartialEq, Eq)]
-pub enum PodDefaultError {
-    /// The StatefulSet template always sets the size annotation.
-    #[error("size annotation is unexpectedly missing for pod {0}")]
-    MissingSize(String),
-    /// An annotation that must be a number is not.
-    #[error("annotation {key} of pod {pod} is not a number: {value:?}")]
-    NotANumber {
-        /// Pod name.
-        pod: String,
-        /// Annotation key.
-        key: &'static str,
-        /// Its value.
-        value: String,
-    },
-    /// LWS pods are StatefulSet pods, named `<parent>-<ordinal>`.
-    #[error("parsing pod ordinal for pod {0}")]
-    NoOrdinal(String),
-}
 
 /// The fields of a pod that [`default_pod`] may change, as they were before it ran: the
 /// labels, the subdomain, the affinity, and every container's and init container's variables.
@@ -234,7 +212,7 @@ pub fn is_lws_pod(pod: &Pod) -> bool {
 }
 
 /// The ordinal at the end of a StatefulSet pod name.
-pub(super) fn ordinal(name: &str) -> Option<i32> {
+fn ordinal(name: &str) -> Option<i32> {
     parent_and_ordinal(name).map(|(_, i)| i)
 }
 

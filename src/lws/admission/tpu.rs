@@ -6,7 +6,7 @@
 use k8s_openapi::api::core::v1::{Container, EnvVar, Pod};
 use kube::ResourceExt;
 
-use super::pod_defaults::{PodDefaultError, ordinal};
+use super::error::PodDefaultError;
 use crate::lws::{labels, objects::parent_and_ordinal, upstream::quantity};
 
 pub(super) const TPU: &str = "google.com/tpu";
@@ -151,7 +151,9 @@ pub(super) fn add_tpu_variables(pod: &mut Pod, size: i32) -> Result<(), PodDefau
     let (leader, pod_index) = if is_leader {
         (name.clone(), 0)
     } else {
-        let ordinal = ordinal(&name).ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
+        let ordinal = parent_and_ordinal(&name)
+            .map(|(_, i)| i)
+            .ok_or_else(|| PodDefaultError::NoOrdinal(name.clone()))?;
         (
             parent(&name)?,
             if leader_has_tpus {
