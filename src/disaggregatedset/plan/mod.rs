@@ -700,6 +700,10 @@ fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revi
     });
     let current_new = per_role(&|n| target.get(n).map_or(0, |l| replicas(l)));
     let role_of = |n: &str| spec_roles.iter().find(|r| r.name == n).copied();
+    // Upstream v0.10's no-shrink guard (an External role's new revision keeps its groups when
+    // an autoscaler writes fewer mid-update) holds by construction: a rolling-update step only
+    // scales new LWSs up, and a new revision already at or above its target lets the old one
+    // drain, whichever of the two values the target is.
     let target_replicas = per_role(&|n| role_of(n).map_or(0, |r| ctx.want(r)));
     let config: Vec<RoleConfig> = names
         .iter()

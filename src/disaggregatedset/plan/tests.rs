@@ -1000,6 +1000,38 @@ fn a_scalers_replicas_scale_only_its_role() {
 }
 
 #[test]
+fn an_external_roles_new_revision_never_shrinks_mid_update() {
+    // Upstream v0.10's no-shrink guard. decode External: the update is under way (old at 4,
+    // new at 3 ready), and the scaler now says 2. The new LWS keeps its 3 while the old pair
+    // drains; nothing scales it down until the update is over.
+    let old = external(pd(2, 1, "v1"), "decode");
+    let s = external(pd(2, 1, "v2"), "decode");
+    let (ro, rn) = (rev(&old), rev(&s));
+    let mut w = World::default();
+    w.lws(&old, &ro, "prefill", 2, 2, 10)
+        .lws(&old, &ro, "decode", 4, 4, 10)
+        .initial(&format!("pd-0-{ro}-prefill"), 2)
+        .initial(&format!("pd-0-{ro}-decode"), 4)
+        .lws(&s, &rn, "prefill", 2, 2, 20)
+        .lws(&s, &rn, "decode", 3, 3, 20)
+        .scaler("decode", 2, true);
+    let p = w.plan(&s);
+    assert_eq!(
+        scaled(&p),
+        [
+            (format!("pd-0-{ro}-prefill"), 2, 0),
+            (format!("pd-0-{ro}-decode"), 4, 0)
+        ]
+    );
+    // Once the old revision is gone, the scaler's value applies.
+    let mut w = World::default();
+    w.lws(&s, &rn, "prefill", 2, 2, 20)
+        .lws(&s, &rn, "decode", 3, 3, 20)
+        .scaler("decode", 2, true);
+    assert_eq!(scaled(&w.plan(&s)), [(format!("pd-0-{rn}-decode"), 3, 2)]);
+}
+
+#[test]
 fn scalers_of_roles_no_longer_external_go_and_foreign_ones_are_not_taken() {
     let s = pd(2, 2, "v1");
     let r = rev(&s);
