@@ -1,12 +1,14 @@
-//! `DisaggregatedSet` (`disaggregatedset.x-k8s.io/v1`): upstream LWS v0.9.0's second API — one
+//! `DisaggregatedSet` (`disaggregatedset.x-k8s.io/v1`): upstream LWS v0.10.0's second API — one
 //! object whose roles (prefill, decode, …) are each an LWS template, rolled together so the
-//! roles never run mismatched revisions. The same schema as upstream's CRD, field for field.
+//! roles never run mismatched revisions, in `slices` independent copies, placed by
+//! `placementPolicy`, a role's replicas optionally driven through a
+//! [`super::disaggregatedset_role_scaler`]. The same schema as upstream's CRD, field for field.
 //!
 //! Differences (docs/disaggregatedset.md): what upstream's webhook checks (partition, rollout
-//! type) are CEL rules here, so a bad set is refused with no webhook running; a set whose role
-//! LWS or Service names would be invalid is refused at admission too (upstream creates nothing
-//! and retries forever); and the status upstream's schema has (`roleStatuses`, `conditions`) is
-//! written.
+//! type, a placement policy's topology key, External roles with more than one slice) are CEL
+//! rules here, so a bad set is refused with no webhook running; a set whose role LWS or Service
+//! names would be invalid is refused at admission too (upstream creates nothing and retries
+//! forever).
 
 use k8s_openapi::{
     apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
@@ -24,6 +26,9 @@ pub const GROUP: &str = "disaggregatedset.x-k8s.io";
 pub const SET_NAME_LABEL: &str = "disaggregatedset.x-k8s.io/name";
 /// Label on LWSs and Services: the role (e.g. `prefill`, `decode`).
 pub const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
+/// Label on LWSs, their pods and Services: the slice (`0`…`slices-1`). A v0.9 child has none and
+/// belongs to slice 0.
+pub const SLICE_LABEL: &str = "disaggregatedset.x-k8s.io/slice";
 /// Label on LWSs and Services: the revision hash of the set's role templates.
 pub const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
 /// Annotation on an old revision's LWS: its replicas when the rolling update started.
@@ -46,20 +51,116 @@ pub const INITIAL_REPLICAS_ANNOTATION: &str = "disaggregatedset.x-k8s.io/initial
         "metadata.name must start with a letter and hold only lowercase letters, digits and '-': it begins the name of every LeaderWorkerSet and Service of the set"
     ),
     validation = Rule::new(
-        "self.spec.roles.all(r, size(self.metadata.name) + size(r.name) <= 49)"
+        "self.spec.roles.all(r, size(self.metadata.name) + size(r.name) + size(string((has(self.spec.slices) ? self.spec.slices : 1) - 1)) <= 48)"
     ).message(
-        "metadata.name and each role name together must not exceed 49 characters: a role's Service is named <set>-<revision>-<role>-prv, at most 63"
+        "metadata.name, the highest slice index and each role name together must not exceed 48 characters: a role's Service is named <set>-<slice>-<revision>-<role>-prv, at most 63"
     ),
 )]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new(
-    "self.roles.all(r, !has(r.spec.replicas) || r.spec.replicas == 0) || self.roles.all(r, has(r.spec.replicas) && r.spec.replicas > 0)"
-).message("replicas must be zero for all roles or non-zero for all roles"))]
+#[x_kube(
+    validation = Rule::new(
+        "self.roles.filter(r, !has(r.scaling) || !has(r.scaling.mode) || r.scaling.mode != 'External').all(r, !has(r.spec.replicas) || r.spec.replicas == 0) || self.roles.filter(r, !has(r.scaling) || !has(r.scaling.mode) || r.scaling.mode != 'External').all(r, has(r.spec.replicas) && r.spec.replicas > 0)"
+    ).message("replicas must be zero for all non-External roles or non-zero for all non-External roles"),
+    validation = Rule::new(
+        "!has(self.slices) || self.slices <= 1 || self.roles.all(r, !has(r.scaling) || !has(r.scaling.mode) || r.scaling.mode != 'External')"
+    ).message(
+        "spec.slices > 1 is not supported while any role has scaling.mode: External (as upstream: one scaler per role drives one slice)"
+    ).field_path(".slices"),
+    validation = Rule::new(
+        "!has(self.placementPolicy) || !has(self.placementPolicy.type) || self.placementPolicy.type == 'None' || self.roles.all(r, \
+           (!has(r.metadata) || !has(r.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.metadata.annotations)) && \
+           (!has(r.spec) || !has(r.spec.leaderWorkerTemplate.workerTemplate.metadata) || !has(r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.spec.leaderWorkerTemplate.workerTemplate.metadata.annotations)) && \
+           (!has(r.spec) || !has(r.spec.leaderWorkerTemplate.leaderTemplate) || !has(r.spec.leaderWorkerTemplate.leaderTemplate.metadata) || !has(r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations) || !('leaderworkerset.sigs.k8s.io/exclusive-topology' in r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations || 'leaderworkerset.sigs.k8s.io/subgroup-exclusive-topology' in r.spec.leaderWorkerTemplate.leaderTemplate.metadata.annotations)))"
+    ).message(
+        "a role's leaderworkerset.sigs.k8s.io/exclusive-topology or subgroup-exclusive-topology annotation must not be combined with a placementPolicy type other than None (as upstream)"
+    ).field_path(".placementPolicy.type"),
+)]
 pub struct DisaggregatedSetSpec {
     /// The roles (2 to 10), each with a unique name.
     #[schemars(length(min = 2, max = 10))]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["name".into()]))]
     pub roles: Vec<DisaggregatedRoleSpec>,
+
+    /// Independent copies of the whole set of roles (1 to 100, default 1), each rolled on its
+    /// own. Changing it adds or removes copies; it does not roll.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = 1, "minimum" = 1, "maximum" = 100))]
+    pub slices: Option<i32>,
+
+    /// How a slice's roles share a topology domain and slices are spread over domains (applied
+    /// when a slice's LWS is created: a change takes effect with the next rollout).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_policy: Option<PlacementPolicy>,
+}
+
+impl DisaggregatedSetSpec {
+    /// `spec.slices`, 1 when unset.
+    pub fn slices(&self) -> i32 {
+        self.slices.unwrap_or(1).max(1)
+    }
+}
+
+/// The placement guarantee.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum PlacementType {
+    /// No affinity is added (the default).
+    #[default]
+    None,
+    /// A slice's pods share one topology domain; the set's slices use different domains.
+    ExclusiveSlice,
+    /// ExclusiveSlice, and no other DisaggregatedSet's slice shares the domain.
+    ExclusiveTopology,
+}
+
+/// Topology placement of a set's slices.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.type) || self.type == 'None' || (has(self.topology) && size(self.topology) > 0)"
+).message("topology is required when type is not None").field_path(".topology"))]
+pub struct PlacementPolicy {
+    /// The guarantee (default None).
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "None"))]
+    pub type_: Option<PlacementType>,
+    /// The node label key that defines a domain (the affinity's topologyKey); required unless
+    /// the type is None.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology: Option<String>,
+}
+
+impl PlacementPolicy {
+    /// The type and topology key, when the policy places anything.
+    pub fn effective(&self) -> Option<(PlacementType, &str)> {
+        let t = self.type_.unwrap_or_default();
+        let key = self.topology.as_deref().filter(|k| !k.is_empty())?;
+        (t != PlacementType::None).then_some((t, key))
+    }
+}
+
+/// Where a role's replicas come from.
+#[derive(
+    schemars::JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq,
+)]
+pub enum RoleScalingMode {
+    /// The role's `spec.replicas` (the default).
+    #[default]
+    Static,
+    /// The `spec.replicas` of the DisaggregatedSetRoleScaler `<set>-<role>` the controller
+    /// creates (an HPA scales it); the role's `spec.replicas` is ignored.
+    External,
+}
+
+/// How a role is scaled.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RoleScaling {
+    /// Static (default) or External.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("default" = "Static"))]
+    pub mode: Option<RoleScalingMode>,
 }
 
 /// One role: a name and the LWS template its LeaderWorkerSets are made from.
@@ -77,6 +178,10 @@ pub struct DisaggregatedRoleSpec {
         regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     )]
     pub name: String,
+
+    /// Static (the role's replicas) or External (a DisaggregatedSetRoleScaler's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<RoleScaling>,
 
     /// Labels and annotations of the role's LeaderWorkerSets.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -97,6 +202,11 @@ impl DisaggregatedRoleSpec {
     /// `spec.replicas`, 1 when unset (the LWS default).
     pub fn replicas(&self) -> i32 {
         self.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1)
+    }
+
+    /// The role's replicas come from its DisaggregatedSetRoleScaler.
+    pub fn external(&self) -> bool {
+        self.scaling.as_ref().and_then(|s| s.mode) == Some(RoleScalingMode::External)
     }
 }
 

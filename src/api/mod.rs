@@ -3,6 +3,7 @@
 pub mod analysis;
 pub mod batchrelease;
 pub mod disaggregatedset;
+pub mod disaggregatedset_role_scaler;
 pub mod kueue;
 pub mod leaderworkerset;
 pub mod markers;
@@ -29,6 +30,10 @@ pub fn crds() -> Vec<(&'static str, CustomResourceDefinition)> {
         (
             "disaggregatedset.x-k8s.io_disaggregatedsets.yaml",
             disaggregatedset::crd(),
+        ),
+        (
+            "disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml",
+            disaggregatedset_role_scaler::crd(),
         ),
     ]
     .into_iter()

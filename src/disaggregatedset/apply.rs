@@ -7,10 +7,11 @@ use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
 use serde_json::json;
 
-use super::plan::Plan;
+use super::plan::{Plan, reasons};
 use crate::{
     api::{
-        disaggregatedset::{DisaggregatedSet, INITIAL_REPLICAS_ANNOTATION},
+        disaggregatedset::{DisaggregatedSet, INITIAL_REPLICAS_ANNOTATION, ROLE_LABEL},
+        disaggregatedset_role_scaler::DisaggregatedSetRoleScaler,
         leaderworkerset::LeaderWorkerSet,
     },
     k8s::{
@@ -27,6 +28,45 @@ pub async fn apply(
     plan: &Plan,
 ) -> Result<(), ApiError> {
     let ns = set.namespace().unwrap_or_default();
+    for scaler in &plan.create_scalers {
+        if let Created::Created(_) = applier.create_if_absent(scaler).await? {
+            let note = format!(
+                "Created scaler {} for role {}",
+                scaler.name_any(),
+                scaler.labels().get(ROLE_LABEL).cloned().unwrap_or_default()
+            );
+            events
+                .publish(set, &EventSpec::normal(reasons::SCALER_CREATED, note))
+                .await;
+        }
+    }
+    for d in &plan.delete_scalers {
+        let outcome = applier
+            .delete::<DisaggregatedSetRoleScaler>(
+                &ns,
+                &d.name,
+                d.uid.as_deref(),
+                Propagation::Background,
+            )
+            .await?;
+        if outcome == Deleted::Deleted {
+            let note = format!("Deleted scaler {} (its role is no longer External)", d.name);
+            events
+                .publish(set, &EventSpec::normal(reasons::SCALER_DELETED, note))
+                .await;
+        }
+    }
+    for (name, status) in &plan.scaler_status {
+        match applier
+            .patch_status::<DisaggregatedSetRoleScaler>(&ns, name, status)
+            .await
+        {
+            Ok(_) => {}
+            // Deleted since the plan: nothing to report on.
+            Err(err) if matches!(err.failure(), Failure::NotFound) => {}
+            Err(err) => return Err(err),
+        }
+    }
     let mut created = false;
     let mut refused: Option<String> = None;
     for c in &plan.create {

@@ -15,7 +15,9 @@ use kube::runtime::{
 
 use super::{apply, observe, plan};
 use crate::{
-    api::{DisaggregatedSet, LeaderWorkerSet},
+    api::{
+        DisaggregatedSet, LeaderWorkerSet, disaggregatedset_role_scaler::DisaggregatedSetRoleScaler,
+    },
     k8s::{
         apply::{ApiError, Applier},
         events::Events,
@@ -41,6 +43,9 @@ pub struct Caches<'a> {
     pub lws: &'a mut SharedCache<LeaderWorkerSet>,
     /// Services labelled with a set's name.
     pub services: &'a mut SharedCache<Service>,
+    /// DisaggregatedSetRoleScalers, where the cluster serves them (`None`: their CRD is not
+    /// installed; a set with an External role says so in its status).
+    pub scalers: Option<&'a mut SharedCache<DisaggregatedSetRoleScaler>>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -54,6 +59,7 @@ pub fn run(
         sets: caches.sets.store(),
         lws: caches.lws.store(),
         services: caches.services.store(),
+        scalers: caches.scalers.as_deref().map(SharedCache::store),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), field_managers::DISAGGREGATEDSET),
@@ -61,7 +67,11 @@ pub fn run(
         stores: stores.clone(),
         runner: Runner::new("disaggregatedset", metrics.clone()),
     });
-    let (by_lws, by_service) = (stores.sets.clone(), stores.sets.clone());
+    let (by_lws, by_service, by_scaler) = (
+        stores.sets.clone(),
+        stores.sets.clone(),
+        stores.sets.clone(),
+    );
     let queued_store = caches.sets.store();
     let changes = caches.sets.subscribe().inspect(move |set| {
         let key = ObjectRef::from_obj(set.as_ref());
@@ -69,14 +79,23 @@ pub fn run(
             metrics.queued(&key);
         }
     });
-    Controller::for_shared_stream(changes, caches.sets.store())
+    let mut controller = Controller::for_shared_stream(changes, caches.sets.store())
         .with_config(ControllerConfig::default().debounce(Duration::from_millis(50)))
         .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
             observe::sets_of(&by_lws, lws.as_ref())
         })
         .watches_shared_stream(caches.services.subscribe(), move |svc: Arc<Service>| {
             observe::sets_of(&by_service, svc.as_ref())
-        })
+        });
+    if let Some(scalers) = caches.scalers {
+        controller = controller.watches_shared_stream(
+            scalers.subscribe(),
+            move |scaler: Arc<DisaggregatedSetRoleScaler>| {
+                observe::sets_of(&by_scaler, scaler.as_ref())
+            },
+        );
+    }
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {})
@@ -88,11 +107,12 @@ async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Acti
         return Ok(Action::await_change());
     }
     let s = &ctx.stores;
-    let caches = [
+    let mut caches = vec![
         store_ready(&s.sets),
         store_ready(&s.lws),
         store_ready(&s.services),
     ];
+    caches.extend(s.scalers.as_ref().map(store_ready));
     ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
 }
 

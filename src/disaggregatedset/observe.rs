@@ -13,6 +13,7 @@ use kube::{
 use crate::{
     api::{
         disaggregatedset::{DisaggregatedSet, SET_NAME_LABEL},
+        disaggregatedset_role_scaler::DisaggregatedSetRoleScaler,
         leaderworkerset::LeaderWorkerSet,
     },
     k8s::apply::controller_uid,
@@ -27,6 +28,9 @@ pub struct Stores {
     pub lws: Store<LeaderWorkerSet>,
     /// Services labelled with a set's name.
     pub services: Store<Service>,
+    /// DisaggregatedSetRoleScalers; `None` where the cluster does not serve the kind (its CRD
+    /// is not installed: a watch of it would never list, and every reconcile would wait).
+    pub scalers: Option<Store<DisaggregatedSetRoleScaler>>,
 }
 
 /// The world of one set.
@@ -39,6 +43,12 @@ pub struct Observed {
     pub foreign: BTreeMap<String, Arc<LeaderWorkerSet>>,
     /// Services labelled with the set's name and controlled by it.
     pub services: Vec<Arc<Service>>,
+    /// DisaggregatedSetRoleScalers labelled with the set's name and controlled by it.
+    pub scalers: Vec<Arc<DisaggregatedSetRoleScaler>>,
+    /// Names of DisaggregatedSetRoleScalers named `<set>-…` that the set does not control.
+    pub foreign_scalers: std::collections::BTreeSet<String>,
+    /// The cluster does not serve DisaggregatedSetRoleScalers (their CRD is not installed).
+    pub scalers_unserved: bool,
 }
 
 /// Reads the caches for `set`.
@@ -70,6 +80,20 @@ pub fn observe(stores: &Stores, set: &DisaggregatedSet) -> Observed {
                 && controller_uid(s.as_ref()) == uid
         })
         .collect();
+    observed.scalers_unserved = stores.scalers.is_none();
+    for scaler in stores.scalers.iter().flat_map(|s| s.state()) {
+        if scaler.namespace() != namespace {
+            continue;
+        }
+        if controller_uid(scaler.as_ref()) == uid
+            && scaler.labels().get(SET_NAME_LABEL) == Some(&name)
+        {
+            observed.scalers.push(scaler);
+        } else if scaler.name_any().starts_with(&prefix) {
+            observed.foreign_scalers.insert(scaler.name_any());
+        }
+    }
+    observed.scalers.sort_by_key(|s| s.name_any());
     observed.lws.sort_by_key(|l| l.name_any());
     observed.services.sort_by_key(|s| s.name_any());
     observed

@@ -46,9 +46,11 @@ pub fn compute(
     set: &DisaggregatedSet,
     observed: &Observed,
     revision: &str,
+    targets: &std::collections::BTreeMap<String, i32>,
     failure: Option<(&str, &str)>,
     now: &Time,
 ) -> DisaggregatedSetStatus {
+    let slices = set.spec.slices();
     fn of_role<'a>(
         observed: &'a Observed,
         role: &'a str,
@@ -65,22 +67,36 @@ pub fn compute(
     let (mut all_ready, mut settled) = (true, true);
     let mut lws_failure: Option<String> = None;
     for role in &set.spec.roles {
-        let want = role.replicas();
+        // Every slice's groups: the role's replicas (its scaler's when External) per slice.
+        let per_slice = targets
+            .get(&role.name)
+            .copied()
+            .unwrap_or_else(|| role.replicas());
+        let want = per_slice * slices;
         let replicas: i32 = of_role(observed, &role.name)
             .map(|l| status_of(l).replicas.unwrap_or(0))
             .sum();
         let ready: i32 = of_role(observed, &role.name)
             .map(|l| status_of(l).ready_replicas.unwrap_or(0))
             .sum();
-        let current = of_role(observed, &role.name)
-            .find(|l| l.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision));
-        let updated = current.map_or(0, |l| status_of(l).replicas.unwrap_or(0));
-        let current_ready = current.map_or(0, |l| status_of(l).ready_replicas.unwrap_or(0));
+        let current: Vec<_> = of_role(observed, &role.name)
+            .filter(|l| l.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision))
+            .collect();
+        let updated: i32 = current
+            .iter()
+            .map(|l| status_of(l).replicas.unwrap_or(0))
+            .sum();
+        let current_ready: i32 = current
+            .iter()
+            .map(|l| status_of(l).ready_replicas.unwrap_or(0))
+            .sum();
         all_ready &= ready >= want;
-        settled &= current.is_some_and(|l| {
-            l.spec.replicas.unwrap_or(1) == want
-                && status_of(l).observed_generation == l.metadata.generation
-        }) && updated == want
+        settled &= current.len() == slices as usize
+            && current.iter().all(|l| {
+                l.spec.replicas.unwrap_or(1) == per_slice
+                    && status_of(l).observed_generation == l.metadata.generation
+            })
+            && updated == want
             && current_ready == want
             && replicas == want;
         if lws_failure.is_none() {

@@ -54,8 +54,51 @@ pub struct Caches {
     pub disaggregated_sets: SharedCache<DisaggregatedSet>,
     /// Services that belong to a DisaggregatedSet.
     pub set_services: SharedCache<Service>,
+    /// DisaggregatedSetRoleScalers, where the API server serves them: a cluster upgraded
+    /// without the new CRD (Helm does not upgrade CRDs) would otherwise hold every
+    /// DisaggregatedSet's reconcile waiting for a watch that never lists.
+    pub role_scalers:
+        Option<SharedCache<crate::api::disaggregatedset_role_scaler::DisaggregatedSetRoleScaler>>,
     /// Argo's analysis kinds, where the API server serves them.
     pub analysis: Option<AnalysisCaches>,
+}
+
+/// Which optional kinds the API server serves, asked once per leadership term.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Served {
+    /// Argo's analysis kinds ([`serves_analysis`]).
+    pub analysis: bool,
+    /// PodGroups ([`serves_pod_groups`]).
+    pub pod_groups: bool,
+    /// DisaggregatedSetRoleScalers ([`serves_role_scalers`]).
+    pub role_scalers: bool,
+}
+
+/// Whether the API server serves DisaggregatedSetRoleScalers (upstream v0.10.0's kind: a
+/// cluster upgraded from v0.9 without applying the new CRD has DisaggregatedSets without it).
+/// A failed answer counts as served: the watch then retries as any other.
+pub async fn serves_role_scalers(client: &Client) -> bool {
+    let group_version = format!("{}/v1", disaggregatedset::GROUP);
+    match client.list_api_group_resources(&group_version).await {
+        Ok(list) => {
+            let served = list
+                .resources
+                .iter()
+                .any(|r| r.name == "disaggregatedsetrolescalers");
+            if !served {
+                tracing::warn!(
+                    "DisaggregatedSetRoleScalers ({group_version}) are not served: roles with \
+                     scaling.mode External keep their replicas and their set says so; apply \
+                     crds/ and restart to enable them"
+                );
+            }
+            served
+        }
+        Err(err) => {
+            tracing::debug!(%err, "cannot list {group_version}'s resources; watching DisaggregatedSetRoleScalers anyway");
+            true
+        }
+    }
 }
 
 /// The caches of Argo's analysis kinds.
@@ -73,7 +116,12 @@ impl Caches {
     /// Caches for `client` (nothing is watched until the drivers run); `analysis`: the API
     /// server serves Argo's analysis kinds ([`serves_analysis`]); PodGroups only when
     /// `pod_groups_served`.
-    pub fn new(client: &Client, analysis: bool, pod_groups_served: bool) -> Self {
+    pub fn new(client: &Client, served: Served) -> Self {
+        let Served {
+            analysis,
+            pod_groups: pod_groups_served,
+            role_scalers,
+        } = served;
         let owned = Config::default().labels(labels::NAME);
         Self {
             lws: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -114,6 +162,8 @@ impl Caches {
                 Api::all(client.clone()),
                 Config::default().labels(disaggregatedset::SET_NAME_LABEL),
             ),
+            role_scalers: role_scalers
+                .then(|| SharedCache::new(Api::all(client.clone()), Config::default())),
             analysis: analysis.then(|| AnalysisCaches {
                 templates: SharedCache::new(Api::all(client.clone()), Config::default()),
                 cluster_templates: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -152,6 +202,9 @@ impl Caches {
             self.disaggregated_sets.driver(metrics),
             self.set_services.driver(metrics),
         ];
+        if let Some(scalers) = self.role_scalers.as_mut() {
+            drivers.push(scalers.driver(metrics));
+        }
         if let Some(a) = self.analysis.as_mut() {
             drivers.push(a.templates.driver(metrics));
             drivers.push(a.cluster_templates.driver(metrics));

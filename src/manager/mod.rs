@@ -254,7 +254,15 @@ async fn run_controllers(
              analysis will say so; apply crds/argoproj.io/ and restart to enable it"
         );
     }
-    let mut caches = caches::Caches::new(&client, analysis, pod_groups_served);
+    let role_scalers = caches::serves_role_scalers(&client).await;
+    let mut caches = caches::Caches::new(
+        &client,
+        caches::Served {
+            analysis,
+            pod_groups: pod_groups_served,
+            role_scalers,
+        },
+    );
     // The per-Rollout series come from this term's caches, and only while it lasts.
     metrics.set_release_view(Some(std::sync::Arc::new(
         crate::rollout::metrics::CachedReleases {
@@ -321,6 +329,7 @@ async fn run_controllers(
             sets: &mut caches.disaggregated_sets,
             lws: &mut caches.lws,
             services: &mut caches.set_services,
+            scalers: caches.role_scalers.as_mut(),
         },
         metrics.controller("disaggregatedset"),
         stopped(&stop_all),

@@ -1,6 +1,6 @@
 //! The admission webhook server: TLS with a certificate the manager makes itself, the LWS pod
 //! defaulting endpoint, the LWS defaulting and validating endpoints, the Rollout validating
-//! endpoint, and the webhook configurations that point the API server at them.
+//! endpoint, the DisaggregatedSetRoleScaler validating endpoint, and the webhook configurations that point the API server at them.
 //!
 //! The certificate lives in a Secret every replica shares (see `secret`); each replica serves
 //! it, server-side applies the configurations' caBundle from it, watches it for a renewal made
@@ -12,6 +12,7 @@ pub mod measure;
 pub mod pods;
 pub mod registration;
 pub mod review;
+pub mod role_scaler;
 pub mod rollout;
 pub mod secret;
 
@@ -123,6 +124,7 @@ pub fn router(cluster: Cluster, metrics: crate::k8s::metrics::Metrics) -> Router
         .route(lws::MUTATE_PATH, post(lws::mutate))
         .route(lws::VALIDATE_PATH, post(lws::validate))
         .route(rollout::VALIDATE_PATH, post(rollout::validate))
+        .route(role_scaler::VALIDATE_PATH, post(role_scaler::validate))
         .route_layer(axum::middleware::from_fn_with_state(
             metrics,
             measure::record,

@@ -18,7 +18,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
-use super::{Error, lws, pods, rollout};
+use super::{Error, lws, pods, role_scaler, rollout};
 use crate::lws::labels;
 
 /// Where the API server reaches the webhook.
@@ -124,9 +124,9 @@ pub fn configuration(
     }
 }
 
-/// The desired validating configuration: CREATE and UPDATE of LeaderWorkerSets and of Rollouts
+/// The desired validating configuration: CREATE and UPDATE of LeaderWorkerSets, of Rollouts
 /// (Kruise's rules; `Fail` as Kruise's own, so a second Rollout of a workload cannot slip in
-/// while we are down).
+/// while we are down) and of DisaggregatedSetRoleScalers (bound to an External role).
 pub fn validating_configuration(
     name: &str,
     endpoint: &Endpoint,
@@ -158,6 +158,22 @@ pub fn validating_configuration(
                     api_versions: Some(vec!["v1beta1".into()]),
                     operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
                     resources: Some(vec!["rollouts".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
+                ..Default::default()
+            },
+            ValidatingWebhook {
+                name: "vdisaggregatedsetrolescaler.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, role_scaler::VALIDATE_PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec![crate::api::disaggregatedset::GROUP.into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    operations: Some(vec!["CREATE".into(), "UPDATE".into()]),
+                    resources: Some(vec!["disaggregatedsetrolescalers".into()]),
                     scope: Some("Namespaced".into()),
                 }]),
                 ..Default::default()

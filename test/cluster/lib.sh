@@ -43,6 +43,7 @@ install_crds() {
   deadline=$((SECONDS + 60))
   until "$kubectl" wait --for=condition=Established --timeout=10s \
       crd/leaderworkersets.leaderworkerset.x-k8s.io crd/rollouts.rollouts.kruise.io crd/batchreleases.rollouts.kruise.io \
+      crd/disaggregatedsets.disaggregatedset.x-k8s.io crd/disaggregatedsetrolescalers.disaggregatedset.x-k8s.io \
       crd/analysistemplates.argoproj.io crd/clusteranalysistemplates.argoproj.io crd/analysisruns.argoproj.io >/dev/null 2>&1; do
     [ $SECONDS -lt $deadline ] || die "CRDs in crds/ not Established after 60s"
     sleep 0.5

@@ -143,8 +143,8 @@ async fn a_disaggregatedset_becomes_one_lws_per_role_with_upstreams_names_and_se
             assert_eq!(revision.len(), 8);
             for l in &lws {
                 let role = l.labels()[ROLE].clone();
-                assert_eq!(l.name_any(), format!("pd-{revision}-{role}"));
-                assert_eq!(l.labels()["app"], format!("pd-{role}"));
+                assert_eq!(l.name_any(), format!("pd-0-{revision}-{role}"));
+                assert_eq!(l.labels()["app"], format!("pd-0-{role}"));
                 let owner = &l.owner_references()[0];
                 assert_eq!(
                     (owner.kind.as_str(), owner.name.as_str(), owner.controller),
@@ -162,7 +162,7 @@ async fn a_disaggregatedset_becomes_one_lws_per_role_with_upstreams_names_and_se
             }
             let svc = ns
                 .api::<Service>()
-                .get(&format!("pd-{revision}-decode-prv"))
+                .get(&format!("pd-0-{revision}-decode-prv"))
                 .await?;
             let spec = svc.spec.context("spec")?;
             assert_eq!(spec.cluster_ip.as_deref(), Some("None"));
@@ -479,12 +479,12 @@ async fn bad_disaggregatedsets_are_refused_at_admission_with_the_field_path() ->
             );
             let msg = refused(pd("zero", 0, 1, "a", false)).await?;
             assert!(
-                msg.contains("replicas must be zero for all roles or non-zero for all roles"),
+                msg.contains("replicas must be zero for all non-External roles or non-zero for all non-External roles"),
                 "{msg}"
             );
             let long = pd(&"x".repeat(45), 1, 1, "a", false);
             let msg = refused(long).await?;
-            assert!(msg.contains("49 characters"), "{msg}");
+            assert!(msg.contains("48 characters"), "{msg}");
             Ok(())
         })
     })
@@ -519,7 +519,7 @@ async fn a_roles_lws_deleted_by_hand_comes_back_and_a_foreign_one_is_never_taken
         let revision = lws_rollout::disaggregatedset::revision::revision(&stored.spec.roles)?;
         let foreign: LeaderWorkerSet = serde_json::from_value(json!({
             "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-            "metadata": {"name": format!("other-{revision}-decode")},
+            "metadata": {"name": format!("other-0-{revision}-decode")},
             "spec": {"replicas": 1, "leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c", "image": "mine"}]}}}}
         }))?;
         let foreign = ns.api::<LeaderWorkerSet>().create(&PostParams::default(), &foreign).await?;
@@ -579,7 +579,7 @@ async fn killing_one_roles_groups_mid_update_takes_the_half_pair_out_of_service(
             .context("the new pair serves")?;
         // From now on new pods stay Pending: kill the new decode groups.
         drop(gates);
-        let decode_lws = format!("pd-{new_revision}-decode");
+        let decode_lws = format!("pd-0-{new_revision}-decode");
         let leaders = ns.api::<Pod>().list(&ListParams::default()
             .labels(&format!("leaderworkerset.sigs.k8s.io/name={decode_lws},leaderworkerset.sigs.k8s.io/worker-index=0"))).await?;
         assert!(!leaders.items.is_empty());

@@ -1,5 +1,8 @@
 //! Plan: everything the DisaggregatedSet controller decides, as a pure function of the set and
-//! what the caches show. Upstream v0.9.0's reconcile, step for step:
+//! what the caches show. Upstream v0.10.0's reconcile: the LWSs and Services of slices at or
+//! above `spec.slices` go; each External role has its DisaggregatedSetRoleScaler (created,
+//! seeded with the role's groups, its status written), whose `spec.replicas` is the role's
+//! replicas; then each slice, on its own, step for step:
 //!
 //! 1. the revision of the roles' templates ([`super::revision`]);
 //! 2. old revisions whose every role's LWS is at 0 replicas are deleted together (coordinated
@@ -17,7 +20,10 @@
 //! old revision's when the new one is not ready yet): traffic reaches only complete pairs; a new
 //! revision's LWS deleted by hand mid-update is recreated (upstream waits forever); an LWS with
 //! one of the set's names that the set does not control is never taken over (a condition and an
-//! event say so); the status is written.
+//! event say so); a v0.9 child (`<set>-<revision>-<role>`, no slice label) is slice 0's, adopted
+//! in place while the set has one slice, and — when slices rise above 1 — rolled over to slice
+//! 0's slice-aware LWSs like an old revision (upstream deletes and recreates it, a restart),
+//! the other slices created once it is gone (its Service would select their pods).
 
 pub mod steps;
 #[cfg(test)]
@@ -31,7 +37,10 @@ use std::{
 
 use k8s_openapi::{
     api::core::v1::Service,
-    apimachinery::pkg::{apis::meta::v1::Time, util::intstr::IntOrString},
+    apimachinery::pkg::{
+        apis::meta::v1::{Condition, ObjectMeta, Time},
+        util::intstr::IntOrString,
+    },
 };
 use kube::ResourceExt;
 
@@ -41,7 +50,11 @@ use crate::{
     api::{
         disaggregatedset::{
             DisaggregatedRoleSpec, DisaggregatedSet, DisaggregatedSetStatus,
-            INITIAL_REPLICAS_ANNOTATION, REVISION_LABEL, ROLE_LABEL,
+            INITIAL_REPLICAS_ANNOTATION, REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL,
+        },
+        disaggregatedset_role_scaler::{
+            self as role_scaler, DisaggregatedSetRoleScaler, DisaggregatedSetRoleScalerSpec,
+            DisaggregatedSetRoleScalerStatus,
         },
         leaderworkerset::LeaderWorkerSet,
     },
@@ -69,6 +82,15 @@ pub mod reasons {
     pub const OBJECT_CONFLICT: &str = "ObjectConflict";
     /// The roles cannot be hashed (ours).
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// A role's DisaggregatedSetRoleScaler was created.
+    pub const SCALER_CREATED: &str = "ScalerCreated";
+    /// A role's DisaggregatedSetRoleScaler was deleted (the role is no longer External).
+    pub const SCALER_DELETED: &str = "ScalerDeleted";
+    /// A scaler with a role's scaler name belongs to someone else.
+    pub const SCALER_CONFLICT: &str = "ScalerConflict";
+    /// A role is External but the cluster does not serve the DisaggregatedSetRoleScaler kind
+    /// (ours: upstream's manager does not start without it).
+    pub const ROLE_SCALER_NOT_SERVED: &str = "RoleScalerNotServed";
 }
 
 /// An LWS of the set to scale.
@@ -135,6 +157,12 @@ pub struct Plan {
     pub services: Vec<Service>,
     /// Services of revisions that are not complete.
     pub delete_services: Vec<Delete>,
+    /// DisaggregatedSetRoleScalers to create (each says so once created).
+    pub create_scalers: Vec<DisaggregatedSetRoleScaler>,
+    /// Scalers of roles no longer External.
+    pub delete_scalers: Vec<Delete>,
+    /// Scaler statuses to write, by scaler name.
+    pub scaler_status: Vec<(String, DisaggregatedSetRoleScalerStatus)>,
     /// Events that belong to no write.
     pub events: Vec<EventSpec>,
     /// The status to write.
@@ -176,10 +204,10 @@ fn stable(lws: &LeaderWorkerSet) -> bool {
         && ready(lws) == replicas(lws)
 }
 
-/// A role's surge and unavailability as upstream reads them: (1, 0) unless the role names a
-/// rolling-update configuration; then maxUnavailable (rounded down) with maxSurge when it is
-/// not 0, else maxSurge (rounded up) alone.
-pub fn role_config(role: &DisaggregatedRoleSpec) -> RoleConfig {
+/// A role's surge and unavailability as upstream reads them, percentages against `target`:
+/// (1, 0) unless the role names a rolling-update configuration; then maxUnavailable (rounded
+/// down) with maxSurge when it is not 0, else maxSurge (rounded up) alone.
+pub fn role_config(role: &DisaggregatedRoleSpec, target: i32) -> RoleConfig {
     let mut config = RoleConfig::DEFAULT;
     let Some(rc) = role
         .spec
@@ -189,7 +217,6 @@ pub fn role_config(role: &DisaggregatedRoleSpec) -> RoleConfig {
     else {
         return config;
     };
-    let target = role.replicas();
     let zero = IntOrString::Int(0);
     let surge = rolling::scaled(rc.max_surge.as_ref().unwrap_or(&zero), target, true).unwrap_or(0);
     let unavailable =
@@ -207,18 +234,33 @@ struct Ctx<'a> {
     set: &'a DisaggregatedSet,
     observed: &'a Observed,
     revision: String,
+    /// The slice being planned.
+    slice: i32,
+    /// Replicas per slice of each role of the spec (a scaler's for an External role).
+    targets: BTreeMap<String, i32>,
     plan: Plan,
-    conflicts: Vec<String>,
+    /// Why the set is Degraded (reason, message), first found first.
+    conflicts: Vec<(&'static str, String)>,
 }
 
 impl Ctx<'_> {
+    fn want(&self, role: &DisaggregatedRoleSpec) -> i32 {
+        self.targets
+            .get(&role.name)
+            .copied()
+            .unwrap_or_else(|| role.replicas())
+    }
+
     /// Creates the role's LWS at `revision` unless its name is taken by someone else.
     fn create(&mut self, role: &DisaggregatedRoleSpec, replicas: i32) {
-        let lws = objects::lws(self.set, role, &self.revision, replicas);
+        let lws = objects::lws(self.set, self.slice, role, &self.revision, replicas);
         let name = lws.name_any();
         if self.observed.foreign.contains_key(&name) {
-            self.conflicts.push(format!(
-                "LeaderWorkerSet {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+            self.conflicts.push((
+                reasons::OBJECT_CONFLICT,
+                format!(
+                    "LeaderWorkerSet {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+                ),
             ));
             return;
         }
@@ -243,6 +285,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
                     set,
                     observed,
                     "",
+                    &BTreeMap::new(),
                     Some((reasons::INVALID_SPEC, message.as_str())),
                     now,
                 ),
@@ -250,25 +293,260 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
             };
         }
     };
+    let slices = set.spec.slices();
     let mut ctx = Ctx {
         set,
         observed,
         revision: revision.clone(),
+        slice: 0,
+        targets: BTreeMap::new(),
         plan: Plan::default(),
         conflicts: Vec::new(),
     };
 
-    // Group the set's LWSs by revision and role.
+    // Slices at or above spec.slices go (a v0.9 child is slice 0's and never goes here).
+    let beyond =
+        |labels: &BTreeMap<String, String>| objects::slice_of(labels).is_some_and(|s| s >= slices);
+    for lws in observed.lws.iter().filter(|l| beyond(l.labels())) {
+        ctx.plan.delete.push(Delete {
+            name: lws.name_any(),
+            uid: lws.metadata.uid.clone(),
+        });
+    }
+    for svc in observed.services.iter().filter(|s| beyond(s.labels())) {
+        ctx.plan.delete_services.push(Delete {
+            name: svc.name_any(),
+            uid: svc.metadata.uid.clone(),
+        });
+    }
+
+    scalers(&mut ctx);
+
+    // A v0.9 slice 0 at the current revision being rolled over to slice-aware names: the other
+    // slices wait, as its Service (no slice label) would select their pods.
+    let legacy_current = slices > 1
+        && (observed.lws.iter().map(|l| l.labels()))
+            .chain(observed.services.iter().map(|s| s.labels()))
+            .any(|l| objects::is_legacy(l) && l.get(REVISION_LABEL) == Some(&revision));
+    for slice in 0..slices {
+        if slice > 0 && legacy_current {
+            break;
+        }
+        ctx.slice = slice;
+        plan_slice(&mut ctx);
+    }
+
+    let degraded = ctx.conflicts.first().cloned();
+    let Ctx {
+        mut plan, targets, ..
+    } = ctx;
+    plan.status = status::compute(
+        set,
+        observed,
+        &revision,
+        &targets,
+        degraded.as_ref().map(|(reason, m)| (*reason, m.as_str())),
+        now,
+    );
+    plan
+}
+
+/// The key a child of slice 0 is grouped under: its revision, except a v0.9 child that is being
+/// rolled over (slices above 1 at the current revision, or slice-aware LWSs of its revision
+/// already there), which is an old revision of its own.
+fn revision_key(
+    labels: &BTreeMap<String, String>,
+    current: &str,
+    slices: i32,
+    aware: &BTreeSet<String>,
+) -> Option<String> {
+    let rev = labels.get(REVISION_LABEL)?;
+    if objects::is_legacy(labels) && ((rev == current && slices > 1) || aware.contains(rev)) {
+        return Some(format!("{rev}{LEGACY_SUFFIX}"));
+    }
+    Some(rev.clone())
+}
+
+/// Marks a v0.9 child's revision key while it is rolled over to slice-aware names.
+const LEGACY_SUFFIX: &str = "/v0.9";
+
+/// The scalers of External roles, and each role's replicas per slice.
+fn scalers(ctx: &mut Ctx<'_>) {
+    let set = ctx.set;
+    let observed = ctx.observed;
+    let set_name = set.name_any();
+    fn lws_of<'a>(
+        observed: &'a Observed,
+        role: &'a str,
+    ) -> impl Iterator<Item = &'a Arc<LeaderWorkerSet>> + 'a {
+        observed
+            .lws
+            .iter()
+            .filter(move |l| l.labels().get(ROLE_LABEL).map(String::as_str) == Some(role))
+    }
+    for scaler in &observed.scalers {
+        let role = scaler.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+        if !set
+            .spec
+            .roles
+            .iter()
+            .any(|r| r.name == role && r.external())
+        {
+            ctx.plan.delete_scalers.push(Delete {
+                name: scaler.name_any(),
+                uid: scaler.metadata.uid.clone(),
+            });
+        }
+    }
+    for role in &set.spec.roles {
+        if !role.external() {
+            ctx.targets.insert(role.name.clone(), role.replicas());
+            continue;
+        }
+        let name = role_scaler::name(&set_name, &role.name);
+        if observed.scalers_unserved {
+            // No scaler can be made: the role is scaled as a Static one (its spec.replicas, a
+            // value that does not move with the groups a rolling update adds), and the set
+            // says why no scaler drives it.
+            let keep = role.replicas();
+            let message = format!(
+                "role {} has scaling.mode External, but the cluster does not serve DisaggregatedSetRoleScalers: apply crds/disaggregatedset.x-k8s.io_disaggregatedsetrolescalers.yaml and restart the manager; until then the role runs its spec.replicas ({keep}) as a Static role",
+                role.name
+            );
+            if ctx.conflicts.is_empty() {
+                ctx.plan.events.push(EventSpec::warning(
+                    reasons::ROLE_SCALER_NOT_SERVED,
+                    message.clone(),
+                ));
+            }
+            ctx.conflicts
+                .push((reasons::ROLE_SCALER_NOT_SERVED, message));
+            ctx.targets.insert(role.name.clone(), keep);
+            continue;
+        }
+        let mine = observed.scalers.iter().find(|s| {
+            s.name_any() == name
+                && s.labels().get(ROLE_LABEL).map(String::as_str) == Some(role.name.as_str())
+        });
+        // Seeded with the role's groups (a Static role turning External keeps them), 1 for a
+        // role without any: an HPA reading 0 groups never scales up.
+        let seed = if lws_of(observed, &role.name).next().is_some() {
+            lws_of(observed, &role.name).map(|l| replicas(l)).sum()
+        } else {
+            1
+        };
+        let target = match mine {
+            Some(scaler) => {
+                let status = scaler_status(set, &role.name, scaler, lws_of(observed, &role.name));
+                if scaler.status.as_ref() != Some(&status) {
+                    ctx.plan.scaler_status.push((name.clone(), status));
+                }
+                scaler.spec.replicas
+            }
+            None if observed.foreign_scalers.contains(&name) => {
+                ctx.conflicts.push((
+                    reasons::OBJECT_CONFLICT,
+                    format!(
+                        "DisaggregatedSetRoleScaler {name} already exists and is not controlled by this DisaggregatedSet; delete or rename it"
+                    ),
+                ));
+                ctx.plan.events.push(EventSpec::warning(
+                    reasons::SCALER_CONFLICT,
+                    format!("Scaler {name} exists but is not controlled by this DisaggregatedSet; not adopting"),
+                ));
+                seed
+            }
+            None => {
+                ctx.plan.create_scalers.push(DisaggregatedSetRoleScaler {
+                    metadata: ObjectMeta {
+                        name: Some(name),
+                        namespace: set.namespace(),
+                        labels: Some(BTreeMap::from([
+                            (SET_NAME_LABEL.to_string(), set_name.clone()),
+                            (ROLE_LABEL.to_string(), role.name.clone()),
+                        ])),
+                        owner_references: Some(vec![objects::owner(set)]),
+                        ..Default::default()
+                    },
+                    spec: DisaggregatedSetRoleScalerSpec { replicas: seed },
+                    status: None,
+                });
+                seed
+            }
+        };
+        ctx.targets.insert(role.name.clone(), target);
+    }
+}
+
+/// What a role's scaler reports: the role's groups over every revision and slice, the selector
+/// of its leader pods, bound.
+fn scaler_status<'a>(
+    set: &DisaggregatedSet,
+    role: &str,
+    scaler: &DisaggregatedSetRoleScaler,
+    lws: impl Iterator<Item = &'a Arc<LeaderWorkerSet>>,
+) -> DisaggregatedSetRoleScalerStatus {
+    let groups: i32 = lws
+        .map(|l| l.status.as_ref().and_then(|s| s.replicas).unwrap_or(0))
+        .sum();
+    let previous = scaler
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == role_scaler::READY));
+    let generation = scaler.metadata.generation;
+    let ready = Condition {
+        type_: role_scaler::READY.into(),
+        status: "True".into(),
+        reason: "Bound".into(),
+        message: "Scaler bound to a live DisaggregatedSet role".into(),
+        observed_generation: generation,
+        last_transition_time: previous
+            .filter(|c| c.status == "True")
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| {
+                set.metadata
+                    .creation_timestamp
+                    .clone()
+                    .unwrap_or(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH))
+            }),
+    };
+    DisaggregatedSetRoleScalerStatus {
+        replicas: Some(groups),
+        selector: Some(format!(
+            "{SET_NAME_LABEL}={},{ROLE_LABEL}={role},leaderworkerset.sigs.k8s.io/worker-index=0",
+            set.name_any()
+        )),
+        observed_generation: generation,
+        conditions: Some(vec![ready]),
+    }
+}
+
+/// One slice: coordinated cleanup, the rolling update or the steady state, its Services.
+fn plan_slice(ctx: &mut Ctx<'_>) {
+    let set = ctx.set;
+    let observed = ctx.observed;
+    let slice = ctx.slice;
+    let revision = ctx.revision.clone();
+    let slices = set.spec.slices();
+    let in_slice = |labels: &BTreeMap<String, String>| objects::slice_of(labels) == Some(slice);
+    // Revisions that have slice-aware LWSs in this slice (a v0.9 child of one is rolled over).
+    let aware: BTreeSet<String> = observed
+        .lws
+        .iter()
+        .filter(|l| in_slice(l.labels()) && !objects::is_legacy(l.labels()))
+        .filter_map(|l| l.labels().get(REVISION_LABEL).cloned())
+        .collect();
+    let key = |labels: &BTreeMap<String, String>| revision_key(labels, &revision, slices, &aware);
+
+    // Group the slice's LWSs by revision and role.
     let mut revisions: BTreeMap<String, Revision> = BTreeMap::new();
-    for lws in &observed.lws {
-        let (Some(rev), Some(role)) = (
-            lws.labels().get(REVISION_LABEL),
-            lws.labels().get(ROLE_LABEL),
-        ) else {
+    for lws in observed.lws.iter().filter(|l| in_slice(l.labels())) {
+        let (Some(rev), Some(role)) = (key(lws.labels()), lws.labels().get(ROLE_LABEL)) else {
             continue;
         };
         revisions
-            .entry(rev.clone())
+            .entry(rev)
             .or_default()
             .insert(role.clone(), lws.clone());
     }
@@ -293,7 +571,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
     if cleaned_any && old.is_empty() {
         ctx.plan.on_deleted.push(EventSpec::normal(
             reasons::ROLLING_UPDATE_COMPLETED,
-            format!("Completed rolling update to revision {revision}"),
+            format!("Completed rolling update of slice {slice} to revision {revision}"),
         ));
     }
     let target: Revision = revisions.get(&revision).cloned().unwrap_or_default();
@@ -305,10 +583,10 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         .map(|l| replicas(l))
         .sum();
     if !old.is_empty() && old_replicas > 0 {
-        rolling_update(&mut ctx, &old, &target);
+        rolling_update(ctx, &old, &target);
     } else {
         for role in &set.spec.roles {
-            let want = role.replicas();
+            let want = ctx.want(role);
             match target.get(&role.name) {
                 None => ctx.create(role, want),
                 Some(lws) if replicas(lws) != want => {
@@ -339,18 +617,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
     }
 
     // 4. Services: only complete revisions serve.
-    services(&mut ctx, &revisions);
-
-    let conflict = ctx.conflicts.first().cloned();
-    let Ctx { mut plan, .. } = ctx;
-    plan.status = status::compute(
-        set,
-        observed,
-        &revision,
-        conflict.as_deref().map(|m| (reasons::OBJECT_CONFLICT, m)),
-        now,
-    );
-    plan
+    services(ctx, &revisions, &key);
 }
 
 fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revision) {
@@ -362,7 +629,10 @@ fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revi
     if target.is_empty() {
         ctx.plan.on_created.push(EventSpec::normal(
             reasons::ROLLING_UPDATE_STARTED,
-            format!("Started rolling update to revision {}", ctx.revision),
+            format!(
+                "Started rolling update of slice {} to revision {}",
+                ctx.slice, ctx.revision
+            ),
         ));
         for (_, roles) in old {
             for lws in roles.values() {
@@ -430,10 +700,14 @@ fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revi
     });
     let current_new = per_role(&|n| target.get(n).map_or(0, |l| replicas(l)));
     let role_of = |n: &str| spec_roles.iter().find(|r| r.name == n).copied();
-    let target_replicas = per_role(&|n| role_of(n).map_or(0, |r| r.replicas()));
+    // Upstream v0.10's no-shrink guard (an External role's new revision keeps its groups when
+    // an autoscaler writes fewer mid-update) holds by construction: a rolling-update step only
+    // scales new LWSs up, and a new revision already at or above its target lets the old one
+    // drain, whichever of the two values the target is.
+    let target_replicas = per_role(&|n| role_of(n).map_or(0, |r| ctx.want(r)));
     let config: Vec<RoleConfig> = names
         .iter()
-        .map(|n| role_of(n).map_or(RoleConfig::DEFAULT, role_config))
+        .map(|n| role_of(n).map_or(RoleConfig::DEFAULT, |r| role_config(r, ctx.want(r))))
         .collect();
     let Some(step) = steps::next_step(&State {
         initial_old: &initial_old,
@@ -549,7 +823,11 @@ fn complete(set: &DisaggregatedSet, revision: &str, current: &str, roles: &Revis
     expected.peek().is_some() && expected.all(|r| roles.get(&r.name).is_some_and(|l| ready(l) >= 1))
 }
 
-fn services(ctx: &mut Ctx<'_>, revisions: &BTreeMap<String, Revision>) {
+fn services(
+    ctx: &mut Ctx<'_>,
+    revisions: &BTreeMap<String, Revision>,
+    key: &dyn Fn(&BTreeMap<String, String>) -> Option<String>,
+) {
     let set = ctx.set;
     let complete_revisions: BTreeSet<&String> = revisions
         .iter()
@@ -557,8 +835,16 @@ fn services(ctx: &mut Ctx<'_>, revisions: &BTreeMap<String, Revision>) {
         .map(|(r, _)| r)
         .collect();
     if complete_revisions.contains(&ctx.revision) {
+        let target = revisions.get(&ctx.revision);
         for role in &set.spec.roles {
-            let svc = objects::service(set, &role.name, &ctx.revision);
+            // Named after the role's LWS, as upstream: a v0.9 child adopted in place keeps a
+            // v0.9 Service (no slice in its name or selector), which selects its pods.
+            let svc = match target.and_then(|t| t.get(&role.name)) {
+                Some(lws) if objects::is_legacy(lws.labels()) => {
+                    objects::legacy_service(set, &role.name, &ctx.revision)
+                }
+                _ => objects::service(set, ctx.slice, &role.name, &ctx.revision),
+            };
             if !ctx
                 .observed
                 .services
@@ -570,10 +856,10 @@ fn services(ctx: &mut Ctx<'_>, revisions: &BTreeMap<String, Revision>) {
         }
     }
     for svc in &ctx.observed.services {
-        let keep = svc
-            .labels()
-            .get(REVISION_LABEL)
-            .is_some_and(|r| complete_revisions.contains(r));
+        if objects::slice_of(svc.labels()) != Some(ctx.slice) {
+            continue;
+        }
+        let keep = key(svc.labels()).is_some_and(|r| complete_revisions.contains(&r));
         if !keep {
             ctx.plan.delete_services.push(Delete {
                 name: svc.name_any(),
