@@ -28,7 +28,7 @@ use lws_rollout::{
 };
 use serde_json::{Value, json};
 
-use crate::harness::{TestNs, events_when, wait_for, wait_for_all, with_ns};
+use crate::harness::{TestNs, condition, events_when, wait_for, wait_for_all, with_ns};
 
 const SET: &str = "disaggregatedset.x-k8s.io/name";
 const ROLE: &str = "disaggregatedset.x-k8s.io/role";
@@ -64,16 +64,6 @@ async fn apply(ns: &TestNs, obj: &Value) -> anyhow::Result<DisaggregatedSet> {
         .await?)
 }
 
-fn condition(s: &DisaggregatedSet, type_: &str) -> Option<String> {
-    s.status
-        .as_ref()?
-        .conditions
-        .iter()
-        .flatten()
-        .find(|c| c.type_ == type_ && c.observed_generation == s.metadata.generation)
-        .map(|c| c.status.clone())
-}
-
 /// Waits until the set is Available and not Progressing, then returns its LWSs by name with
 /// their replicas.
 async fn settled(ns: &TestNs, name: &str) -> anyhow::Result<BTreeMap<String, i32>> {
@@ -83,8 +73,8 @@ async fn settled(ns: &TestNs, name: &str) -> anyhow::Result<BTreeMap<String, i32
         WAIT,
         |s: Option<&DisaggregatedSet>| {
             s.is_some_and(|s| {
-                condition(s, "Available").as_deref() == Some("True")
-                    && condition(s, "Progressing").as_deref() == Some("False")
+                condition(s, "Available").is_some_and(|c| c.0 == "True")
+                    && condition(s, "Progressing").is_some_and(|c| c.0 == "False")
             })
         },
     )
@@ -747,7 +737,7 @@ async fn without_the_role_scaler_crd_sets_still_reconcile_and_an_external_role_s
                 ])
             );
             let set = wait_for(&ns.api::<DisaggregatedSet>(), "pd", WAIT, |s: Option<&DisaggregatedSet>| {
-                s.is_some_and(|s| condition(s, "Degraded").as_deref() == Some("True"))
+                s.is_some_and(|s| condition(s, "Degraded").is_some_and(|c| c.0 == "True"))
             })
             .await?
             .context("pd")?;
