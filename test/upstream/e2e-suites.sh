@@ -61,7 +61,7 @@ if [ ! -f "$STAMP" ]; then
       || die "tag $LWS_UPSTREAM_VERSION in LWS_GIT=$LWS_GIT is ${GOT:-missing}; the module proxy names ${WANT:-nothing}"
     mkdir -p "$DIR/src"
     # The module's Go code only (a partial clone may lack large files elsewhere, e.g. site/).
-    git --git-dir="$LWS_GIT" archive "$LWS_UPSTREAM_VERSION" -- go.mod go.sum LICENSE api cmd config pkg test 2>>"$LOG" \
+    git --git-dir="$LWS_GIT" archive "$LWS_UPSTREAM_VERSION" -- go.mod go.sum LICENSE api client-go cmd config pkg test 2>>"$LOG" \
       | tar -x -C "$DIR/src"
     log "sigs.k8s.io/lws $LWS_UPSTREAM_VERSION from $LWS_GIT (commit $GOT, as the proxy names it)"
   else
