@@ -176,6 +176,7 @@ impl Caches {
 
 // Kueue's Workloads keep their labels in their metadata, like the built-in kinds.
 impl crate::k8s::label_index::Labelled for Workload {}
+impl crate::k8s::label_index::Labelled for VolcanoPodGroup {}
 
 /// The label that `k8s.io/kubernetes/pkg/controller/history` puts on every ControllerRevision
 /// it makes: the StatefulSet controller's revisions carry it, an LWS's never do (neither ours
@@ -417,5 +418,3 @@ mod tests {
         assert_eq!(statefulsets.revision, 1);
     }
 }
-
-impl crate::k8s::label_index::Labelled for VolcanoPodGroup {}
