@@ -9,6 +9,8 @@ pub mod cli;
 pub mod disaggregatedset;
 pub mod k8s;
 pub mod kueue;
+#[cfg(test)]
+mod layering;
 pub mod lws;
 pub mod manager;
 pub mod release;

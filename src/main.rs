@@ -3,7 +3,10 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
-use lws_rollout::manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection};
+use lws_rollout::{
+    lws::controller as lws_controller,
+    manager::{self, Config, WebhookConfig, WebhookReach, leader::LeaderElection},
+};
 use tracing_subscriber::{filter::Targets, layer::SubscriberExt, util::SubscriberInitExt};
 
 /// LeaderWorkerSet controller with Kruise-Rollout compatible progressive delivery.
@@ -62,6 +65,13 @@ struct Args {
     /// Worker threads of the async runtime; 0 runs everything on the main thread.
     #[arg(long, env = "LWS_ROLLOUT_WORKER_THREADS", default_value_t = 0)]
     worker_threads: usize,
+    /// The LWS controller's per-LWS trigger window: the first event after a quiet window
+    /// reconciles at once, the window's other events in one reconcile at its end.
+    #[arg(long, env = "LWS_ROLLOUT_RECONCILE_WINDOW_MS", default_value_t = lws_controller::RECONCILE_WINDOW.as_millis() as u64)]
+    lws_reconcile_window_ms: u64,
+    /// LWS reconciles that run at once (0: unbounded).
+    #[arg(long, env = "LWS_ROLLOUT_LWS_CONCURRENCY", default_value_t = lws_controller::RECONCILE_CONCURRENCY)]
+    lws_concurrency: u16,
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LWS_ROLLOUT_LOG_JSON")]
     log_json: bool,
@@ -175,6 +185,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         webhook,
         leader_election,
         gang_scheduling_provider: args.gang_scheduling_provider,
+        lws: lws_controller::Tuning {
+            reconcile_window: std::time::Duration::from_millis(args.lws_reconcile_window_ms),
+            concurrency: args.lws_concurrency,
+        },
     };
     manager::run(config, shutdown_signal()).await?;
     Ok(())

@@ -7,6 +7,7 @@
 //! a measurement taken but not written (a crash in between) is simply taken again. Woken by
 //! the run's own changes and by its next due time, nothing else.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -36,9 +37,6 @@ use crate::{
     },
 };
 
-/// Field manager of the status writes.
-pub const FIELD_MANAGER: &str = "lws-rollout-analysis";
-
 /// Event reasons.
 pub mod event {
     /// A measurement failed its conditions (Warning, on the Rollout).
@@ -64,7 +62,7 @@ pub fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::ANALYSIS),
         events: Events::new(client, "lws-rollout"),
         runner: Runner::new("analysisrun", metrics),
         store: runs.store(),

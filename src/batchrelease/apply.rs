@@ -32,9 +32,6 @@ pub fn canary_write_failed(name: &str, err: &ApiError) -> String {
     format!("cannot write the canary LeaderWorkerSet {name}: {why}")
 }
 
-/// Field manager of the BatchRelease controller's writes.
-pub const FIELD_MANAGER: &str = "lws-rollout-batchrelease";
-
 /// Carries `plan` out for `br`.
 pub async fn apply(
     applier: &Applier,

@@ -2,6 +2,7 @@
 //! apply. Woken by its BatchRelease, the canary LWS it owns (whose status says how many of the
 //! batch's groups are ready), and the stable LWS its workloadRef names.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -72,7 +73,7 @@ pub fn run(
             .map(crate::lws::controller::index_of),
     };
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::BATCHRELEASE),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         runner: Runner::new("batchrelease", metrics.clone()),

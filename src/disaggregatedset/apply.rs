@@ -19,9 +19,6 @@ use crate::{
     },
 };
 
-/// Field manager of the DisaggregatedSet controller's writes.
-pub const FIELD_MANAGER: &str = "lws-rollout-disaggregatedset";
-
 /// Carries `plan` out for `set`.
 pub async fn apply(
     applier: &Applier,

@@ -2,6 +2,7 @@
 //! apply. Woken by the set, by the LWSs it controls (their status says when the new revision is
 //! ready for the next step) or that carry one of its names, and by its Services.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -55,7 +56,7 @@ pub fn run(
         services: caches.services.store(),
     };
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::DISAGGREGATEDSET),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         runner: Runner::new("disaggregatedset", metrics.clone()),

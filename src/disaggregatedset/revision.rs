@@ -10,7 +10,7 @@ use serde_json::Value;
 
 use crate::{
     api::disaggregatedset::DisaggregatedRoleSpec,
-    lws::gojson::{self, GoJsonError, LEADER_WORKER_TEMPLATE},
+    lws::upstream::gojson::{self, GoJsonError, LEADER_WORKER_TEMPLATE},
 };
 
 /// Hex digits of the sha256 kept.

@@ -1,5 +1,9 @@
 //! Events about any object. Controllers describe events as plain data ([`EventSpec`], part of
 //! their plans) and publish them here; reasons are named constants in each controller.
+//!
+//! What kube lacks (kube 4.2.0, https://docs.rs/kube-runtime/4.2.0, `events::Recorder`): a
+//! publish that does not wait for the API server, and series kept without whole Events; delete
+//! this when `Recorder` queues and keeps only what a repeat needs.
 
 use std::{
     collections::HashMap,

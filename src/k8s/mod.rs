@@ -14,6 +14,7 @@
 //! - [`conditions`]: setting a status condition without losing when it last changed.
 //! - [`backoff`]: consecutive failures per object, the requeue and the log line of a failure;
 //!   [`log_gate`] folds the same error from many objects into one line per backoff step.
+//! - [`field_managers`]: the name of every writer of ours, as `managedFields` shows it.
 //! - [`error`]: the failure categories that drive event reasons, metric labels and requeues.
 //! - [`managed_fields`]: managedFields taken out of the API server's JSON before it is
 //!   decoded (nothing here reads them).
@@ -30,6 +31,7 @@ pub mod conditions;
 pub mod error;
 pub mod events;
 pub mod expected;
+pub mod field_managers;
 pub mod label_index;
 pub mod log_gate;
 pub mod managed_fields;

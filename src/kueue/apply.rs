@@ -1,5 +1,6 @@
 //! The one write to a Workload: adding an owner reference ([`super::plan::needs_owner`]).
 
+use crate::k8s::field_managers;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::{
     Api, ResourceExt,
@@ -7,9 +8,6 @@ use kube::{
 };
 
 use crate::api::kueue::Workload;
-
-/// The field manager of the owner reference.
-pub const FIELD_MANAGER: &str = "lws-rollout-kueue";
 
 /// What became of an [`add_owner`].
 #[derive(Debug)]
@@ -38,7 +36,7 @@ pub async fn add_owner(client: &kube::Client, wl: &Workload, owner: OwnerReferen
         .patch(
             &wl.name_any(),
             &PatchParams {
-                field_manager: Some(FIELD_MANAGER.into()),
+                field_manager: Some(field_managers::KUEUE.into()),
                 ..PatchParams::default()
             },
             &Patch::Merge(&patch),

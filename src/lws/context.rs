@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use kube::{ResourceExt, runtime::controller::Action};
 
-use super::{apply, deref, error::Error, observe, plan, remembered::Remembered, revision};
+use super::{
+    apply, deref, error::Error, observe, plan, remembered::Remembered, upstream::revision,
+};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     k8s::{

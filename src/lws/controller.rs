@@ -9,6 +9,7 @@
 //! status written until the cache shows it (so it is not written twice); a restart recomputes
 //! everything from the cluster.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -27,9 +28,10 @@ use super::{
     context::Context,
     deref,
     error::Error,
-    labels, leader_lane,
+    leader_lane,
     observe::{Stores, VolcanoStores},
-    plan, revision, triggers,
+    plan, triggers,
+    upstream::revision,
 };
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
@@ -77,20 +79,10 @@ pub enum VolcanoCaches<'a> {
 /// The per-LWS trigger window ([`throttle`]): the first event of an LWS after a quiet window
 /// reconciles at once, the rest of the window's events in one reconcile at its end. A group
 /// coming up is a burst of pod and StatefulSet events; one reconcile per window does the work
-/// of dozens (the benchmark's CPU figure), and the first event — a new leader pod, say — is
-/// acted on without waiting for the burst to end. The length trades CPU against latency: a
-/// shorter window cost markedly more CPU for little latency, a longer one saved no more CPU
-/// (the benchmark measures both).
-const RECONCILE_WINDOW: Duration = Duration::from_millis(200);
-
-/// The window, or `LWS_ROLLOUT_RECONCILE_WINDOW_MS` (a tuning knob for the
-/// benchmark, test/bench).
-fn reconcile_window() -> Duration {
-    std::env::var("LWS_ROLLOUT_RECONCILE_WINDOW_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .map_or(RECONCILE_WINDOW, Duration::from_millis)
-}
+/// of dozens, and the first event — a new leader pod, say — is acted on without waiting for the
+/// burst to end. The length trades CPU against latency: a shorter window cost markedly more CPU
+/// for little latency, a longer one saved no more CPU (the benchmark measures both).
+pub const RECONCILE_WINDOW: Duration = Duration::from_millis(200);
 
 /// LWS reconciles that run at once. Unbounded, dozens of LWS created together (a GitOps sync)
 /// all wrote their revision, Service, leader StatefulSet and status at once, and the pods that
@@ -99,14 +91,25 @@ fn reconcile_window() -> Duration {
 /// events. Bounded, the same LWS come up over a few seconds instead of one, and a new leader's
 /// workers do not wait for the bound: the leader lane runs beside it. The benchmark's S1 measures
 /// it.
-const RECONCILE_CONCURRENCY: u16 = 8;
+pub const RECONCILE_CONCURRENCY: u16 = 8;
 
-/// The bound, or `LWS_ROLLOUT_LWS_CONCURRENCY` (0: unbounded).
-fn reconcile_concurrency() -> u16 {
-    std::env::var("LWS_ROLLOUT_LWS_CONCURRENCY")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(RECONCILE_CONCURRENCY)
+/// The controller's tuning, set by the manager's flags (`--lws-reconcile-window-ms`,
+/// `--lws-concurrency`; docs/install.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Tuning {
+    /// The per-LWS trigger window ([`RECONCILE_WINDOW`]).
+    pub reconcile_window: Duration,
+    /// LWS reconciles at once ([`RECONCILE_CONCURRENCY`]); 0: unbounded.
+    pub concurrency: u16,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            reconcile_window: RECONCILE_WINDOW,
+            concurrency: RECONCILE_CONCURRENCY,
+        }
+    }
 }
 
 /// Runs the controller until `shutdown` completes. Subscribes to `caches`; their drivers must
@@ -115,10 +118,11 @@ pub fn run(
     client: kube::Client,
     caches: Caches<'_>,
     metrics: ControllerMetrics,
+    tuning: Tuning,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> + Send + 'static {
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), labels::FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::LWS),
         events: Events::new(client, "lws-rollout"),
         stores: Stores {
             pods: index_of(caches.pods),
@@ -224,9 +228,9 @@ pub fn run(
         .with_config(
             ControllerConfig::default()
                 .debounce(Duration::ZERO)
-                .concurrency(reconcile_concurrency()),
+                .concurrency(tuning.concurrency),
         )
-        .reconcile_on(throttle(Box::pin(triggers), reconcile_window()))
+        .reconcile_on(throttle(Box::pin(triggers), tuning.reconcile_window))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         // Failures are logged once, by the error policy.

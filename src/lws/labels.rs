@@ -56,10 +56,6 @@ pub const GANG_NATIVE: &str = "native";
 /// Pod index label the StatefulSet controller sets (Kubernetes ≥ 1.28).
 pub const POD_INDEX: &str = "apps.kubernetes.io/pod-index";
 
-/// Field manager of every write the LWS controller makes. Upstream's name, so that taking over
-/// from the upstream controller re-applies the same managed fields instead of conflicting.
-pub const FIELD_MANAGER: &str = "lws";
-
 /// Annotation on an LWS held by a Rollout: the revision key its groups must stay on while the
 /// new template runs in the Rollout's canary LWS. Set by our LWS webhook in the same admission
 /// as the template change, removed by the Rollout controller to release the LWS. Kruise's key

@@ -331,7 +331,11 @@ pub fn controller_revision(
 ) -> Result<ControllerRevision, serde_json::Error> {
     Ok(ControllerRevision {
         metadata: ObjectMeta {
-            name: Some(super::revision::revision_name(&lws.name_any(), key, number)),
+            name: Some(super::upstream::revision::revision_name(
+                &lws.name_any(),
+                key,
+                number,
+            )),
             namespace: lws.namespace(),
             labels: Some(map([
                 (labels::NAME, lws.name_any()),

@@ -14,7 +14,7 @@ use k8s_openapi::api::{
 };
 use kube::ResourceExt;
 
-use super::{labels, revision};
+use super::{labels, upstream::revision};
 use crate::api::volcano::VolcanoPodGroup;
 use crate::k8s::{
     apply::controller_kind, expected::Expected, label_index::LabelIndex, pod::CachedPod,

@@ -3,7 +3,7 @@
 //! whole manager (`--gang-scheduling-provider=volcano`), every group incarnation of every LWS
 //! gets a Volcano PodGroup, and every pod of the group names it in the
 //! `scheduling.k8s.io/group-name` annotation (set by the pod webhook,
-//! [`super::pod_defaults`]). Volcano's scheduler (pods with `schedulerName: volcano`, which the
+//! [`super::admission::pod_defaults`]). Volcano's scheduler (pods with `schedulerName: volcano`, which the
 //! user sets in the templates, as upstream) then binds a group's pods together or not at all.
 //!
 //! As upstream writes it: named `<lws>-<group index>-<revision key>` (the leader's

@@ -35,6 +35,8 @@ pub struct Config {
     /// `gangSchedulingManagement.schedulerProvider`); none: only LWS that ask for native gang
     /// scheduling are gang-scheduled.
     pub gang_scheduling_provider: Option<crate::lws::volcano::GangProvider>,
+    /// The LWS controller's tuning.
+    pub lws: crate::lws::controller::Tuning,
 }
 
 /// How the webhook is served and reached.
@@ -171,6 +173,7 @@ pub async fn run(
     let mut controllers = tokio::spawn(run_controllers(
         client.clone(),
         metrics.clone(),
+        config.lws,
         stop_rx,
         election.as_ref().map(|e| e.is_leader.clone()),
         config.gang_scheduling_provider,
@@ -210,6 +213,7 @@ pub async fn run(
 async fn run_controllers(
     client: Client,
     metrics: crate::k8s::metrics::Metrics,
+    lws_tuning: crate::lws::controller::Tuning,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
     gang_provider: Option<crate::lws::volcano::GangProvider>,
@@ -299,6 +303,7 @@ async fn run_controllers(
             },
         },
         metrics.controller("lws"),
+        lws_tuning,
         stopped(&stop_all),
     );
     let rollouts = crate::rollout::controller::run(
@@ -464,10 +469,21 @@ async fn start_webhook(
             },
         ),
     };
-    let bundle =
-        webhook::secret::load_or_issue(client, &cfg.secret_namespace, &cfg.secret_name, &hosts)
-            .await
-            .map_err(WebhookError::from)?;
+    // The owner is read before anything is written: with the chart's ClusterRole gone the
+    // release is being uninstalled, and nothing of ours should be written again.
+    let owner = match &cfg.configuration_owner {
+        Some(role) => Some(webhook::registration::owner(client, role).await?),
+        None => None,
+    };
+    let bundle = webhook::secret::load_or_issue(
+        client,
+        &cfg.secret_namespace,
+        &cfg.secret_name,
+        &hosts,
+        owner.as_ref(),
+    )
+    .await
+    .map_err(WebhookError::from)?;
     let tls = webhook::tls_config(&bundle.serving_cert().map_err(WebhookError::from)?)?;
     let handle = axum_server::Handle::new();
     let server =
@@ -524,6 +540,7 @@ async fn start_webhook(
             hosts,
             configuration_name: cfg.configuration_name.clone(),
             configuration_owner: cfg.configuration_owner.clone(),
+            secret_owner: owner,
             endpoint,
         },
         bundle,

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::ControllerRevision;
 use kube::{ResourceExt, runtime::reflector::Store};
 
 use crate::api::leaderworkerset::LeaderWorkerSet;
-use crate::lws::{labels, revision};
+use crate::lws::{labels, upstream::revision};
 
 /// The ControllerRevisions `lws` controls, from the shared cache.
 pub fn recorded(

@@ -4,6 +4,7 @@
 //! written by `kubectl-kruise rollout approve` a moment ago is never overwritten), and last the
 //! finalizer's removal.
 
+use crate::k8s::field_managers;
 use kube::ResourceExt;
 use serde_json::json;
 
@@ -20,13 +21,10 @@ use crate::{
         events::Events,
         metrics::ControllerMetrics,
     },
-    lws::{hold::RELEASE_FIELD_MANAGER, labels},
+    lws::labels,
     rollout::names::FINALIZER,
     traffic,
 };
-
-/// Field manager of the Rollout controller's writes.
-pub const FIELD_MANAGER: &str = "lws-rollout-rollout";
 
 /// Why a Rollout reconcile could not finish, with its category (`k8s::error`).
 #[derive(Debug, thiserror::Error)]
@@ -175,7 +173,7 @@ pub async fn apply(
             _ => None,
         };
         if let Some(annotations) = annotations {
-            Applier::new(applier.client().clone(), RELEASE_FIELD_MANAGER)
+            Applier::new(applier.client().clone(), field_managers::RELEASE)
                 .merge_patch::<LeaderWorkerSet>(
                     &ns,
                     &workload.name,

@@ -6,6 +6,7 @@
 //! the stable groups' progress). Requeue timers come only from the plan: pause durations,
 //! traffic grace periods and the stall deadline of a canary batch.
 
+use crate::k8s::field_managers;
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
@@ -88,7 +89,7 @@ pub fn run(
         }),
     };
     let ctx = Arc::new(Context {
-        applier: Applier::new(client.clone(), apply::FIELD_MANAGER),
+        applier: Applier::new(client.clone(), field_managers::ROLLOUT),
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         runner: Runner::new("rollout", metrics.clone()),

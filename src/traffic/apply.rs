@@ -1,6 +1,7 @@
 //! Carries a traffic plan's writes out, in order, stopping at the first failure (later writes
 //! rely on earlier ones). No decisions: the plan said what to write and how.
 
+use crate::k8s::field_managers;
 use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::{core::v1::Service, networking::v1::Ingress};
 use kube::Client;
@@ -48,7 +49,7 @@ pub async fn apply(client: &Client, namespace: &str, writes: &[Write]) -> Result
                 }
             }
             Write::Delete { target, uid } => {
-                let applier = Applier::new(client.clone(), super::names::FIELD_MANAGER);
+                let applier = Applier::new(client.clone(), field_managers::TRAFFIC);
                 let uid = Some(uid.as_str());
                 match target.kind {
                     Kind::Service => {

@@ -20,6 +20,7 @@ use super::{
     write::{Kind, Problem, Target, Write},
 };
 use crate::api::rollout::HttpRouteMatch;
+use crate::k8s::field_managers;
 use gateway_api::apis::standard::httproutes::{
     HttpRoute, HttpRouteRules, HttpRouteRulesBackendRefs, HttpRouteRulesFilters,
     HttpRouteRulesFiltersRequestHeaderModifier, HttpRouteRulesFiltersType, HttpRouteRulesMatches,
@@ -108,7 +109,7 @@ pub fn write(observed: &HttpRoute, desired: &HttpRoute) -> Option<Write> {
     json::patch_between(observed, desired).map(|patch| Write::Patch {
         target: target(observed),
         patch,
-        field_manager: names::FIELD_MANAGER,
+        field_manager: field_managers::TRAFFIC,
     })
 }
 

@@ -9,6 +9,7 @@ use super::{
     service::copy_untracked,
     write::{Kind, Owned, Problem, Target, Write},
 };
+use crate::k8s::field_managers;
 use gateway_api::apis::standard::httproutes::HttpRouteRulesMatchesHeadersType;
 use k8s_openapi::api::networking::v1::{
     HTTPIngressRuleValue, Ingress, IngressBackend, IngressRule, IngressSpec,
@@ -157,7 +158,7 @@ pub fn apply_canary(observed: Option<&Ingress>, desired: Ingress) -> Option<Writ
     });
     (!same).then(|| Write::Apply {
         object: Owned::Ingress(Box::new(desired)),
-        field_manager: names::FIELD_MANAGER,
+        field_manager: field_managers::TRAFFIC,
     })
 }
 

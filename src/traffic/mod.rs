@@ -18,5 +18,3 @@ pub mod write;
 
 #[cfg(test)]
 pub(crate) mod fixtures;
-#[cfg(test)]
-mod round_trip_tests;

@@ -2,10 +2,6 @@
 
 use crate::lws::labels;
 
-/// Field manager of every write the traffic layer makes, so `managedFields` shows which
-/// fields of a user's object are ours during a release.
-pub const FIELD_MANAGER: &str = "lws-rollout-traffic";
-
 /// On the stable Service during a release: its selector before we pinned it (JSON object), so
 /// the restore is exact even after a crash. Removed when the selector is restored.
 pub const ORIGINAL_SELECTOR: &str = "lws-rollout.x-k8s.io/original-selector";

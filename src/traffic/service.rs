@@ -20,6 +20,7 @@ use super::{
     observe::OwnerInfo,
     write::{Kind, Owned, Problem, Target, Write},
 };
+use crate::k8s::field_managers;
 use k8s_openapi::api::core::v1::{Service, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use std::collections::BTreeMap;
@@ -145,7 +146,7 @@ pub fn apply_canary(observed: Option<&Service>, desired: Service) -> Option<Writ
     }
     Some(Write::Apply {
         object: Owned::Service(Box::new(desired)),
-        field_manager: names::FIELD_MANAGER,
+        field_manager: field_managers::TRAFFIC,
     })
 }
 
@@ -207,7 +208,7 @@ fn patch(observed: &Service, desired: &Service) -> Option<Write> {
             name: observed.metadata.name.clone().unwrap_or_default(),
         },
         patch,
-        field_manager: names::FIELD_MANAGER,
+        field_manager: field_managers::TRAFFIC,
     })
 }
 

@@ -15,7 +15,11 @@ use tracing::warn;
 use super::review::Review;
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
-    lws::{admission, hold, labels, revision},
+    lws::{
+        admission::{self, hold},
+        labels,
+        upstream::revision,
+    },
 };
 
 /// Path of the LWS defaulting endpoint.

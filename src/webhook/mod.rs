@@ -167,6 +167,8 @@ pub struct CertificateSource {
     pub configuration_name: String,
     /// The ClusterRole that owns them, if any (`--webhook-owner`).
     pub configuration_owner: Option<String>,
+    /// That ClusterRole as the Secret's owner, read once at start.
+    pub secret_owner: Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
     /// How the API server reaches us.
     pub endpoint: registration::Endpoint,
 }
@@ -214,8 +216,14 @@ pub async fn keep_certificate_current(
         let next = match seen {
             Some(bundle) if bundle.fits(&source.hosts, Timestamp::now()) => bundle,
             _ => {
-                match secret::load_or_issue(&client, &source.namespace, &source.name, &source.hosts)
-                    .await
+                match secret::load_or_issue(
+                    &client,
+                    &source.namespace,
+                    &source.name,
+                    &source.hosts,
+                    source.secret_owner.as_ref(),
+                )
+                .await
                 {
                     Ok(bundle) => bundle,
                     Err(err) => {

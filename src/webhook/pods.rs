@@ -1,4 +1,4 @@
-//! `POST /mutate-pod`: applies [`crate::lws::pod_defaults`] and answers with a JSON patch.
+//! `POST /mutate-pod`: applies [`crate::lws::admission::pod_defaults`] and answers with a JSON patch.
 
 use axum::Json;
 use k8s_openapi::api::core::v1::Pod;
@@ -9,7 +9,7 @@ use kube::core::{
 use tracing::warn;
 
 use super::review::Review;
-use crate::lws::pod_defaults;
+use crate::lws::admission::pod_defaults;
 
 /// Path of the pod defaulting endpoint.
 pub const PATH: &str = "/mutate-pod";

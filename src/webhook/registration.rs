@@ -1,6 +1,7 @@
 //! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects and
 //! Rollouts), server-side applied with the current CA.
 
+use crate::k8s::field_managers;
 use k8s_openapi::{
     ByteString,
     api::admissionregistration::v1::{
@@ -19,9 +20,6 @@ use kube::{
 
 use super::{Error, lws, pods, rollout};
 use crate::lws::labels;
-
-/// Field manager of the webhook configuration.
-pub const FIELD_MANAGER: &str = "lws-rollout-webhook";
 
 /// Where the API server reaches the webhook.
 #[derive(Debug, Clone)]
@@ -198,7 +196,7 @@ pub fn owner_reference(role: &ClusterRole) -> Option<OwnerReference> {
 /// Reads the owner ClusterRole. Missing, it is an error rather than a configuration without
 /// owner: the chart creates it before the manager runs, so its absence means the release is
 /// being uninstalled, and writing the configurations again then would leave them behind.
-async fn owner(client: &Client, name: &str) -> Result<OwnerReference, Error> {
+pub async fn owner(client: &Client, name: &str) -> Result<OwnerReference, Error> {
     let role = Api::<ClusterRole>::all(client.clone())
         .get_opt(name)
         .await
@@ -219,7 +217,7 @@ pub async fn register(
         Some(role) => Some(owner(client, role).await?),
         None => None,
     };
-    let pp = PatchParams::apply(FIELD_MANAGER).force();
+    let pp = PatchParams::apply(field_managers::WEBHOOK).force();
     Api::<MutatingWebhookConfiguration>::all(client.clone())
         .patch(
             name,

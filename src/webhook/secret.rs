@@ -6,7 +6,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::jiff::Timestamp;
 use k8s_openapi::{
-    ByteString, api::core::v1::Secret, apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ByteString,
+    api::core::v1::Secret,
+    apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference},
 };
 use kube::{Api, Client, api::PostParams};
 use tracing::info;
@@ -44,8 +46,14 @@ pub enum SecretError {
     Contended(String),
 }
 
-/// The Secret holding `bundle`.
-pub fn to_secret(namespace: &str, name: &str, bundle: &Bundle) -> Secret {
+/// The Secret holding `bundle`, owned by `owner` when given (`--webhook-owner`: the chart's
+/// ClusterRole, so that `helm uninstall` takes the Secret with the webhook configurations).
+pub fn to_secret(
+    namespace: &str,
+    name: &str,
+    bundle: &Bundle,
+    owner: Option<&OwnerReference>,
+) -> Secret {
     let bytes = |s: &str| ByteString(s.as_bytes().to_vec());
     Secret {
         metadata: ObjectMeta {
@@ -55,6 +63,7 @@ pub fn to_secret(namespace: &str, name: &str, bundle: &Bundle) -> Secret {
                 (HOSTS.to_string(), bundle.hosts.join(",")),
                 (NOT_AFTER.to_string(), bundle.not_after.to_string()),
             ])),
+            owner_references: owner.map(|o| vec![o.clone()]),
             ..Default::default()
         },
         type_: Some("Opaque".into()),
@@ -89,12 +98,13 @@ pub fn from_secret(secret: &Secret) -> Option<Bundle> {
 }
 
 /// The certificate to serve for `hosts`: the stored one when it fits, else a renewed or new one
-/// written back (on a lost race, the winner's).
+/// written back, owned by `owner` when given (on a lost race, the winner's).
 pub async fn load_or_issue(
     client: &Client,
     namespace: &str,
     name: &str,
     hosts: &[String],
+    owner: Option<&OwnerReference>,
 ) -> Result<Bundle, SecretError> {
     let api = Api::<Secret>::namespaced(client.clone(), namespace);
     let api_err = |source| SecretError::Api {
@@ -106,19 +116,24 @@ pub async fn load_or_issue(
         let now = Timestamp::now();
         let stored = api.get_opt(name).await.map_err(api_err)?;
         let current = stored.as_ref().and_then(from_secret);
-        if let Some(bundle) = &current
-            && bundle.fits(hosts, now)
-        {
-            return Ok(bundle.clone());
-        }
+        let owned = owner.is_none_or(|o| {
+            stored
+                .as_ref()
+                .and_then(|s| s.metadata.owner_references.as_ref())
+                .is_some_and(|refs| refs.iter().any(|r| r.uid == o.uid))
+        });
         let next = match &current {
+            Some(bundle) if bundle.fits(hosts, now) && owned => return Ok(bundle.clone()),
+            // A Secret written before the manager had an owner (an earlier version): the same
+            // certificate, now owned, so an uninstall takes it.
+            Some(bundle) if bundle.fits(hosts, now) => bundle.clone(),
             // Same CA when we can: replicas still serving the old certificate stay trusted.
             Some(bundle) => bundle
                 .renewed(hosts, now)
                 .or_else(|_| certs::issue(hosts, now))?,
             None => certs::issue(hosts, now)?,
         };
-        let mut secret = to_secret(namespace, name, &next);
+        let mut secret = to_secret(namespace, name, &next, owner);
         let written = match stored {
             Some(old) => {
                 secret.metadata.resource_version = old.metadata.resource_version;
@@ -147,7 +162,7 @@ mod tests {
     fn a_bundle_round_trips_through_its_secret() {
         let bundle =
             certs::issue(&["127.0.0.1".into(), "a.b.svc".into()], Timestamp::now()).unwrap();
-        let secret = to_secret("ns", "cert", &bundle);
+        let secret = to_secret("ns", "cert", &bundle, None);
         assert_eq!(from_secret(&secret), Some(bundle));
         let mut partial = secret;
         partial.data.as_mut().unwrap().remove(TLS_KEY);

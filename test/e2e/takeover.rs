@@ -261,7 +261,7 @@ async fn a_revision_recorded_in_another_serialisation_under_another_key_is_adopt
 }
 
 async fn adopt_older_revision(cluster: &IsolatedCluster) -> anyhow::Result<()> {
-    use lws_rollout::lws::{objects, revision};
+    use lws_rollout::lws::{objects, upstream::revision};
     const OLDER_KEY: &str = "olderkey1";
     let client = cluster.client.clone();
     let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), "default");

@@ -13,7 +13,7 @@ use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::{
     admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration},
     apps::v1::StatefulSet,
-    core::v1::Pod,
+    core::v1::{Pod, Secret},
     rbac::v1::ClusterRole,
 };
 use kube::{
@@ -31,6 +31,9 @@ use crate::rollout_support::*;
 /// The chart's release and namespace, as test/helm/install.sh installs it.
 const RELEASE: &str = "lws-rollout";
 const RELEASE_NS: &str = "default";
+/// The certificate Secret: the manager's default name, in its namespace (`default` outside a
+/// cluster).
+const CERT_SECRET: &str = "lws-rollout-webhook-cert";
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:default:lws-rollout";
 
 #[test]
@@ -159,6 +162,13 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     )
     .await
     .context("the validating configuration, owned")?;
+    // The certificate Secret the manager issued at start, owned by the same ClusterRole.
+    let secrets = Api::<Secret>::namespaced(client.clone(), RELEASE_NS);
+    wait_for(&secrets, CERT_SECRET, WAIT, |s: Option<&Secret>| {
+        s.is_some_and(|s| owned_by_role(s.metadata.owner_references.as_ref()))
+    })
+    .await
+    .context("the webhook certificate Secret, owned")?;
 
     // A canary release paused at its first step: one canary group, the stable LWS held.
     let ns = cluster.namespace("uninstall").await?;
@@ -205,6 +215,11 @@ async fn uninstall(cluster: &IsolatedCluster) -> anyhow::Result<()> {
     )
     .await
     .context("the validating webhook configuration went with the release")?;
+    wait_for(&secrets, CERT_SECRET, WAIT, |s: Option<&Secret>| {
+        s.is_none()
+    })
+    .await
+    .context("the webhook certificate Secret went with the release")?;
 
     // LWS objects and LWS pods are admitted, and deleted, with no one of ours answering.
     let lws_api = ns.api::<LeaderWorkerSet>();

@@ -7,7 +7,7 @@
 use std::{path::PathBuf, process::Command, sync::OnceLock};
 
 use anyhow::{Context, bail};
-use lws_rollout::lws::revision::{matches, revision_data, revision_key};
+use lws_rollout::lws::upstream::revision::{matches, revision_data, revision_key};
 use serde_json::{Value, json};
 
 const REF_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/test/lwsref");
@@ -351,18 +351,18 @@ fn go_type_table_matches_upstream_types() -> anyhow::Result<()> {
     let live: Value = serde_json::from_slice(&out.stdout)?;
     let checked_in: Value = serde_json::from_str(include_str!(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/src/lws/go_types.json"
+        "/src/lws/upstream/go_types.json"
     )))?;
     assert!(
         live == checked_in,
-        "src/lws/go_types.json is stale: regenerate with (cd test/lwsref && go run . gotypes) > src/lws/go_types.json"
+        "src/lws/upstream/go_types.json is stale: regenerate with (cd test/lwsref && go run . gotypes) > src/lws/upstream/go_types.json"
     );
     Ok(())
 }
 
 #[test]
 fn quantity_canonical_forms_are_what_go_prints() -> anyhow::Result<()> {
-    use lws_rollout::lws::quantity::{QuantityError, canonical};
+    use lws_rollout::lws::upstream::quantity::{QuantityError, canonical};
     let tool = lwsref()?;
     let out = Command::new(&tool)
         .args(["quantity", &format!("{REF_DIR}/quantities.json")])
@@ -374,7 +374,7 @@ fn quantity_canonical_forms_are_what_go_prints() -> anyhow::Result<()> {
         );
     }
     let live = String::from_utf8(out.stdout)?;
-    // The unit tests of src/lws/quantity.rs read the checked-in copy: it must be current.
+    // The unit tests of src/lws/upstream/quantity.rs read the checked-in copy: it must be current.
     let checked_in = std::fs::read_to_string(format!("{REF_DIR}/quantities.go.jsonl"))?;
     assert!(
         live == checked_in,

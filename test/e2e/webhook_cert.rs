@@ -69,6 +69,7 @@ async fn the_suite_managers_certificate_is_in_the_shared_secret_and_trusted() ->
             "default",
             "lws-rollout-webhook-cert",
             &bundle.hosts,
+            None,
         )
         .await?;
         assert_eq!(again, bundle);
@@ -91,7 +92,7 @@ async fn replicas_starting_together_agree_on_one_certificate() -> anyhow::Result
         let replicas = (0..4).map(|_| {
             let (client, name, hosts) = (ns.client.clone(), ns.name.clone(), hosts.clone());
             tokio::spawn(async move {
-                secret::load_or_issue(&client, &name, "shared-cert", &hosts).await
+                secret::load_or_issue(&client, &name, "shared-cert", &hosts, None).await
             })
         });
         let mut bundles = Vec::new();
@@ -121,10 +122,10 @@ async fn a_due_certificate_is_renewed_under_the_same_ca() -> anyhow::Result<()> 
         ns.api::<Secret>()
             .create(
                 &PostParams::default(),
-                &secret::to_secret(&ns.name, "due", &old),
+                &secret::to_secret(&ns.name, "due", &old, None),
             )
             .await?;
-        let renewed = secret::load_or_issue(&ns.client, &ns.name, "due", &hosts).await?;
+        let renewed = secret::load_or_issue(&ns.client, &ns.name, "due", &hosts, None).await?;
         assert_eq!(
             renewed.ca_cert_pem, old.ca_cert_pem,
             "same CA: the caBundle stays valid"
@@ -143,7 +144,7 @@ async fn a_due_certificate_is_renewed_under_the_same_ca() -> anyhow::Result<()> 
         ns.api::<Secret>()
             .replace("due", &PostParams::default(), &emptied)
             .await?;
-        let reissued = secret::load_or_issue(&ns.client, &ns.name, "due", &hosts).await?;
+        let reissued = secret::load_or_issue(&ns.client, &ns.name, "due", &hosts, None).await?;
         assert!(reissued.fits(&hosts, Timestamp::now()));
         Ok(())
     })

@@ -25,7 +25,7 @@ use crate::{
         labels, objects,
         observe::Observed,
         remembered::{RevisionMatch, version_of},
-        revision,
+        upstream::revision,
     },
 };
 

@@ -21,7 +21,7 @@ use crate::{
         deref::{Dereferenced, LiveLeader},
         labels, objects,
         observe::Observed,
-        revision,
+        upstream::revision,
     },
 };
 
@@ -654,7 +654,10 @@ fn a_revision_written_differently_for_the_same_template_rolls_nothing() {
         .as_object_mut()
         .unwrap()
         .remove("resources");
-    assert_ne!(crate::lws::gojson::marshal(&older), data_of(&world.lws));
+    assert_ne!(
+        crate::lws::upstream::gojson::marshal(&older),
+        data_of(&world.lws)
+    );
     rev.data = Some(k8s_openapi::apimachinery::pkg::runtime::RawExtension(
         older.clone(),
     ));

@@ -1,7 +1,7 @@
 //! The partition style (`strategy.canary` without `enableExtraWorkloadForCanary`, Kruise's
 //! default): no second LWS. Each step's groups move to the new template inside the user's LWS,
 //! highest ordinals first, through the release partition the BatchRelease writes on top of the
-//! hold (`batchrelease::partitionstyle`); the user's `rolloutStrategy` is never written, so
+//! hold (`batchrelease::partition`); the user's `rolloutStrategy` is never written, so
 //! Argo CD sees no drift. What differs from the canary style is the BatchRelease it asks for,
 //! the success order, the finalising after a missed deadline, and the traffic sides: both are
 //! the user's LWS, so the stable Service is pinned to the stable template revision and the
@@ -70,7 +70,7 @@ pub fn batch_release(
 /// "true"` and routes no traffic (Kruise honours it only without `trafficRoutings`, for
 /// partition-style workloads). A reverted template then restarts the release at step 1 for
 /// the old template, and the moved groups go back step by step (`batchrelease::
-/// partitionstyle`), instead of all at once.
+/// partition`), instead of all at once.
 pub fn rolls_back_in_batches(obs: &RolloutObserved) -> bool {
     use kube::ResourceExt;
     // Partition style is `strategy.canary`: its trafficRoutings are the only ones.

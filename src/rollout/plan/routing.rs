@@ -204,7 +204,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
     };
     let switching = canary.common.finalising_step == FinalisingStep::RouteTrafficToNew;
     // A canary finishing successfully gives its groups back while the user's LWS rolls
-    // (`batchrelease::canarystyle`): its share follows the groups it still has ready.
+    // (`batchrelease::canary`): its share follows the groups it still has ready.
     let live = (style == Style::Canary && reason == Some(Reason::Success))
         .then(|| obs.batch_release.as_ref().and_then(|b| b.canary.as_ref()))
         .flatten();

@@ -1,5 +1,5 @@
 //! The blue-green style (Kruise's `bluegreenstyle/`): the second LWS grows batch by batch
-//! exactly as a canary does (`canarystyle`, whose batches, progress and status it shares), and
+//! exactly as a canary does (`canary`, whose batches, progress and status it shares), and
 //! at promotion (`batchPartition` null, WaitResume) it grows to every group the user's LWS has
 //! and stays at that size until the user's LWS has rolled to the released revision: it carries
 //! all the traffic meanwhile, so it must hold what the user's LWS held. Rollback, disable and
@@ -7,14 +7,14 @@
 
 use kube::ResourceExt;
 
-use super::canarystyle;
+use super::canary;
 use super::draft::BatchReleasePlan;
 use super::observe::{BatchReleaseObserved, StableLws};
 use crate::api::batchrelease::{BatchReleaseStatus, FinalizingPolicy};
 use crate::release::names::canary_name;
 use k8s_openapi::jiff::Timestamp;
 
-/// Plans the release of `released` for the stable LWS `stable` (see [`canarystyle::control`]).
+/// Plans the release of `released` for the stable LWS `stable` (see [`canary::control`]).
 pub fn control(
     obs: &BatchReleaseObserved,
     stable: &StableLws,
@@ -23,7 +23,7 @@ pub fn control(
     released: &str,
     now: Timestamp,
 ) {
-    canarystyle::control(obs, stable, out, stored, released, now);
+    canary::control(obs, stable, out, stored, released, now);
     let rp = &obs.br.spec.release_plan;
     let promoting = rp.batch_partition.is_none()
         && rp.finalizing_policy.unwrap_or_default() == FinalizingPolicy::WaitResume;
@@ -32,7 +32,7 @@ pub fn control(
     }
     let name = canary_name(&stable.lws.name_any(), released);
     let second = obs.canaries.iter().find(|c| c.lws.name_any() == name);
-    canarystyle::grow(obs, stable, out, second, &name, stable.replicas());
+    canary::grow(obs, stable, out, second, &name, stable.replicas());
     if out.status.phase.as_deref() != Some(super::names::phase::COMPLETED) {
         let ready = second.map_or(0, |c| {
             crate::release::progress::CanaryCounts::of(&c.lws).ready

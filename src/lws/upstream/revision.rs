@@ -358,7 +358,7 @@ mod tests {
 
     #[test]
     fn a_quantity_without_a_canonical_form_is_a_typed_error() {
-        use crate::lws::quantity::QuantityError;
+        use crate::lws::upstream::quantity::QuantityError;
         let spec = |q: &str| {
             json!({"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [
                 {"name": "c", "resources": {"limits": {"cpu": q}}}]}}}})

@@ -504,7 +504,7 @@ fn finalizing_immediate_deletes_the_canary_wait_resume_waits_for_the_stable() {
 
 #[test]
 fn the_canary_keeps_the_last_steps_groups_less_those_the_stable_has_rolled_down_to_a_floor() {
-    use crate::batchrelease::canarystyle::keep_while_stable_rolls;
+    use crate::batchrelease::canary::keep_while_stable_rolls;
     // (has, last step's groups, stable groups moved and ready, floor, keep)
     let table = [
         (4, 4, 0, 1, 4),

@@ -111,7 +111,7 @@ pub fn record(
         },
         updated_replicas: updated,
         updated_ready_replicas: ready,
-        // Set when a rollback in batches starts (`partitionstyle`), kept for its batches.
+        // Set when a rollback in batches starts (`partition`), kept for its batches.
         no_need_update_replicas: out
             .status
             .canary_status

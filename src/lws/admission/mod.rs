@@ -1,7 +1,15 @@
-//! What the LWS admission webhooks decide, as pure functions: the defaulting CEL cannot do
-//! (`restartPolicy: Default` → `None`) and the checks CEL cannot express (an annotation, and
-//! names too long for the objects derived from them). Everything else upstream's webhook checks
-//! lives in the CRD's CEL rules (see `docs/api.md`), so it holds even with no webhook running.
+//! What the LWS admission webhooks decide, as pure functions (`webhook::lws` and
+//! `webhook::pods` serve them). Here: the defaulting CEL cannot do (`restartPolicy: Default` →
+//! `None`) and the checks CEL cannot express (an annotation, and names too long for the objects
+//! derived from them); everything else upstream's webhook checks lives in the CRD's CEL rules
+//! (see `docs/api.md`), so it holds even with no webhook running. `pod_defaults` is what the pod
+//! webhook does to a new pod (its TPU environment in `tpu`); `hold` keeps a released LWS's groups
+//! on the stable revision while a release owns it.
+
+pub mod error;
+pub mod hold;
+pub mod pod_defaults;
+mod tpu;
 
 use kube::ResourceExt;
 

@@ -267,3 +267,6 @@ fn delete(kind: Kind, meta: &ObjectMeta) -> Write {
         uid: meta.uid.clone().unwrap_or_default(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use super::canarystyle::{not_ready_message, record};
+use super::canary::{not_ready_message, record};
 use super::draft::{BatchReleasePlan, canary_names, current_batch, note};
 use super::names::{batch_state, event, phase};
 use super::observe::{BatchReleaseObserved, GroupReadiness, LeaderPod, StableLws};

@@ -6,16 +6,14 @@
 //! hold. No user-owned spec field changes, so GitOps tools see no drift in the spec.
 //!
 //! Only the Rollout controller lifts the hold (a write with field manager
-//! [`RELEASE_FIELD_MANAGER`]); any other update that drops the annotation while a Rollout
+//! [`field_managers::RELEASE`]); any other update that drops the annotation while a Rollout
 //! controls the LWS gets it back.
 
+use crate::k8s::field_managers;
 use crate::{
     api::{batchrelease::RollingStyle, leaderworkerset::LeaderWorkerSet, rollout::Rollout},
-    lws::{labels, revision},
+    lws::{labels, upstream::revision},
 };
-
-/// Field manager of the Rollout controller's write that releases a held LWS.
-pub const RELEASE_FIELD_MANAGER: &str = "lws-rollout-release";
 
 /// Whether `rollout` takes releases of `lws` over: it names the LWS, is enabled and not being
 /// deleted, and uses a style this controller runs: canary with a canary LWS and blue-green keep
@@ -65,7 +63,7 @@ pub fn decide(
         return None;
     }
     if let Some(stable) = held(old) {
-        return (field_manager != Some(RELEASE_FIELD_MANAGER)).then(|| stable.to_string());
+        return (field_manager != Some(field_managers::RELEASE)).then(|| stable.to_string());
     }
     (template_identity(old) != template_identity(new)).then(running_revision)
 }
@@ -88,7 +86,7 @@ pub fn freeze(
             .cloned()
     };
     let was = partition(old)?;
-    if field_manager == Some(RELEASE_FIELD_MANAGER) {
+    if field_manager == Some(field_managers::RELEASE) {
         return None;
     }
     let frozen = new.spec.replicas.unwrap_or(1).max(0).to_string();
@@ -190,7 +188,7 @@ mod tests {
                 "the BatchRelease lowering it: nothing",
                 with("b", Some("2")),
                 with("b", Some("1")),
-                Some("lws-rollout-batchrelease"),
+                Some(field_managers::BATCHRELEASE),
                 None,
             ),
             (
@@ -204,7 +202,7 @@ mod tests {
                 "removed with the hold by the Rollout: nothing",
                 with("b", Some("1")),
                 lws("b", None),
-                Some(RELEASE_FIELD_MANAGER),
+                Some(field_managers::RELEASE),
                 None,
             ),
             (
@@ -277,7 +275,7 @@ mod tests {
                 lws("b", Some("k1")),
                 lws("b", None),
                 true,
-                Some(RELEASE_FIELD_MANAGER),
+                Some(field_managers::RELEASE),
                 None,
             ),
             (

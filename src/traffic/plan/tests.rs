@@ -1,12 +1,12 @@
 //! Whole-plan tests: ordering, problems, `in_place`, and release → restore round trips on
 //! objects executed the way the API server would.
 
-use super::{
+use super::plan;
+use crate::traffic::{
     fixtures::*,
     intent::{CanaryRoute, TrafficIntent},
     names,
     observe::TrafficObserved,
-    plan::plan,
     write::{Kind, Problem, Target, Write},
 };
 use serde_json::json;

@@ -1,7 +1,7 @@
 //! The BatchRelease controller's decisions: from the BatchRelease, the stable LWS and the
 //! second LWS(es) to what to write, what to delete, the status and events. This file decides
 //! what every style shares and picks the style in one place ([`style_of`]); the style's control
-//! module (`canarystyle`) decides the rest.
+//! module (`canary`) decides the rest.
 //!
 //! Stateless by construction: the batch run is `batchPartition` (the Rollout only raises it
 //! after the previous batch was ready), and the batch state is read off the canary LWS —
@@ -15,19 +15,19 @@ pub use super::draft::{BatchReleasePlan, release_plan_hash};
 use super::draft::{canary_names, note};
 use super::names::{FINALIZER, batch_state, event, phase};
 use super::observe::BatchReleaseObserved;
-use super::{bluegreenstyle, canarystyle, partitionstyle};
+use super::{bluegreen, canary, partition};
 use crate::api::batchrelease::{BatchReleaseCanaryStatus, RollingStyle};
 use crate::api::rollout::{LWS_API_VERSION, LWS_KIND};
 
 /// A release style this controller runs; each has its control module (Kruise's
-/// `canarystyle/`, `bluegreenstyle/`, `partitionstyle/`).
+/// `canary/`, `bluegreen`, `partition`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Style {
-    /// A canary LWS beside the stable one ([`canarystyle`]).
+    /// A canary LWS beside the stable one ([`canary`]).
     Canary,
-    /// A second LWS beside the stable one, whole at promotion ([`bluegreenstyle`]).
+    /// A second LWS beside the stable one, whole at promotion ([`bluegreen`]).
     BlueGreen,
-    /// The user's groups moved in place under a release partition ([`partitionstyle`]).
+    /// The user's groups moved in place under a release partition ([`partition`]).
     Partition,
 }
 
@@ -106,17 +106,16 @@ pub fn plan(obs: &BatchReleaseObserved, now: Timestamp) -> BatchReleasePlan {
     }
     let released = out.status.update_revision.clone().unwrap_or_default();
     match style {
-        Style::Canary => canarystyle::control(obs, stable, &mut out, &stored, &released, now),
+        Style::Canary => canary::control(obs, stable, &mut out, &stored, &released, now),
         Style::BlueGreen => {
-            bluegreenstyle::control(obs, stable, &mut out, &stored, &released, now);
+            bluegreen::control(obs, stable, &mut out, &stored, &released, now);
         }
         Style::Partition => {
-            partitionstyle::control(obs, stable, &mut out, &stored, &released, now);
+            partition::control(obs, stable, &mut out, &stored, &released, now);
         }
     }
     out
 }
 
 #[cfg(test)]
-#[path = "plan_tests.rs"]
 mod tests;
