@@ -75,6 +75,12 @@ struct Args {
     /// Log as JSON lines instead of text.
     #[arg(long, env = "LWS_ROLLOUT_LOG_JSON")]
     log_json: bool,
+    /// Hand every LWS group to this gang scheduler, as upstream LWS's
+    /// `gangSchedulingManagement.schedulerProvider` does: `volcano` (a Volcano PodGroup per
+    /// group, and the `scheduling.k8s.io/group-name` annotation on its pods). Unset: only LWS
+    /// that ask for native gang scheduling are gang-scheduled (docs/lws.md, "Gang scheduling").
+    #[arg(long, env = "LWS_ROLLOUT_GANG_SCHEDULING_PROVIDER", value_parser = clap::builder::ValueParser::new(|s: &str| s.parse::<lws_rollout::lws::volcano::GangProvider>()))]
+    gang_scheduling_provider: Option<lws_rollout::lws::volcano::GangProvider>,
 }
 
 /// Exit code when another replica took the leader Lease: a designed exit (docs/install.md,
@@ -178,6 +184,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
         health_addr: args.health_addr,
         webhook,
         leader_election,
+        gang_scheduling_provider: args.gang_scheduling_provider,
         lws: lws_controller::Tuning {
             reconcile_window: std::time::Duration::from_millis(args.lws_reconcile_window_ms),
             concurrency: args.lws_concurrency,

@@ -44,6 +44,9 @@ test/cluster/build-traefik.sh >/dev/null || true
 # seconds). Not available: the cluster runs without it and those tests print SKIPPED.
 test/cluster/build-prometheus.sh >/dev/null || log "Prometheus not available: the analysis e2e tests will be skipped"
 
+# Volcano's CRDs (generated from volcano.sh/apis with a pinned controller-gen; cold: a Go build
+# of ~2 min), installed by the Volcano gang-scheduling e2e tests on clusters of their own.
+VOLCANO_CRDS=$(test/volcano/crds.sh) || { log "Volcano's CRDs not generated: the Volcano e2e tests will fail"; VOLCANO_CRDS=""; }
 # Helm (cold: a Go build of a few minutes) and the manager image for amd64 and arm64, built
 # without a container engine as an OCI layout (cold: two release builds, one of them cross).
 HELM=$(test/tools/build-helm.sh)
@@ -99,7 +102,7 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
   LWS_E2E_KRUISE_BIN="$KRUISE_BIN" LWS_E2E_ARGOCD_HEALTH_BIN="$ARGOCD_HEALTH_BIN" \
   LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_BIN="$MANAGER_BIN" \
   LWS_E2E_QEMU_AARCH64="$QEMU_AARCH64" LWS_E2E_LWSREF_BIN="$LWSREF_BIN" \
-  LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" \
+  LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" LWS_E2E_VOLCANO_CRDS="$VOLCANO_CRDS" \
   LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
 # Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and

@@ -9,6 +9,7 @@ pub mod leaderworkerset;
 pub mod markers;
 pub mod rollout;
 pub mod schema;
+pub mod volcano;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

@@ -173,6 +173,14 @@ pub async fn apply(
             return Ok(applied);
         }
     }
+    // A group's Volcano PodGroup once its leader exists, before its workers (as upstream).
+    for pg in &plan.volcano_pod_groups {
+        if let Written::Refused(f, blocks) = write(applier, events, lws, pg).await?
+            && refused(&mut applied, f, blocks)
+        {
+            return Ok(applied);
+        }
+    }
     if let Some(sts) = &plan.leader_sts {
         let written = write(applier, events, lws, sts).await?;
         if matches!(written, Written::Recheck) {

@@ -47,7 +47,7 @@ impl Context {
     }
 
     /// The caches a plan reads, each ready once it has listed.
-    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 5] {
+    pub(super) fn caches_ready(&self) -> [CacheReady<'_>; 6] {
         let s = &self.stores;
         [
             watch::index_ready(&s.pods),
@@ -57,6 +57,10 @@ impl Context {
             match &s.pod_groups {
                 Some(index) => watch::index_ready(index),
                 None => Box::pin(std::future::ready(true)),
+            },
+            match &s.volcano {
+                observe::VolcanoStores::Served(index) => watch::index_ready(index),
+                _ => Box::pin(std::future::ready(true)),
             },
         ]
     }

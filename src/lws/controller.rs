@@ -24,7 +24,13 @@ use kube::{
 };
 
 use super::{
-    apply, context::Context, deref, error::Error, leader_lane, observe::Stores, plan, triggers,
+    apply,
+    context::Context,
+    deref,
+    error::Error,
+    leader_lane,
+    observe::{Stores, VolcanoStores},
+    plan, triggers,
     upstream::revision,
 };
 use crate::{
@@ -56,6 +62,18 @@ pub struct Caches<'a> {
     pub revisions: &'a mut SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// LWS-labelled PodGroups, when the API server serves them (gang scheduling).
     pub pod_groups: Option<&'a mut SharedCache<k8s_openapi::api::scheduling::v1alpha2::PodGroup>>,
+    /// Volcano gang scheduling (`--gang-scheduling-provider=volcano`).
+    pub volcano: VolcanoCaches<'a>,
+}
+
+/// The Volcano PodGroups the controller reads, if it makes them.
+pub enum VolcanoCaches<'a> {
+    /// Volcano gang scheduling is off.
+    Off,
+    /// Configured, but the API server does not serve Volcano's PodGroups.
+    NotServed,
+    /// LWS-labelled Volcano PodGroups.
+    Served(&'a mut SharedCache<crate::api::volcano::VolcanoPodGroup>),
 }
 
 /// The per-LWS trigger window ([`throttle`]): the first event of an LWS after a quiet window
@@ -112,6 +130,11 @@ pub fn run(
             services: index_of(caches.services),
             revisions: index_of(caches.revisions),
             pod_groups: caches.pod_groups.as_deref().map(index_of),
+            volcano: match &caches.volcano {
+                VolcanoCaches::Off => VolcanoStores::Off,
+                VolcanoCaches::NotServed => VolcanoStores::NotServed,
+                VolcanoCaches::Served(cache) => VolcanoStores::Served(index_of(cache)),
+            },
         },
         runner: Runner::new("lws", metrics.clone()),
         written: apply::WrittenStatuses::default(),
@@ -176,6 +199,13 @@ pub fn run(
         match caches.pod_groups {
             Some(pod_groups) => pod_groups.subscribe().map(triggers::normal).boxed(),
             None => futures::stream::empty().boxed(),
+        },
+        // A Volcano PodGroup gone with its leader: the new leader's is made.
+        match caches.volcano {
+            VolcanoCaches::Served(pod_groups) => {
+                pod_groups.subscribe().map(triggers::normal).boxed()
+            }
+            VolcanoCaches::Off | VolcanoCaches::NotServed => futures::stream::empty().boxed(),
         },
     ])
     .filter_map(queued);

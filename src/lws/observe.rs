@@ -15,6 +15,7 @@ use k8s_openapi::api::{
 use kube::ResourceExt;
 
 use super::{labels, upstream::revision};
+use crate::api::volcano::VolcanoPodGroup;
 use crate::k8s::{
     apply::controller_kind, expected::Expected, label_index::LabelIndex, pod::CachedPod,
 };
@@ -34,6 +35,33 @@ pub struct Stores {
     /// PodGroups labelled with an LWS name; `None` when the API server does not serve them
     /// (checked when the controllers start).
     pub pod_groups: Option<LabelIndex<PodGroup>>,
+    /// Volcano gang scheduling, when the manager is configured for it.
+    pub volcano: VolcanoStores,
+}
+
+/// What the manager's gang-scheduling provider setting leaves the LWS controller to read.
+#[derive(Clone, Default)]
+pub enum VolcanoStores {
+    /// No provider configured: no Volcano PodGroups are made.
+    #[default]
+    Off,
+    /// `--gang-scheduling-provider=volcano`, but the API server does not serve Volcano's
+    /// PodGroups (checked when the controllers start).
+    NotServed,
+    /// Volcano PodGroups labelled with an LWS name.
+    Served(LabelIndex<VolcanoPodGroup>),
+}
+
+/// What the caches hold about one LWS's Volcano PodGroups.
+#[derive(Clone, Debug, Default)]
+pub enum VolcanoObserved {
+    /// Volcano gang scheduling is off.
+    #[default]
+    Off,
+    /// Configured, but Volcano's PodGroup CRD is not served.
+    NotServed,
+    /// The LWS's Volcano PodGroups.
+    Served(Vec<Arc<VolcanoPodGroup>>),
 }
 
 /// Everything the caches hold about one LWS.
@@ -54,6 +82,8 @@ pub struct Observed {
     /// PodGroups labelled with the LWS name (gang scheduling); `None` when the cluster does
     /// not serve PodGroups.
     pub pod_groups: Option<Vec<Arc<PodGroup>>>,
+    /// Volcano PodGroups labelled with the LWS name (Volcano gang scheduling).
+    pub volcano: VolcanoObserved,
     /// Leaders whose worker StatefulSet we created a moment ago and the cache does not show
     /// yet ([`Expected`]): not to be created again.
     pub pending_workers: BTreeSet<String>,
@@ -101,6 +131,11 @@ pub fn observe(stores: &Stores, expected: &Expected, namespace: &str, name: &str
         .collect();
     observed.services = stores.services.get(namespace, name);
     observed.pod_groups = stores.pod_groups.as_ref().map(|i| i.get(namespace, name));
+    observed.volcano = match &stores.volcano {
+        VolcanoStores::Off => VolcanoObserved::Off,
+        VolcanoStores::NotServed => VolcanoObserved::NotServed,
+        VolcanoStores::Served(index) => VolcanoObserved::Served(index.get(namespace, name)),
+    };
     let now = Instant::now();
     observed.pending_workers = observed
         .leaders

@@ -11,6 +11,7 @@ use k8s_openapi::api::{
 };
 use kube::{Api, Client, runtime::watcher::Config};
 
+use crate::api::volcano::VolcanoPodGroup;
 use crate::{
     api::{
         BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout,
@@ -40,6 +41,9 @@ pub struct Caches {
     /// `scheduling.k8s.io/v1alpha2`: most clusters do not, and a watch of them would fail for
     /// ever.
     pub pod_groups: Option<SharedCache<PodGroup>>,
+    /// Volcano PodGroups that belong to an LWS, when the manager hands groups to Volcano and
+    /// the API server serves them.
+    pub volcano_pod_groups: Option<SharedCache<VolcanoPodGroup>>,
     /// All Rollouts.
     pub rollouts: SharedCache<Rollout>,
     /// All BatchReleases.
@@ -72,6 +76,9 @@ pub struct Served {
     pub pod_groups: bool,
     /// DisaggregatedSetRoleScalers ([`serves_role_scalers`]).
     pub role_scalers: bool,
+    /// Volcano's PodGroups, watched only with `--gang-scheduling-provider=volcano`
+    /// ([`serves_volcano_pod_groups`]).
+    pub volcano_pod_groups: bool,
 }
 
 /// Whether the API server serves DisaggregatedSetRoleScalers (upstream v0.10.0's kind: a
@@ -121,6 +128,7 @@ impl Caches {
             analysis,
             pod_groups: pod_groups_served,
             role_scalers,
+            volcano_pod_groups: volcano,
         } = served;
         let owned = Config::default().labels(labels::NAME);
         Self {
@@ -144,6 +152,9 @@ impl Caches {
             .with_trim(trim_revision)
             .with_index(labels::NAME),
             pod_groups: pod_groups_served.then(|| {
+                SharedCache::new(Api::all(client.clone()), owned.clone()).with_index(labels::NAME)
+            }),
+            volcano_pod_groups: volcano.then(|| {
                 SharedCache::new(Api::all(client.clone()), owned.clone()).with_index(labels::NAME)
             }),
             rollouts: SharedCache::new(Api::all(client.clone()), Config::default()),
@@ -210,6 +221,9 @@ impl Caches {
             drivers.push(a.cluster_templates.driver(metrics));
             drivers.push(a.runs.driver(metrics));
         }
+        if let Some(pod_groups) = &mut self.volcano_pod_groups {
+            drivers.push(pod_groups.driver(metrics));
+        }
         if let Some(pod_groups) = &mut self.pod_groups {
             drivers.push(pod_groups.driver(metrics));
         }
@@ -219,6 +233,7 @@ impl Caches {
 
 // Kueue's Workloads keep their labels in their metadata, like the built-in kinds.
 impl crate::k8s::label_index::Labelled for Workload {}
+impl crate::k8s::label_index::Labelled for VolcanoPodGroup {}
 
 /// The label that `k8s.io/kubernetes/pkg/controller/history` puts on every ControllerRevision
 /// it makes: the StatefulSet controller's revisions carry it, an LWS's never do (neither ours
@@ -315,6 +330,28 @@ pub async fn serves_pod_groups(client: &Client) -> bool {
         wait *= 2;
     }
     tracing::warn!("cannot list API groups: taking PodGroups as not served");
+    false
+}
+
+/// Whether the API server serves Volcano's PodGroups (`scheduling.volcano.sh/v1beta1`, with
+/// the `podgroups` resource): asked once when the controllers start, when the manager hands
+/// groups to Volcano. A failed answer is asked again a few times, then taken as no.
+pub async fn serves_volcano_pod_groups(client: &Client) -> bool {
+    use crate::api::volcano::{GROUP, VERSION};
+    let mut wait = std::time::Duration::from_millis(200);
+    for _ in 0..5 {
+        match client
+            .list_api_group_resources(&format!("{GROUP}/{VERSION}"))
+            .await
+        {
+            Ok(list) => return list.resources.iter().any(|r| r.name == "podgroups"),
+            Err(kube::Error::Api(status)) if status.code == 404 => return false,
+            Err(err) => tracing::debug!(%err, "cannot list Volcano's API resources; asking again"),
+        }
+        tokio::time::sleep(wait).await;
+        wait *= 2;
+    }
+    tracing::warn!("cannot list Volcano's API resources: taking its PodGroups as not served");
     false
 }
 

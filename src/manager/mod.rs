@@ -31,6 +31,10 @@ pub struct Config {
     /// Leader election, when enabled (several replicas); without it this process always runs
     /// the controllers.
     pub leader_election: Option<leader::LeaderElection>,
+    /// The gang scheduler every LWS group is handed to (upstream's
+    /// `gangSchedulingManagement.schedulerProvider`); none: only LWS that ask for native gang
+    /// scheduling are gang-scheduled.
+    pub gang_scheduling_provider: Option<crate::lws::volcano::GangProvider>,
     /// The LWS controller's tuning.
     pub lws: crate::lws::controller::Tuning,
 }
@@ -172,6 +176,7 @@ pub async fn run(
         config.lws,
         stop_rx,
         election.as_ref().map(|e| e.is_leader.clone()),
+        config.gang_scheduling_provider,
     ));
 
     let mut outcome = Ok(());
@@ -211,6 +216,7 @@ async fn run_controllers(
     lws_tuning: crate::lws::controller::Tuning,
     mut stop: tokio::sync::watch::Receiver<bool>,
     leader: Option<tokio::sync::watch::Receiver<bool>>,
+    gang_provider: Option<crate::lws::volcano::GangProvider>,
 ) {
     if let Some(mut leader) = leader.clone() {
         info!("standing by until this replica holds the leader lease");
@@ -255,12 +261,27 @@ async fn run_controllers(
         );
     }
     let role_scalers = caches::serves_role_scalers(&client).await;
+    let volcano_served = match gang_provider {
+        Some(crate::lws::volcano::GangProvider::Volcano) => {
+            let served = caches::serves_volcano_pod_groups(&client).await;
+            if !served {
+                warn!(
+                    "--gang-scheduling-provider=volcano, but Volcano's PodGroups \
+                     (scheduling.volcano.sh/v1beta1) are not served: every LWS says so in its \
+                     status and no group is built; install Volcano and restart the manager"
+                );
+            }
+            Some(served)
+        }
+        None => None,
+    };
     let mut caches = caches::Caches::new(
         &client,
         caches::Served {
             analysis,
             pod_groups: pod_groups_served,
             role_scalers,
+            volcano_pod_groups: volcano_served == Some(true),
         },
     );
     // The per-Rollout series come from this term's caches, and only while it lasts.
@@ -279,6 +300,11 @@ async fn run_controllers(
             services: &mut caches.services,
             revisions: &mut caches.revisions,
             pod_groups: caches.pod_groups.as_mut(),
+            volcano: match (volcano_served, caches.volcano_pod_groups.as_mut()) {
+                (Some(true), Some(cache)) => crate::lws::controller::VolcanoCaches::Served(cache),
+                (Some(_), _) => crate::lws::controller::VolcanoCaches::NotServed,
+                (None, _) => crate::lws::controller::VolcanoCaches::Off,
+            },
         },
         metrics.controller("lws"),
         lws_tuning,
@@ -406,6 +432,7 @@ async fn follow_leadership(
 async fn start_webhook(
     client: &Client,
     cfg: &WebhookConfig,
+    gang_provider: Option<crate::lws::volcano::GangProvider>,
     metrics: &crate::k8s::metrics::Metrics,
 ) -> Result<axum_server::Handle<SocketAddr>, Error> {
     use crate::webhook::{self, Error as WebhookError, registration::Endpoint};
@@ -470,7 +497,8 @@ async fn start_webhook(
             source,
         })?;
     let serve_handle = handle.clone();
-    let (cluster, rollout_watch) = webhook::Cluster::new(client.clone());
+    let (mut cluster, rollout_watch) = webhook::Cluster::new(client.clone());
+    cluster.gang_provider = gang_provider;
     tokio::spawn(rollout_watch);
     let router = webhook::router(cluster, metrics.clone());
     metrics.set_certificate_expiry(bundle.not_after.as_second());
@@ -549,7 +577,9 @@ async fn connect(
         }
     }
     match &config.webhook {
-        Some(webhook) => Ok(Some(start_webhook(client, webhook, metrics).await?)),
+        Some(webhook) => Ok(Some(
+            start_webhook(client, webhook, config.gang_scheduling_provider, metrics).await?,
+        )),
         None => Ok(None),
     }
 }

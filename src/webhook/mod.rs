@@ -67,6 +67,9 @@ pub struct Cluster {
     pub client: kube::Client,
     /// Every Rollout.
     pub rollouts: kube::runtime::reflector::Store<crate::api::rollout::Rollout>,
+    /// The gang scheduler LWS pods are handed to (`--gang-scheduling-provider`): with
+    /// Volcano, each LWS pod names its group's Volcano PodGroup.
+    pub gang_provider: Option<crate::lws::volcano::GangProvider>,
 }
 
 /// How long an admission waits for the Rollout cache's first list (right after the start)
@@ -85,7 +88,14 @@ impl Cluster {
             crate::k8s::watch::retried(watcher(api, watcher::Config::default())),
         )
         .for_each(|_| async {});
-        (Self { client, rollouts }, watch)
+        (
+            Self {
+                client,
+                rollouts,
+                gang_provider: None,
+            },
+            watch,
+        )
     }
 
     /// The Rollouts of `namespace`: from the cache once it has listed, else (the first

@@ -16,6 +16,7 @@ pub const PATH: &str = "/mutate-pod";
 
 /// Handles one AdmissionReview.
 pub async fn mutate(
+    axum::extract::State(cluster): axum::extract::State<super::Cluster>,
     Review(review): Review<AdmissionReview<Pod>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
     let request: AdmissionRequest<Pod> = match review.try_into() {
@@ -25,13 +26,16 @@ pub async fn mutate(
             return Json(AdmissionResponse::invalid(err.to_string()).into_review());
         }
     };
-    Json(respond(request).into_review())
+    Json(respond(request, cluster.gang_provider).into_review())
 }
 
 /// The admission decision for one pod (pure apart from logging): the JSON patch of the
 /// fields defaulting changes ([`pod_defaults::patch`]), encoded from the pod itself without a
 /// JSON tree of it (the rest of the pod, managedFields included, is not encoded at all).
-pub fn respond(mut request: AdmissionRequest<Pod>) -> AdmissionResponse {
+pub fn respond(
+    mut request: AdmissionRequest<Pod>,
+    gang_provider: Option<crate::lws::volcano::GangProvider>,
+) -> AdmissionResponse {
     let response = AdmissionResponse::from(&request);
     let Some(mut pod) = request.object.take() else {
         return response;
@@ -45,7 +49,7 @@ pub fn respond(mut request: AdmissionRequest<Pod>) -> AdmissionResponse {
     if pod.metadata.namespace.is_none() {
         pod.metadata.namespace = request.namespace.take();
     }
-    if let Err(err) = pod_defaults::default_pod(&mut pod) {
+    if let Err(err) = pod_defaults::default_pod_with(&mut pod, gang_provider) {
         return response.deny(err.to_string());
     }
     let ops = pod_defaults::patch(&before, &pod);
@@ -93,7 +97,7 @@ mod tests {
         }))
         .unwrap();
         let request: AdmissionRequest<Pod> = review.try_into().unwrap();
-        let response = respond(request);
+        let response = respond(request, None);
         assert!(response.allowed);
         let patch: Vec<serde_json::Value> =
             serde_json::from_slice(response.patch.as_deref().expect("a patch")).unwrap();

@@ -35,6 +35,7 @@ mod lws_services;
 mod lws_support;
 mod lws_v09;
 mod lws_v10;
+mod lws_volcano;
 mod manager;
 mod markers;
 mod metrics;

@@ -23,9 +23,11 @@ use kube::ResourceExt;
 use serde::Serialize;
 
 use super::{error::PodDefaultError, tpu};
+use crate::api::volcano::GROUP_NAME_ANNOTATION;
 use crate::lws::{
     gang, labels,
     objects::{group_key, parent_and_ordinal, subgroup_key},
+    volcano,
 };
 
 /// The fields of a pod that [`default_pod`] may change, as they were before it ran: the
@@ -36,6 +38,9 @@ use crate::lws::{
 /// it is.
 pub struct Before {
     labels: Option<BTreeMap<String, String>>,
+    /// Only the one annotation defaulting may set.
+    group_name: Option<String>,
+    has_annotations: bool,
     spec: Option<BeforeSpec>,
 }
 
@@ -53,6 +58,12 @@ impl Before {
         let env = |cs: &[Container]| cs.iter().map(|c| c.env.clone()).collect();
         Self {
             labels: pod.metadata.labels.clone(),
+            group_name: pod
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(GROUP_NAME_ANNOTATION).cloned()),
+            has_annotations: pod.metadata.annotations.is_some(),
             spec: pod.spec.as_ref().map(|spec| BeforeSpec {
                 affinity: spec.affinity.clone(),
                 scheduling_group: spec.scheduling_group.clone(),
@@ -149,6 +160,31 @@ pub fn patch<'a>(before: &Before, after: &'a Pod) -> Vec<PatchOp<'a>> {
             PatchValue::Labels,
         ),
     }
+    let group_name = after
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(GROUP_NAME_ANNOTATION));
+    if let Some(name) = group_name.filter(|n| before.group_name.as_ref() != Some(*n)) {
+        if before.has_annotations {
+            set(
+                &mut ops,
+                format!(
+                    "/metadata/annotations/{}",
+                    pointer_token(GROUP_NAME_ANNOTATION)
+                ),
+                before.group_name.as_deref(),
+                Some(name.as_str()),
+                PatchValue::Text,
+            );
+        } else {
+            ops.push(PatchOp {
+                op: "add",
+                path: "/metadata/annotations".into(),
+                value: after.metadata.annotations.as_ref().map(PatchValue::Labels),
+            });
+        }
+    }
     let (Some(was), Some(now)) = (&before.spec, &after.spec) else {
         if before.spec.is_none() {
             set(
@@ -224,8 +260,17 @@ fn number(pod: &Pod, key: &'static str, value: &str) -> Result<i32, PodDefaultEr
     })
 }
 
-/// Applies the LWS defaults to `pod` in place. Pods without the LWS name label are untouched.
+/// Applies the LWS defaults to `pod` in place, without a gang-scheduling provider.
 pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
+    default_pod_with(pod, None)
+}
+
+/// Applies the LWS defaults to `pod` in place, for a manager handing groups to
+/// `gang_provider`. Pods without the LWS name label are untouched.
+pub fn default_pod_with(
+    pod: &mut Pod,
+    gang_provider: Option<volcano::GangProvider>,
+) -> Result<(), PodDefaultError> {
     if !is_lws_pod(pod) {
         return Ok(());
     }
@@ -297,6 +342,9 @@ pub fn default_pod(pod: &mut Pod) -> Result<(), PodDefaultError> {
     if gang::requested_by(&annotations) {
         join_gang(pod, is_leader.then_some(index));
     }
+    if volcano::applies(gang_provider, &annotations) {
+        join_volcano_group(pod);
+    }
     tpu::add_tpu_variables(pod, size)?;
     add_lws_variables(pod, size_text);
     Ok(())
@@ -321,6 +369,22 @@ fn join_gang(pod: &mut Pod, leader_index: Option<i32>) {
     spec.scheduling_group.get_or_insert(PodSchedulingGroup {
         pod_group_name: Some(name),
     });
+}
+
+/// Names the Volcano PodGroup of the pod's group incarnation in the
+/// `scheduling.k8s.io/group-name` annotation (Volcano gang scheduling, [`volcano`]): from the
+/// pod's LWS name, group index and revision labels, as upstream writes it (set over any value
+/// the pod had).
+fn join_volcano_group(pod: &mut Pod) {
+    let labels = pod.labels();
+    let label = |key: &str| labels.get(key).map(String::as_str).unwrap_or_default();
+    let name = volcano::pod_group_name(
+        label(labels::NAME),
+        label(labels::GROUP_INDEX),
+        label(labels::REVISION),
+    );
+    pod.annotations_mut()
+        .insert(GROUP_NAME_ANNOTATION.to_string(), name);
 }
 
 /// The subgroup of worker `index`: with `size - 1` divisible by the subgroup size (and `size`
@@ -711,6 +775,93 @@ pub(super) mod tests {
             default_pod(&mut plain).unwrap();
             assert_eq!(group_of(&plain), None);
         }
+    }
+
+    #[test]
+    fn with_volcano_every_lws_pod_names_its_groups_volcano_podgroup() {
+        let volcano = Some(volcano::GangProvider::Volcano);
+        let group_name = |p: &Pod| p.annotations().get(GROUP_NAME_ANNOTATION).cloned();
+        let cases = [
+            (
+                "a leader: its ordinal is the group index",
+                pod(
+                    "vllm-2",
+                    json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+                    json!({labels::SIZE: "3"}),
+                    "vllm",
+                ),
+                volcano,
+                Some("vllm-2-abc"),
+            ),
+            (
+                "a worker: its template's group index label",
+                pod(
+                    "vllm-2-1",
+                    json!({labels::NAME: "vllm", labels::GROUP_INDEX: "2", labels::REVISION: "abc"}),
+                    json!({labels::SIZE: "3", labels::LEADER_NAME: "vllm-2",
+                        GROUP_NAME_ANNOTATION: "stale"}),
+                    "vllm",
+                ),
+                volcano,
+                Some("vllm-2-abc"),
+            ),
+            (
+                "no provider: no annotation",
+                pod(
+                    "vllm-0",
+                    json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+                    json!({labels::SIZE: "3"}),
+                    "vllm",
+                ),
+                None,
+                None,
+            ),
+            (
+                "a native gang LWS's pod joins its Kubernetes PodGroup only",
+                pod(
+                    "vllm-0",
+                    json!({labels::NAME: "vllm", labels::WORKER_INDEX: "0", labels::REVISION: "abc"}),
+                    json!({labels::SIZE: "3", labels::GANG_SCHEDULING: "native"}),
+                    "vllm",
+                ),
+                volcano,
+                None,
+            ),
+            (
+                "not an LWS pod",
+                pod("web-0", json!({"app": "web"}), json!({}), "web"),
+                volcano,
+                None,
+            ),
+        ];
+        for (name, before, provider, want) in cases {
+            let mut after = before.clone();
+            default_pod_with(&mut after, provider).unwrap();
+            assert_eq!(group_name(&after).as_deref(), want, "{name}");
+            // The webhook's patch carries the annotation.
+            let patch: json_patch::Patch = serde_json::from_slice(
+                &serde_json::to_vec(&patch(&Before::of(&before), &after)).unwrap(),
+            )
+            .unwrap();
+            let mut patched = serde_json::to_value(&before).unwrap();
+            json_patch::patch(&mut patched, &patch).unwrap();
+            assert_eq!(
+                patched,
+                serde_json::to_value(&after).unwrap(),
+                "{name}: patch"
+            );
+        }
+        let mut no_annotations = pod(
+            "b-0",
+            json!({labels::NAME: "b", labels::WORKER_INDEX: "0", labels::REVISION: "r"}),
+            json!({}),
+            "b",
+        );
+        no_annotations.metadata.annotations = None;
+        assert!(
+            default_pod_with(&mut no_annotations, volcano).is_err(),
+            "size is required"
+        );
     }
 
     #[test]

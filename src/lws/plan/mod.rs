@@ -25,6 +25,7 @@ pub mod revisions;
 pub mod services;
 #[cfg(test)]
 mod tests;
+pub mod volcano;
 
 use std::time::Duration;
 
@@ -157,6 +158,8 @@ pub struct Plan {
     pub pod_groups: Vec<Write<PodGroup>>,
     /// PodGroups no group needs any more, or whose policy is out of date.
     pub delete_pod_groups: Vec<Delete>,
+    /// Volcano PodGroups to create (Volcano gang scheduling), before worker StatefulSets.
+    pub volcano_pod_groups: Vec<Write<crate::api::volcano::VolcanoPodGroup>>,
     /// Per-group Services whose group is gone.
     pub delete_services: Vec<Delete>,
     /// Worker StatefulSets to create.
@@ -255,7 +258,16 @@ pub fn worker_statefulsets(
     if let Err(failure) = leader_sts::sts_max_unavailable(lws) {
         return Plan::blocked(failure);
     }
+    if let Some(failure) = volcano::blocked(lws, observed) {
+        return Plan::blocked(failure);
+    }
     let mut plan = Plan::default();
+    // A group's Volcano PodGroup comes before its workers: while one is missing, the
+    // reconcile (which writes it first) makes the workers.
+    volcano::plan(lws, observed, &mut plan);
+    if !plan.volcano_pod_groups.is_empty() {
+        return Plan::default();
+    }
     groups::plan(lws, observed, deref, &mut plan);
     plan
 }
@@ -272,6 +284,9 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     };
     let lws = lws.as_ref();
     if let Some(failure) = gangs::blocked(lws, observed) {
+        return Plan::blocked(failure);
+    }
+    if let Some(failure) = volcano::blocked(lws, observed) {
         return Plan::blocked(failure);
     }
     let leader = match leader_sts::plan(lws, observed, leader_sts, &revisions) {
@@ -294,6 +309,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, deref: &Dereferenced, no
     };
     services::plan(lws, observed, deref, leader.step.replicas, &mut plan);
     gangs::plan(lws, observed, &leader.step, &revisions.key, &mut plan);
+    volcano::plan(lws, observed, &mut plan);
     groups::plan(lws, observed, deref, &mut plan);
     match lws
         .spec
