@@ -8,7 +8,8 @@
 # - Kueue's CRDs (from its module), server-side applied; the five CRDs Kueue converts between
 #   v1beta1 and v1beta2 get its conversion webhook (clientConfig.url, caBundle), as its
 #   kustomize install patches them;
-# - a Configuration (config.kueue.x-k8s.io/v1beta2): leader election off, internal cert
+# - a Configuration (config.kueue.x-k8s.io/v1beta2): leader election off (on with
+#   LWS_KUEUE_LEADER_ELECT=1, its Lease in kueue-system: Kueue's own e2e suites wait for it), internal cert
 #   management off, the webhook server on 127.0.0.1:<free port> with a CA and serving
 #   certificate for IP 127.0.0.1 made here with openssl, metrics and health on free loopback
 #   ports, manageJobsWithoutQueueName: false (only objects with a kueue.x-k8s.io/queue-name
@@ -119,13 +120,18 @@ until k wait --for=condition=Established --timeout=10s -f "$CRDS" >/dev/null 2>&
 done
 k get namespace kueue-system >/dev/null 2>&1 || k create namespace kueue-system >/dev/null
 
+LEADER_ELECTION="  leaderElect: false"
+if [ "${LWS_KUEUE_LEADER_ELECT:-0}" = 1 ]; then
+  # Out of cluster there is no in-cluster namespace to default to: name it.
+  LEADER_ELECTION=$(printf '  leaderElect: true\n  resourceNamespace: kueue-system')
+fi
 cat >"$W/config.yaml" <<CFG
 apiVersion: config.kueue.x-k8s.io/v1beta2
 kind: Configuration
 namespace: kueue-system
 manageJobsWithoutQueueName: false
 leaderElection:
-  leaderElect: false
+$LEADER_ELECTION
 internalCertManagement:
   enable: false
 webhook:
