@@ -126,11 +126,20 @@ pub fn default_response(
     annotations: &[(&'static str, String)],
 ) -> AdmissionResponse {
     let response = AdmissionResponse::from(request);
-    let Some(before) = typed(request.object.as_ref()) else {
+    let Some(mut object) = request
+        .object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok())
+    else {
+        return response;
+    };
+    // Before decoding: `type: ""` is no value of our API types.
+    let empty_type = admission::default_empty_strategy_type(&mut object);
+    let Ok(before) = serde_json::from_value::<LeaderWorkerSet>(object) else {
         return response;
     };
     let mut after = before.clone();
-    let defaulted = admission::default_lws(&mut after);
+    let defaulted = admission::default_lws(&mut after) || empty_type;
     for (key, value) in annotations {
         after.annotations_mut().insert((*key).into(), value.clone());
     }
@@ -141,10 +150,19 @@ pub fn default_response(
     else {
         return response.deny("cannot serialize the LeaderWorkerSet");
     };
-    match response
-        .clone()
-        .with_patch(json_patch::diff(&before, &after))
-    {
+    let mut patch = json_patch::diff(&before, &after);
+    if empty_type {
+        let replace = serde_json::json!({
+            "op": "replace",
+            "path": "/spec/rolloutStrategy/type",
+            "value": admission::EMPTY_STRATEGY_TYPE_DEFAULT,
+        });
+        match serde_json::from_value(replace) {
+            Ok(op) => patch.0.insert(0, op),
+            Err(err) => return response.deny(format!("cannot encode the patch: {err}")),
+        }
+    }
+    match response.clone().with_patch(patch) {
         Ok(patched) => patched,
         Err(err) => response.deny(format!("cannot encode the patch: {err}")),
     }
@@ -227,6 +245,21 @@ mod tests {
         );
         let untouched = default_response(&review(lws("None", serde_json::json!({}))), &[]);
         assert!(untouched.allowed && untouched.patch.is_none());
+    }
+
+    #[test]
+    fn an_empty_rollout_strategy_type_is_patched_to_rolling_update() {
+        // What a client built on upstream's Go types sends when it leaves the strategy unset.
+        let mut object = lws("None", serde_json::json!({}));
+        object["spec"]["rolloutStrategy"] = serde_json::json!({"type": ""});
+        let resp = default_response(&review(object), &[]);
+        assert!(resp.allowed);
+        let patch: serde_json::Value =
+            serde_json::from_slice(resp.patch.as_ref().expect("a patch")).unwrap();
+        assert_eq!(
+            patch,
+            serde_json::json!([{"op": "replace", "path": "/spec/rolloutStrategy/type", "value": "RollingUpdate"}])
+        );
     }
 
     #[test]

@@ -4,9 +4,13 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use k8s_openapi::api::{apps::v1::StatefulSet, events::v1::Event};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use lws_rollout::api::{LeaderWorkerSet, leaderworkerset::RestartPolicy};
+use lws_rollout::api::{
+    LeaderWorkerSet,
+    leaderworkerset::{RestartPolicy, RolloutStrategyType},
+};
 use serde_json::json;
 
 use crate::{
@@ -98,6 +102,22 @@ async fn deprecated_restart_policy_default_is_stored_as_none() -> anyhow::Result
             stored.spec.leader_worker_template.restart_policy,
             Some(RestartPolicy::None)
         );
+        Ok(())
+    })
+    .await
+}
+
+/// What a client built on upstream's Go types sends when it leaves the strategy unset (the field
+/// has no `omitempty` there): accepted and stored as upstream's webhook stores it.
+#[tokio::test]
+async fn an_empty_rollout_strategy_type_is_stored_as_rolling_update() -> anyhow::Result<()> {
+    with_ns("lws-emptytype", |ns| async move {
+        let mut obj = lws("emptytype", 1, 2, "vllm:1");
+        obj["spec"]["rolloutStrategy"] = json!({"type": ""});
+        apply(&ns, &obj).await?;
+        let stored = ns.api::<LeaderWorkerSet>().get("emptytype").await?;
+        let strategy = stored.spec.rollout_strategy.context("a rollout strategy")?;
+        assert_eq!(strategy.type_, RolloutStrategyType::RollingUpdate);
         Ok(())
     })
     .await

@@ -25,14 +25,6 @@
 #   the out-of-cluster ones above. Its webhook probe (a dry-run ResourceFlavor) and its Lease
 #   check reach the real Kueue.
 #
-# - LWS_KUEUE_E2E_STANDIN=1 adds a MutatingAdmissionPolicy that turns an LWS's empty
-#   spec.rolloutStrategy.type ("", what a Go client of upstream's API types sends when it leaves
-#   the field unset: the field has no omitempty) into "RollingUpdate", as upstream's mutating
-#   webhook does and ours does not yet; otherwise our CRD's enum refuses such an LWS at
-#   admission, and almost every spec fails at its first create (docs/kueue.md). A stand-in
-#   for a missing default of ours, to see what the specs do after it: the run that counts is
-#   the one without it. Output then goes to target/kueue-e2e-standin/.
-#
 # Prints the "Ran N of M Specs … Passed | Failed | Pending | Skipped" line (M counts every spec
 # of the suite, N those the label selects) and keeps the full output and the JUnit report under
 # target/kueue-e2e/. Every process it starts is recorded and stopped (test/cluster/down.sh) on
@@ -80,9 +72,7 @@ else
 fi
 
 # --- a cluster with Kueue, our manager ------------------------------------------------------
-STANDIN="${LWS_KUEUE_E2E_STANDIN:-0}"
 OUT="$REPO/target/kueue-e2e"
-[ "$STANDIN" != 1 ] || OUT="$REPO/target/kueue-e2e-standin"
 mkdir -p "$OUT"
 STATE=$(mktemp -d "${TMPDIR:-/tmp}/lws-kueue-e2e.XXXXXX")
 cleanup() {
@@ -142,43 +132,6 @@ k -n kueue-system rollout status deployment/kueue-controller-manager --timeout=1
 k -n lws-system rollout status deployment/lws-controller-manager --timeout=120s >/dev/null \
   || die "the placeholder Deployment lws-system/lws-controller-manager did not become available"
 
-if [ "$STANDIN" = 1 ]; then
-  log "stand-in: a MutatingAdmissionPolicy defaults an empty spec.rolloutStrategy.type to RollingUpdate"
-  k apply -f - >/dev/null <<'YAML'
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicy
-metadata: {name: lws-rollout-test-empty-rollout-type}
-spec:
-  failurePolicy: Fail
-  reinvocationPolicy: IfNeeded
-  matchConstraints:
-    resourceRules:
-    - apiGroups: [leaderworkerset.x-k8s.io]
-      apiVersions: [v1]
-      operations: [CREATE, UPDATE]
-      resources: [leaderworkersets]
-  matchConditions:
-  - name: empty-rollout-type
-    expression: 'has(object.spec.rolloutStrategy) && has(object.spec.rolloutStrategy.type) && object.spec.rolloutStrategy.type == ""'
-  mutations:
-  - patchType: ApplyConfiguration
-    applyConfiguration:
-      expression: 'Object{spec: Object.spec{rolloutStrategy: Object.spec.rolloutStrategy{type: "RollingUpdate"}}}'
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: lws-rollout-test-empty-rollout-type}
-spec: {policyName: lws-rollout-test-empty-rollout-type}
-YAML
-  # The policy is in force once a dry-run create of such an LWS is let through.
-  probe='{"apiVersion":"leaderworkerset.x-k8s.io/v1","kind":"LeaderWorkerSet","metadata":{"name":"standin-probe","namespace":"default"},"spec":{"rolloutStrategy":{"type":""},"startupPolicy":"LeaderCreated","leaderWorkerTemplate":{"size":1,"workerTemplate":{"spec":{"containers":[{"name":"c","image":"placeholder.invalid/none"}]}}}}}'
-  deadline=$((SECONDS + 30))
-  until echo "$probe" | k create --dry-run=server -f - >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || die "the stand-in policy did not take effect in 30s: $(echo "$probe" | k create --dry-run=server -f - 2>&1 | tail -n 1)"
-    sleep 0.5
-  done
-fi
-
 # Ginkgo colours its summary: strip the escapes before matching.
 summary() { sed 's/\x1b\[[0-9;]*m//g' "$1" | grep -E '^(Ran [0-9]+ of [0-9]+ Specs|SUCCESS!|FAIL!)' | tr '\n' ' '; echo; }
 # Skipped, with the reason: none so far.
@@ -194,7 +147,6 @@ set +e
 status=$?
 set -e
 what="Kueue $KUEUE_VERSION LeaderWorkerSet specs"
-[ "$STANDIN" != 1 ] || what="$what (with the rollout-type stand-in)"
 echo "$what: $(summary "$OUT/suite.log")"
 log "log and JUnit report in $OUT"
 exit $status

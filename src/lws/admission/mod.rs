@@ -22,6 +22,24 @@ const MAX_LABEL: usize = 63;
 /// the hash is a 32-bit FNV in decimal, safe-encoded: up to 10 characters.
 const REVISION_SUFFIX: usize = 1 + 10;
 
+/// Upstream's defaulting of an empty `spec.rolloutStrategy.type`, on the object as JSON: upstream's
+/// Go type has no `omitempty` on it, so every client built on upstream's API types that leaves
+/// the strategy unset sends `type: ""`, which a CRD default (it fills only absent fields) and our
+/// CRD's enum would refuse; upstream's webhook makes it `RollingUpdate`, and so does this.
+/// Returns whether it changed the object.
+pub fn default_empty_strategy_type(object: &mut serde_json::Value) -> bool {
+    match object.pointer_mut("/spec/rolloutStrategy/type") {
+        Some(value) if value.as_str() == Some("") => {
+            *value = serde_json::Value::from(EMPTY_STRATEGY_TYPE_DEFAULT);
+            true
+        }
+        _ => false,
+    }
+}
+
+/// What an empty rollout strategy type becomes (upstream's only strategy).
+pub const EMPTY_STRATEGY_TYPE_DEFAULT: &str = "RollingUpdate";
+
 /// Upstream's defaulting that CRD defaults cannot do. Returns whether anything changed.
 pub fn default_lws(lws: &mut LeaderWorkerSet) -> bool {
     let policy = &mut lws.spec.leader_worker_template.restart_policy;
@@ -137,6 +155,26 @@ fn gang_errors(lws: &LeaderWorkerSet, old: Option<&LeaderWorkerSet>) -> Vec<Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_empty_strategy_type_becomes_rolling_update_and_nothing_else_changes() {
+        let mut empty = serde_json::json!({"spec": {"rolloutStrategy": {"type": "", "rollingUpdateConfiguration": {"maxSurge": 1}}}});
+        assert!(default_empty_strategy_type(&mut empty));
+        assert_eq!(
+            empty,
+            serde_json::json!({"spec": {"rolloutStrategy": {"type": "RollingUpdate", "rollingUpdateConfiguration": {"maxSurge": 1}}}})
+        );
+        for untouched in [
+            serde_json::json!({"spec": {"rolloutStrategy": {"type": "RollingUpdate"}}}),
+            serde_json::json!({"spec": {"rolloutStrategy": {}}}),
+            serde_json::json!({"spec": {}}),
+            serde_json::json!({"spec": {"rolloutStrategy": {"type": "Recreate"}}}),
+        ] {
+            let mut object = untouched.clone();
+            assert!(!default_empty_strategy_type(&mut object), "{untouched}");
+            assert_eq!(object, untouched);
+        }
+    }
 
     fn lws(yaml: &str) -> LeaderWorkerSet {
         serde_yaml::from_str(yaml).unwrap()
