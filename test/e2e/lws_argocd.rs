@@ -475,7 +475,7 @@ async fn argocd_health_of_a_disaggregatedset_follows_its_roles() -> anyhow::Resu
             let revision = lws_rollout::disaggregatedset::revision::revision(&stored.spec.roles)?;
             let foreign: LeaderWorkerSet = serde_json::from_value(json!({
                 "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
-                "metadata": {"name": format!("taken-{revision}-decode")},
+                "metadata": {"name": format!("taken-0-{revision}-decode")},
                 "spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}
             }))?;
             ns.api::<LeaderWorkerSet>()
