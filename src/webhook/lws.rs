@@ -12,7 +12,7 @@ use kube::{
 };
 use tracing::warn;
 
-use super::review::Review;
+use super::review::{Review, request, typed};
 use crate::{
     api::leaderworkerset::LeaderWorkerSet,
     lws::{
@@ -26,26 +26,6 @@ use crate::{
 pub const MUTATE_PATH: &str = "/mutate-lws";
 /// Path of the LWS validating endpoint.
 pub const VALIDATE_PATH: &str = "/validate-lws";
-
-/// The request in a review, or the review answering a malformed one.
-fn request(
-    review: AdmissionReview<DynamicObject>,
-) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionReview<DynamicObject>>> {
-    review
-        .try_into()
-        .map_err(|err: kube::core::admission::ConvertAdmissionReviewError| {
-            warn!(error = %err, "malformed AdmissionReview");
-            Box::new(AdmissionResponse::invalid(err.to_string()).into_review())
-        })
-}
-
-/// The object as an LWS. `None` when it does not parse: mutating webhooks run before schema
-/// validation, which then reports the problem with the field's path, so we stay out of its way.
-fn typed(obj: Option<&DynamicObject>) -> Option<LeaderWorkerSet> {
-    serde_json::to_value(obj?)
-        .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
-}
 
 /// Handles one defaulting AdmissionReview: upstream's defaults, and the release hold.
 pub async fn mutate(
@@ -84,8 +64,8 @@ async fn release_hold(
         return Ok(Vec::new());
     }
     let (Some(old), Some(new)) = (
-        typed(request.old_object.as_ref()),
-        typed(request.object.as_ref()),
+        typed::<LeaderWorkerSet>(request.old_object.as_ref()),
+        typed::<LeaderWorkerSet>(request.object.as_ref()),
     ) else {
         return Ok(Vec::new());
     };
@@ -187,7 +167,7 @@ pub fn validate_response(request: &AdmissionRequest<DynamicObject>) -> Admission
         // version skew between the CRD and this binary: say so rather than guess.
         return response.deny("the LeaderWorkerSet does not match this controller's API types");
     };
-    let old = typed(request.old_object.as_ref());
+    let old = typed::<LeaderWorkerSet>(request.old_object.as_ref());
     let errors = admission::validate(&lws, old.as_ref());
     if errors.is_empty() {
         return response;

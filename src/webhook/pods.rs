@@ -6,9 +6,8 @@ use kube::core::{
     DynamicObject,
     admission::{AdmissionRequest, AdmissionResponse, AdmissionReview},
 };
-use tracing::warn;
 
-use super::review::Review;
+use super::review::{Review, request};
 use crate::lws::admission::pod_defaults;
 
 /// Path of the pod defaulting endpoint.
@@ -19,12 +18,9 @@ pub async fn mutate(
     axum::extract::State(cluster): axum::extract::State<super::Cluster>,
     Review(review): Review<AdmissionReview<Pod>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<Pod> = match review.try_into() {
+    let request: AdmissionRequest<Pod> = match request(review) {
         Ok(request) => request,
-        Err(err) => {
-            warn!(error = %err, "malformed AdmissionReview");
-            return Json(AdmissionResponse::invalid(err.to_string()).into_review());
-        }
+        Err(answer) => return Json(*answer),
     };
     Json(respond(request, cluster.gang_provider).into_review())
 }

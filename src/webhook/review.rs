@@ -38,6 +38,35 @@ where
     }
 }
 
+/// The request of a decoded AdmissionReview, or the answer to give when it carries none (a
+/// malformed review, logged once).
+pub fn request<K>(
+    review: kube::core::admission::AdmissionReview<K>,
+) -> Result<
+    kube::core::admission::AdmissionRequest<K>,
+    Box<kube::core::admission::AdmissionReview<kube::core::DynamicObject>>,
+>
+where
+    K: kube::Resource,
+{
+    review
+        .try_into()
+        .map_err(|err: kube::core::admission::ConvertAdmissionReviewError| {
+            tracing::warn!(error = %err, "malformed AdmissionReview");
+            Box::new(
+                kube::core::admission::AdmissionResponse::invalid(err.to_string()).into_review(),
+            )
+        })
+}
+
+/// The object of a request as one of our kinds; `None` when it does not parse (schema
+/// validation, which runs after the mutating webhooks, then names the field).
+pub fn typed<K: DeserializeOwned>(obj: Option<&kube::core::DynamicObject>) -> Option<K> {
+    serde_json::to_value(obj?)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,7 @@ use kube::{
 };
 use tracing::warn;
 
-use super::review::Review;
+use super::review::{Review, request, typed};
 use crate::{
     api::{DisaggregatedSet, disaggregatedset_role_scaler::DisaggregatedSetRoleScaler},
     disaggregatedset::admission,
@@ -23,27 +23,17 @@ use crate::{
 /// Path of the RoleScaler validating endpoint.
 pub const VALIDATE_PATH: &str = "/validate-disaggregatedsetrolescaler";
 
-fn typed(obj: Option<&DynamicObject>) -> Option<DisaggregatedSetRoleScaler> {
-    serde_json::to_value(obj?)
-        .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
-}
-
 /// Handles one validating AdmissionReview.
 pub async fn validate(
     State(cluster): State<super::Cluster>,
     Review(review): Review<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+    let request: AdmissionRequest<DynamicObject> = match request(review) {
         Ok(r) => r,
-        Err(err) => {
-            let err: kube::core::admission::ConvertAdmissionReviewError = err;
-            warn!(error = %err, "malformed AdmissionReview");
-            return Json(AdmissionResponse::invalid(err.to_string()).into_review());
-        }
+        Err(answer) => return Json(*answer),
     };
     let answer = AdmissionResponse::from(&request);
-    let Some(new) = typed(request.object.as_ref()) else {
+    let Some(new) = typed::<DisaggregatedSetRoleScaler>(request.object.as_ref()) else {
         return Json(
             answer
                 .deny("the DisaggregatedSetRoleScaler does not match this controller's API types")

@@ -12,33 +12,22 @@ use kube::{
 };
 use tracing::warn;
 
-use super::review::Review;
+use super::review::{Review, request, typed};
 use crate::{api::rollout::Rollout, rollout::admission};
 
 /// Path of the Rollout validating endpoint.
 pub const VALIDATE_PATH: &str = "/validate-rollout";
-
-/// The object as a Rollout; `None` when it does not parse.
-fn typed(obj: Option<&DynamicObject>) -> Option<Rollout> {
-    serde_json::to_value(obj?)
-        .ok()
-        .and_then(|v| serde_json::from_value(v).ok())
-}
 
 /// Handles one validating AdmissionReview.
 pub async fn validate(
     State(cluster): State<super::Cluster>,
     Review(review): Review<AdmissionReview<DynamicObject>>,
 ) -> Json<AdmissionReview<DynamicObject>> {
-    let request: AdmissionRequest<DynamicObject> = match review.try_into() {
+    let request: AdmissionRequest<DynamicObject> = match request(review) {
         Ok(r) => r,
-        Err(err) => {
-            let err: kube::core::admission::ConvertAdmissionReviewError = err;
-            warn!(error = %err, "malformed AdmissionReview");
-            return Json(AdmissionResponse::invalid(err.to_string()).into_review());
-        }
+        Err(answer) => return Json(*answer),
     };
-    let Some(new) = typed(request.object.as_ref()) else {
+    let Some(new) = typed::<Rollout>(request.object.as_ref()) else {
         // Schema validation ran before us; an object it let through that we cannot read is a
         // version skew between the CRD and this binary: say so rather than guess.
         return Json(
@@ -47,7 +36,7 @@ pub async fn validate(
                 .into_review(),
         );
     };
-    let old = typed(request.old_object.as_ref());
+    let old = typed::<Rollout>(request.old_object.as_ref());
     if new.metadata.deletion_timestamp.is_some() || old.as_ref().is_some_and(|o| o.spec == new.spec)
     {
         // Nothing the rules look at changed (a finalizer, a label): no need to list.
