@@ -79,8 +79,8 @@ const PERCENT_RULE: &str = "self.matches('^(100|[1-9]?[0-9])%$')";
 pub struct RolloutSpec {
     /// The workload this Rollout releases, in the Rollout's namespace.
     #[x_kube(validation = Rule::new(
-        "self.apiVersion == 'leaderworkerset.x-k8s.io/v1' && self.kind == 'LeaderWorkerSet'"
-    ).message("workloadRef must be a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet; other workload kinds are not supported"))]
+        "(self.apiVersion == 'leaderworkerset.x-k8s.io/v1' && self.kind == 'LeaderWorkerSet') || (self.apiVersion == 'disaggregatedset.x-k8s.io/v1' && self.kind == 'DisaggregatedSet')"
+    ).message("workloadRef must be a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet or a disaggregatedset.x-k8s.io/v1 DisaggregatedSet; other workload kinds are not supported"))]
     pub workload_ref: ObjectRef,
     /// How the release proceeds.
     pub strategy: RolloutStrategy,
@@ -102,10 +102,14 @@ pub struct ObjectRef {
     pub name: String,
 }
 
-/// The only workload this project releases: its `apiVersion`.
+/// The LeaderWorkerSet's `apiVersion`.
 pub const LWS_API_VERSION: &str = "leaderworkerset.x-k8s.io/v1";
-/// The only workload this project releases: its `kind`.
+/// The LeaderWorkerSet's `kind`.
 pub const LWS_KIND: &str = "LeaderWorkerSet";
+/// The DisaggregatedSet's `apiVersion`: a prefill/decode pair released as one.
+pub const DISAGGREGATEDSET_API_VERSION: &str = "disaggregatedset.x-k8s.io/v1";
+/// The DisaggregatedSet's `kind`.
+pub const DISAGGREGATEDSET_KIND: &str = "DisaggregatedSet";
 
 impl ObjectRef {
     /// Whether this names a LeaderWorkerSet. A Rollout whose `workloadRef` names anything else
@@ -113,6 +117,11 @@ impl ObjectRef {
     /// belongs to another controller, so nothing of ours reads or writes it.
     pub fn is_leader_worker_set(&self) -> bool {
         self.api_version == LWS_API_VERSION && self.kind == LWS_KIND
+    }
+
+    /// Whether this names a DisaggregatedSet.
+    pub fn is_disaggregated_set(&self) -> bool {
+        self.api_version == DISAGGREGATEDSET_API_VERSION && self.kind == DISAGGREGATEDSET_KIND
     }
 }
 

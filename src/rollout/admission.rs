@@ -81,18 +81,21 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
         return Vec::new();
     }
     let Some(old) = old else {
-        if !new.spec.workload_ref.is_leader_worker_set() {
+        let target = &new.spec.workload_ref;
+        if !target.is_leader_worker_set() && !target.is_disaggregated_set() {
             // The CRD's own rule refuses it first; say the same if it ever gets here.
             return vec![refusal(
                 "spec.workloadRef",
-                "only a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet can be released",
+                "only a leaderworkerset.x-k8s.io/v1 LeaderWorkerSet or a \
+                 disaggregatedset.x-k8s.io/v1 DisaggregatedSet can be released",
             )];
         }
         return problems(new, others);
     };
-    if !old.spec.workload_ref.is_leader_worker_set()
-        && !new.spec.workload_ref.is_leader_worker_set()
-    {
+    let ours = |r: &Rollout| {
+        r.spec.workload_ref.is_leader_worker_set() || r.spec.workload_ref.is_disaggregated_set()
+    };
+    if !ours(old) && !ours(new) {
         return Vec::new();
     }
     if old.spec == new.spec
