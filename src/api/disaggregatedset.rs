@@ -33,6 +33,12 @@ pub const SLICE_LABEL: &str = "disaggregatedset.x-k8s.io/slice";
 pub const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
 /// Annotation on an old revision's LWS: its replicas when the rolling update started.
 pub const INITIAL_REPLICAS_ANNOTATION: &str = "disaggregatedset.x-k8s.io/initial-replicas";
+/// Annotation on a set a Rollout releases: the revision the set ran when the release began (the
+/// hold, set at admission; docs/rollout-design.md).
+pub const HELD_REVISION_ANNOTATION: &str = "rollouts.kruise.io/stable-revision";
+/// Annotation on a held set, written by its BatchRelease: the new revision's groups per role and
+/// slice for the current batch, a JSON object of role name to groups.
+pub const RELEASE_GROUPS_ANNOTATION: &str = "lws-rollout.x-k8s.io/release-groups";
 
 /// Desired state of a DisaggregatedSet: at least two roles, each an LWS template.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
