@@ -367,6 +367,24 @@ impl WithConditions for lws_rollout::api::LeaderWorkerSet {
     }
 }
 
+impl WithConditions
+    for k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition
+{
+    /// A CRD's conditions carry no generation: the API server sets them for the stored spec.
+    fn current_condition(&self, type_: &str) -> Option<ConditionRead> {
+        self.status
+            .as_ref()?
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == type_)
+            .map(|c| {
+                let text = |v: &Option<String>| v.clone().unwrap_or_default();
+                (c.status.clone(), text(&c.reason), text(&c.message))
+            })
+    }
+}
+
 impl WithConditions for lws_rollout::api::DisaggregatedSet {
     fn current_condition(&self, type_: &str) -> Option<ConditionRead> {
         let conditions = self.status.as_ref()?.conditions.as_ref();

@@ -33,7 +33,7 @@ use lws_rollout::api::{
 use serde_json::json;
 
 use crate::{
-    harness::{TestNs, events_when, eventually, wait_for, wait_for_all},
+    harness::{TestNs, condition, events_when, eventually, wait_for, wait_for_all},
     isolated::{IsolatedCluster, ManagerProcess, repo},
     lws_support::{apply, available_with, lws, pods_of},
 };
@@ -93,11 +93,8 @@ async fn install_volcano_crds(cluster: &IsolatedCluster) -> anyhow::Result<()> {
         "podgroups.scheduling.volcano.sh",
         WAIT,
         |c: Option<&CustomResourceDefinition>| {
-            c.and_then(|c| c.status.as_ref()?.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                })
+            c.and_then(|c| condition(c, "Established"))
+                .is_some_and(|(status, _, _)| status == "True")
         },
     )
     .await?;
@@ -375,15 +372,13 @@ async fn volcano_configured_without_its_crds_says_so_then_builds_once_installed(
             let lwss = ns.api::<LeaderWorkerSet>();
             apply(&ns, &lws("early", 1, 2, IMAGE)).await?;
             wait_for(&lwss, "early", WAIT, |l: Option<&LeaderWorkerSet>| {
-                l.and_then(|l| l.status.as_ref()?.conditions.as_ref())
-                    .is_some_and(|c| {
-                        c.iter().any(|c| {
-                            c.type_ == "ReplicaFailure"
-                                && c.status == "True"
-                                && c.reason == "GangSchedulingUnavailable"
-                                && c.message.contains("scheduling.volcano.sh/v1beta1")
-                        })
-                    })
+                l.and_then(|l| condition(l, "ReplicaFailure")).is_some_and(
+                    |(status, reason, message)| {
+                        status == "True"
+                            && reason == "GangSchedulingUnavailable"
+                            && message.contains("scheduling.volcano.sh/v1beta1")
+                    },
+                )
             })
             .await?;
             events_when(&ns, WAIT, |events| {

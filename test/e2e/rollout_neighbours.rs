@@ -30,7 +30,7 @@ use kube::{
 use lws_rollout::api::{LeaderWorkerSet, Rollout};
 use serde_json::{Value, json};
 
-use crate::harness::{TestNs, eventually, wait_for};
+use crate::harness::{TestNs, condition, eventually, wait_for};
 use crate::isolated::{IsolatedCluster, ManagerProcess, repo};
 use crate::lws_support::{apply, available_with};
 use crate::rollout_support::*;
@@ -88,12 +88,7 @@ async fn apply_crd(
             c.is_some_and(|c| {
                 let served: Vec<String> = c.spec.versions.iter().map(|v| v.name.clone()).collect();
                 served == want
-                    && c.status.as_ref().is_some_and(|s| {
-                        s.conditions
-                            .iter()
-                            .flatten()
-                            .any(|c| c.type_ == "Established" && c.status == "True")
-                    })
+                    && condition(c, "Established").is_some_and(|(status, _, _)| status == "True")
             })
         },
     )
