@@ -25,7 +25,7 @@ use crate::{
         REVISION, ROLE, Recording, Seen, apply, lws_of, pd, services_only_for_complete_revisions,
         wait_settled,
     },
-    harness::{TestNs, condition, wait_for, wait_for_all},
+    harness::{TestNs, condition, events_when, wait_for, wait_for_all},
 };
 
 const BATCHRELEASE: &str = "lws-rollout-batchrelease";
@@ -294,8 +294,47 @@ async fn another_writer_dropping_the_hold_gets_it_back() -> anyhow::Result<()> {
                 "nothing of the new revision while held"
             );
 
-            // The release's own write lifts it; the set then rolls on its own.
-            let set = annotate(&ns, RELEASE, json!({HELD_REVISION_ANNOTATION: null})).await?;
+            // Release groups that cannot be read: said in the status and an Event, nothing
+            // of the new revision made.
+            annotate(
+                &ns,
+                BATCHRELEASE,
+                json!({RELEASE_GROUPS_ANNOTATION: "prefill=1"}),
+            )
+            .await?;
+            wait_for(
+                &ns.api::<DisaggregatedSet>(),
+                "pd",
+                Duration::from_secs(60),
+                |s: Option<&DisaggregatedSet>| {
+                    s.and_then(|s| condition(s, "Degraded"))
+                        .is_some_and(|c| c.0 == "True" && c.1 == "InvalidReleaseGroups")
+                },
+            )
+            .await?;
+            events_when(&ns, Duration::from_secs(60), |events| {
+                events.iter().any(|e| {
+                    e.reason.as_deref() == Some("InvalidReleaseGroups")
+                        && e.type_.as_deref() == Some("Warning")
+                })
+            })
+            .await
+            .context("a Warning event")?;
+            ensure!(
+                lws_of(&ns, "pd")
+                    .await?
+                    .iter()
+                    .all(|l| l.labels()[REVISION] == held),
+                "nothing of the new revision for unreadable groups"
+            );
+
+            // The release's own write lifts it (and its groups); the set then rolls on its own.
+            let set = annotate(
+                &ns,
+                RELEASE,
+                json!({HELD_REVISION_ANNOTATION: null, RELEASE_GROUPS_ANNOTATION: null}),
+            )
+            .await?;
             assert_eq!(hold_of(&set), None);
             wait_released(&ns, &[("prefill", 1), ("decode", 1)]).await?;
             ensure!(
