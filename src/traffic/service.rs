@@ -40,9 +40,14 @@ pub fn user_selector(stable: &Service) -> Option<Selector> {
 /// `selector` restricted to `leaders`.
 pub fn leader_selector(selector: &Selector, leaders: &Leaders) -> Selector {
     let mut out = selector.clone();
-    out.insert(names::LWS_NAME.into(), leaders.lws.clone());
+    let (name_key, revision_key) = if leaders.set {
+        (names::SET_NAME, names::SET_REVISION)
+    } else {
+        (names::LWS_NAME, names::REVISION)
+    };
+    out.insert(name_key.into(), leaders.lws.clone());
     if let Some(revision) = &leaders.revision {
-        out.insert(names::REVISION.into(), revision.clone());
+        out.insert(revision_key.into(), revision.clone());
     }
     out.entry(names::WORKER_INDEX.into())
         .or_insert_with(|| "0".into());
