@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod apply;
 pub mod controller;
+pub mod hold;
 pub mod objects;
 pub mod observe;
 pub mod plan;

@@ -22,6 +22,9 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 /// Condition type: the set or one of its LWSs cannot be realised.
 pub const DEGRADED: &str = "Degraded";
+/// `Progressing` reason: a release holds the set on its stable revision, which runs every
+/// role at its replicas (the set's own rolling update waits for the release).
+pub const HELD_BY_ROLLOUT: &str = "HeldByRollout";
 
 fn condition(
     type_: &str,
@@ -42,10 +45,14 @@ fn condition(
 }
 
 /// The status from what was observed; `failure` (reason, message) makes the set Degraded.
+/// `held`: the revision a release holds the set on, when it is not the template's `revision`
+/// (the set then counts as settled once the held revision runs every role at its replicas,
+/// ready: the release's groups of `revision` are the Rollout's to report).
 pub fn compute(
     set: &DisaggregatedSet,
     observed: &Observed,
     revision: &str,
+    held: Option<&str>,
     targets: &std::collections::BTreeMap<String, i32>,
     failure: Option<(&str, &str)>,
     now: &Time,
@@ -79,9 +86,12 @@ pub fn compute(
         let ready: i32 = of_role(observed, &role.name)
             .map(|l| status_of(l).ready_replicas.unwrap_or(0))
             .sum();
-        let current: Vec<_> = of_role(observed, &role.name)
-            .filter(|l| l.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision))
-            .collect();
+        let of_revision = |r: &str| -> Vec<_> {
+            of_role(observed, &role.name)
+                .filter(|l| l.labels().get(REVISION_LABEL).map(String::as_str) == Some(r))
+                .collect()
+        };
+        let current = of_revision(revision);
         let updated: i32 = current
             .iter()
             .map(|l| status_of(l).replicas.unwrap_or(0))
@@ -91,14 +101,29 @@ pub fn compute(
             .map(|l| status_of(l).ready_replicas.unwrap_or(0))
             .sum();
         all_ready &= ready >= want;
-        settled &= current.len() == slices as usize
-            && current.iter().all(|l| {
+        // What must run every role at its replicas: the held revision while a release holds
+        // the set (the release's groups of the template's revision are beside it), else the
+        // template's.
+        let (serving, serving_groups, serving_ready, all_groups) = match held {
+            Some(h) => {
+                let lws = of_revision(h);
+                let groups = lws.iter().map(|l| status_of(l).replicas.unwrap_or(0)).sum();
+                let ready = lws
+                    .iter()
+                    .map(|l| status_of(l).ready_replicas.unwrap_or(0))
+                    .sum();
+                (lws, groups, ready, replicas - updated)
+            }
+            None => (current.clone(), updated, current_ready, replicas),
+        };
+        settled &= serving.len() == slices as usize
+            && serving.iter().all(|l| {
                 l.spec.replicas.unwrap_or(1) == per_slice
                     && status_of(l).observed_generation == l.metadata.generation
             })
-            && updated == want
-            && current_ready == want
-            && replicas == want;
+            && serving_groups == want
+            && serving_ready == want
+            && all_groups == want;
         if lws_failure.is_none() {
             lws_failure = of_role(observed, &role.name).find_map(|l| {
                 status_of(l)
@@ -130,7 +155,7 @@ pub fn compute(
             .lws
             .iter()
             .filter_map(|l| l.labels().get(REVISION_LABEL).cloned())
-            .filter(|r| r != revision)
+            .filter(|r| r != revision && Some(r.as_str()) != held)
             .collect();
         revs.sort();
         revs.dedup();
@@ -155,7 +180,45 @@ pub fn compute(
         set,
         now,
     );
-    let progressing = if !old.is_empty() {
+    let progressing = if let Some(h) = held {
+        let release: Vec<String> = set
+            .spec
+            .roles
+            .iter()
+            .map(|role| {
+                let groups: i32 = of_role(observed, &role.name)
+                    .filter(|l| {
+                        l.labels().get(REVISION_LABEL).map(String::as_str) == Some(revision)
+                    })
+                    .map(|l| status_of(l).ready_replicas.unwrap_or(0))
+                    .sum();
+                format!("{} {groups}", role.name)
+            })
+            .collect();
+        let what = format!(
+            "held by a Rollout on revision {h}; the release's revision {revision} has ready groups: {}; {ready_text}",
+            release.join(", ")
+        );
+        if settled && old.is_empty() {
+            // The set is where the release wants it: Argo CD reads it Healthy, the Rollout's
+            // own health says where the release is.
+            condition(PROGRESSING, false, HELD_BY_ROLLOUT, what, set, now)
+        } else {
+            let draining = if old.is_empty() {
+                String::new()
+            } else {
+                format!("draining {}; ", old.join(", "))
+            };
+            condition(
+                PROGRESSING,
+                true,
+                "RolesProgressing",
+                format!("{draining}{what}"),
+                set,
+                now,
+            )
+        }
+    } else if !old.is_empty() {
         condition(
             PROGRESSING,
             true,

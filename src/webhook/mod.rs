@@ -1,12 +1,15 @@
 //! The admission webhook server: TLS with a certificate the manager makes itself, the LWS pod
-//! defaulting endpoint, the LWS defaulting and validating endpoints, the Rollout validating
-//! endpoint, the DisaggregatedSetRoleScaler validating endpoint, and the webhook configurations that point the API server at them.
+//! defaulting endpoint, the LWS defaulting and validating endpoints, the DisaggregatedSet
+//! mutating endpoint (the release hold), the Rollout validating endpoint, the
+//! DisaggregatedSetRoleScaler validating endpoint, and the webhook configurations that point
+//! the API server at them.
 //!
 //! The certificate lives in a Secret every replica shares (see `secret`); each replica serves
 //! it, server-side applies the configurations' caBundle from it, watches it for a renewal made
 //! by another replica, and renews it itself when due.
 
 pub mod certs;
+pub mod disaggregatedset;
 pub mod lws;
 pub mod measure;
 pub mod pods;
@@ -133,6 +136,10 @@ pub fn router(cluster: Cluster, metrics: crate::k8s::metrics::Metrics) -> Router
         .route(pods::PATH, post(pods::mutate))
         .route(lws::MUTATE_PATH, post(lws::mutate))
         .route(lws::VALIDATE_PATH, post(lws::validate))
+        .route(
+            disaggregatedset::MUTATE_PATH,
+            post(disaggregatedset::mutate),
+        )
         .route(rollout::VALIDATE_PATH, post(rollout::validate))
         .route(role_scaler::VALIDATE_PATH, post(role_scaler::validate))
         .route_layer(axum::middleware::from_fn_with_state(

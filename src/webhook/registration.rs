@@ -1,5 +1,5 @@
-//! The webhook configurations (mutating: LWS pods and LWS objects; validating: LWS objects and
-//! Rollouts), server-side applied with the current CA.
+//! The webhook configurations (mutating: LWS pods, LWS objects and DisaggregatedSets; validating:
+//! LWS objects, Rollouts and DisaggregatedSetRoleScalers), server-side applied with the current CA.
 
 use crate::k8s::field_managers;
 use k8s_openapi::{
@@ -18,7 +18,7 @@ use kube::{
     api::{Patch, PatchParams},
 };
 
-use super::{Error, lws, pods, role_scaler, rollout};
+use super::{Error, disaggregatedset, lws, pods, role_scaler, rollout};
 use crate::lws::labels;
 
 /// Where the API server reaches the webhook.
@@ -72,9 +72,10 @@ fn lws_rule() -> RuleWithOperations {
     }
 }
 
-/// The desired mutating configuration: CREATE of pods carrying the LWS name label, and CREATE
-/// and UPDATE of LeaderWorkerSets, go to us. Fail if we cannot answer, as upstream does: an LWS
-/// pod without its labels and variables is broken.
+/// The desired mutating configuration: CREATE of pods carrying the LWS name label, CREATE and
+/// UPDATE of LeaderWorkerSets, and UPDATE of DisaggregatedSets (the release hold), go to us.
+/// Fail if we cannot answer, as upstream does: an LWS pod without its labels and variables is
+/// broken, and a template change let through without its hold would roll every stable group.
 pub fn configuration(
     name: &str,
     endpoint: &Endpoint,
@@ -118,6 +119,24 @@ pub fn configuration(
                 timeout_seconds: Some(10),
                 reinvocation_policy: Some("Never".into()),
                 rules: Some(vec![lws_rule()]),
+                ..Default::default()
+            },
+            MutatingWebhook {
+                name: "mdisaggregatedset.lws-rollout.x-k8s.io".into(),
+                admission_review_versions: vec!["v1".into()],
+                client_config: client_config(endpoint, disaggregatedset::MUTATE_PATH, ca_pem),
+                failure_policy: Some("Fail".into()),
+                side_effects: "None".into(),
+                timeout_seconds: Some(10),
+                reinvocation_policy: Some("Never".into()),
+                rules: Some(vec![RuleWithOperations {
+                    api_groups: Some(vec![crate::api::disaggregatedset::GROUP.into()]),
+                    api_versions: Some(vec!["v1".into()]),
+                    // A set is created with nothing to hold: only its updates are asked about.
+                    operations: Some(vec!["UPDATE".into()]),
+                    resources: Some(vec!["disaggregatedsets".into()]),
+                    scope: Some("Namespaced".into()),
+                }]),
                 ..Default::default()
             },
         ]),

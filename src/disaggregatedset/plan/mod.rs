@@ -45,12 +45,13 @@ use k8s_openapi::{
 use kube::ResourceExt;
 
 use self::steps::{RoleConfig, State};
-use super::{objects, revision, status};
+use super::{hold, objects, revision, status};
 use crate::{
     api::{
         disaggregatedset::{
             DisaggregatedRoleSpec, DisaggregatedSet, DisaggregatedSetStatus,
-            INITIAL_REPLICAS_ANNOTATION, REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL,
+            INITIAL_REPLICAS_ANNOTATION, RELEASE_GROUPS_ANNOTATION, REVISION_LABEL, ROLE_LABEL,
+            SET_NAME_LABEL,
         },
         disaggregatedset_role_scaler::{
             self as role_scaler, DisaggregatedSetRoleScaler, DisaggregatedSetRoleScalerSpec,
@@ -91,6 +92,8 @@ pub mod reasons {
     /// A role is External but the cluster does not serve the DisaggregatedSetRoleScaler kind
     /// (ours: upstream's manager does not start without it).
     pub const ROLE_SCALER_NOT_SERVED: &str = "RoleScalerNotServed";
+    /// The release-groups annotation of a held set cannot be read (ours).
+    pub const INVALID_RELEASE_GROUPS: &str = "InvalidReleaseGroups";
 }
 
 /// An LWS of the set to scale.
@@ -241,6 +244,52 @@ struct Ctx<'a> {
     plan: Plan,
     /// Why the set is Degraded (reason, message), first found first.
     conflicts: Vec<(&'static str, String)>,
+    /// The release hold: the held revision, and the new revision's groups per role and slice
+    /// the release asks for (see [`Release`]).
+    release: Option<Release>,
+}
+
+/// A set held by a release (`rollouts.kruise.io/stable-revision`; docs/rollout-design.md):
+/// the held revision runs at the roles' replicas, the template's revision only as far as the
+/// release says, and the set's own rolling update waits for the hold to be lifted.
+#[derive(Clone, Debug)]
+struct Release {
+    /// The held revision.
+    held: String,
+    /// Groups per slice of the template's revision, by role (a role not named: 0).
+    groups: BTreeMap<String, i32>,
+}
+
+/// The release-groups annotation read: groups by role, and what could not be read (a
+/// malformed annotation is taken as no groups, and said so in the status).
+pub fn release_groups(set: &DisaggregatedSet) -> (BTreeMap<String, i32>, Option<String>) {
+    let Some(raw) = set.annotations().get(RELEASE_GROUPS_ANNOTATION) else {
+        return (BTreeMap::new(), None);
+    };
+    let invalid = |why: String| {
+        Some(format!(
+            "annotation {RELEASE_GROUPS_ANNOTATION} {raw:?}: {why}; the release's new revision runs no groups until it is a JSON object of role to groups, e.g. {{\"prefill\":1,\"decode\":1}}"
+        ))
+    };
+    let object = match serde_json::from_str::<serde_json::Value>(raw) {
+        Ok(serde_json::Value::Object(o)) => o,
+        Ok(_) => return (BTreeMap::new(), invalid("not a JSON object".into())),
+        Err(err) => return (BTreeMap::new(), invalid(format!("not JSON ({err})"))),
+    };
+    let mut groups = BTreeMap::new();
+    let mut bad = Vec::new();
+    for (role, value) in object {
+        match value.as_i64().and_then(|v| i32::try_from(v).ok()) {
+            Some(n) if n >= 0 => {
+                groups.insert(role, n);
+            }
+            _ => bad.push(format!("{role}: {value}")),
+        }
+    }
+    let problem = (!bad.is_empty())
+        .then(|| invalid(format!("not a number of groups ({})", bad.join(", "))))
+        .flatten();
+    (groups, problem)
 }
 
 impl Ctx<'_> {
@@ -285,6 +334,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
                     set,
                     observed,
                     "",
+                    None,
                     &BTreeMap::new(),
                     Some((reasons::INVALID_SPEC, message.as_str())),
                     now,
@@ -302,7 +352,23 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         targets: BTreeMap::new(),
         plan: Plan::default(),
         conflicts: Vec::new(),
+        release: None,
     };
+    if let Some(held) = hold::held(set) {
+        let (groups, problem) = if held == revision {
+            (BTreeMap::new(), None)
+        } else {
+            release_groups(set)
+        };
+        if let Some(message) = problem {
+            ctx.conflicts
+                .push((reasons::INVALID_RELEASE_GROUPS, message));
+        }
+        ctx.release = Some(Release {
+            held: held.to_string(),
+            groups,
+        });
+    }
 
     // Slices at or above spec.slices go (a v0.9 child is slice 0's and never goes here).
     let beyond =
@@ -338,12 +404,20 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
 
     let degraded = ctx.conflicts.first().cloned();
     let Ctx {
-        mut plan, targets, ..
+        mut plan,
+        targets,
+        release,
+        ..
     } = ctx;
+    let held = release
+        .as_ref()
+        .map(|r| r.held.as_str())
+        .filter(|h| *h != revision);
     plan.status = status::compute(
         set,
         observed,
         &revision,
+        held,
         &targets,
         degraded.as_ref().map(|(reason, m)| (*reason, m.as_str())),
         now,
@@ -553,8 +627,12 @@ fn plan_slice(ctx: &mut Ctx<'_>) {
 
     // 2. Coordinated cleanup: an old revision goes once every role of it is at 0.
     let mut cleaned_any = false;
+    let held = ctx.release.as_ref().map(|r| r.held.clone());
     revisions.retain(|rev, roles| {
-        if *rev == revision || roles.values().any(|l| replicas(l) != 0) {
+        if *rev == revision
+            || Some(rev) == held.as_ref()
+            || roles.values().any(|l| replicas(l) != 0)
+        {
             return true;
         }
         for lws in roles.values() {
@@ -575,6 +653,13 @@ fn plan_slice(ctx: &mut Ctx<'_>) {
         ));
     }
     let target: Revision = revisions.get(&revision).cloned().unwrap_or_default();
+
+    // 3. Held by a release: the release's shape instead of the set's own rolling update.
+    if let Some(release) = ctx.release.clone() {
+        held_slice(ctx, &release, &revisions);
+        services(ctx, &revisions, &key);
+        return;
+    }
 
     // 3. The rolling update, or the steady state.
     let old_replicas: i32 = old
@@ -618,6 +703,109 @@ fn plan_slice(ctx: &mut Ctx<'_>) {
 
     // 4. Services: only complete revisions serve.
     services(ctx, &revisions, &key);
+}
+
+impl Ctx<'_> {
+    /// Scales `lws` (of `role`) to `want` when it is not there.
+    fn scale_to(&mut self, role: &str, lws: &LeaderWorkerSet, want: i32) {
+        let from = replicas(lws);
+        if from == want {
+            return;
+        }
+        let (reason, verb) = if want > from {
+            (reasons::SCALING_UP, "up")
+        } else {
+            (reasons::SCALING_DOWN, "down")
+        };
+        self.plan.scale.push(Scale {
+            name: lws.name_any(),
+            uid: lws.metadata.uid.clone(),
+            from,
+            replicas: want,
+            event: EventSpec::normal(
+                reason,
+                format!(
+                    "Scaling {verb} {role} LWS {} from {from} to {want} replicas",
+                    lws.name_any()
+                ),
+            ),
+        });
+    }
+}
+
+/// One slice of a held set. The held revision `H` keeps the roles' replicas (canary style runs
+/// beside stable, never in place of it); the template's revision `C`, when it differs, runs
+/// each role at the release's groups (capped at the role's replicas), all roles in this one
+/// plan, an LWS created only for groups above 0; any other revision drains, all its roles
+/// together, once `H` is ready at its replicas (no capacity lost to a drain). `H == C` (the
+/// template reverted) is the same with no release: `C` at the roles' replicas, the rest
+/// drained. No rolling-update step is taken: lifting the hold hands the slice back to
+/// [`rolling_update`], which continues from the sizes left here.
+fn held_slice(ctx: &mut Ctx<'_>, release: &Release, revisions: &BTreeMap<String, Revision>) {
+    let set = ctx.set;
+    let empty = Revision::new();
+    let held = revisions.get(&release.held).unwrap_or(&empty);
+    let reverted = release.held == ctx.revision;
+    let mut held_ready = true;
+    for role in &set.spec.roles {
+        let want = ctx.want(role);
+        match held.get(&role.name) {
+            Some(lws) => {
+                ctx.scale_to(&role.name, lws, want);
+                held_ready &= replicas(lws) == want && stable(lws);
+                // What the set's own rolling update starts from once the hold is lifted: the
+                // replicas the held revision runs, not a value left by an earlier update.
+                let recorded = lws
+                    .annotations()
+                    .get(INITIAL_REPLICAS_ANNOTATION)
+                    .and_then(|v| v.parse::<i32>().ok());
+                if !reverted && recorded != Some(want) {
+                    ctx.plan.annotate.push(Annotate {
+                        name: lws.name_any(),
+                        uid: lws.metadata.uid.clone(),
+                        replicas: want,
+                    });
+                }
+            }
+            None if reverted => {
+                ctx.create(role, want);
+                held_ready = false;
+            }
+            // A role the held revision does not have (the new template added it), or whose
+            // LWS is gone: its template is not in the spec any more, so nothing can be made
+            // for it; the release side runs it.
+            None => {}
+        }
+    }
+    if !reverted {
+        let current = revisions.get(&ctx.revision).unwrap_or(&empty);
+        for role in &set.spec.roles {
+            let groups = release
+                .groups
+                .get(&role.name)
+                .copied()
+                .unwrap_or(0)
+                .clamp(0, ctx.want(role).max(0));
+            match current.get(&role.name) {
+                Some(lws) => ctx.scale_to(&role.name, lws, groups),
+                None if groups > 0 => ctx.create(role, groups),
+                None => {}
+            }
+        }
+    }
+    let current = ctx.revision.clone();
+    let others = revisions
+        .iter()
+        .filter(|(r, _)| **r != release.held && **r != current);
+    for (_, roles) in others {
+        if !held_ready {
+            ctx.plan.requeue = Some(STABILITY_RECHECK);
+            break;
+        }
+        for (role, lws) in roles {
+            ctx.scale_to(role, lws, 0);
+        }
+    }
 }
 
 fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revision) {

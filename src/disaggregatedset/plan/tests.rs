@@ -1161,3 +1161,6 @@ fn a_placement_policy_places_each_slices_pods() {
         .unwrap();
     assert!(pod.affinity.is_none());
 }
+
+/// A set held by a release (the Rollout side's contract).
+mod held;
