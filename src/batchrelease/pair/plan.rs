@@ -249,8 +249,14 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
     let Some((batch, share)) = current_batch(common, &stored, rp) else {
         return out;
     };
+    // Groups written by an earlier release (a third template restarts the release with a new
+    // BatchRelease) are not this release's: only a batch this BatchRelease has recorded keeps
+    // the groups it wrote.
+    let ours = stored.update_revision.as_deref() == Some(released.as_str())
+        && stored.canary_status.is_some();
     let written = match &set.release_groups {
-        Some(Ok(groups)) => Some(groups),
+        Some(Ok(groups)) if ours => Some(groups),
+        Some(Ok(_)) => None,
         Some(Err(raw)) => {
             // Ours to write: an unreadable value is replaced, and said once.
             let msg = format!(
