@@ -135,8 +135,8 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
 }
 
 /// What a DisaggregatedSet's release does not run: partition style and blue-green (only the
-/// canary style is built for a pair), and a step that would give no role a group (a pair
-/// needs at least one group of every role; `replicas` is that share of each role).
+/// canary style is built for a pair). A step of 0 groups, which could give a role none, is
+/// refused for every workload by the CRD's own rule.
 fn pair_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     let mut out = Vec::new();
     match style(s) {
@@ -153,15 +153,6 @@ fn pair_problems(s: &RolloutStrategy) -> Vec<Refusal> {
              prefill/decode pair",
         )),
         Some(Style::Canary) | None => {}
-    }
-    for (i, step) in steps(s).iter().enumerate() {
-        if step.replicas.as_ref().and_then(scaled) == Some(0) {
-            out.push(refusal(
-                format!("{}.steps[{i}].replicas", strategy_path(s)),
-                "a step of a DisaggregatedSet release must give every role at least one group \
-                 (replicas is that share of each role): use at least 1 or \"1%\"",
-            ));
-        }
     }
     out
 }
@@ -588,7 +579,7 @@ mod tests {
     }
 
     #[test]
-    fn a_disaggregated_set_is_refused_partition_blue_green_and_a_step_of_no_groups() {
+    fn a_disaggregated_set_is_refused_partition_and_blue_green() {
         let set = json!({"spec": {"workloadRef": {"apiVersion": "disaggregatedset.x-k8s.io/v1",
             "kind": "DisaggregatedSet", "name": "pd"}}});
         let with = |extra: Value| {
@@ -604,27 +595,12 @@ mod tests {
             "{}",
             messages(&partition)
         );
-        let none = with(json!({"spec": {"strategy": {"canary": {"steps": [
-            {"replicas": 0, "pause": {}}, {"replicas": "100%"}]}}}}));
+        let bg = with(json!({"spec": {"strategy": {"canary": null,
+            "blueGreen": {"steps": [{"replicas": "100%"}]}}}}));
         assert!(
-            messages(&none).contains("steps[0].replicas: a step of a DisaggregatedSet"),
+            messages(&bg).contains("spec.strategy.blueGreen: a DisaggregatedSet is released"),
             "{}",
-            messages(&none)
-        );
-        // The same step on an LWS is Kruise's (a 0-group step is allowed there).
-        let lws = validate(
-            &rollout(
-                "r",
-                json!({"spec": {"strategy": {"canary": {"steps": [
-                    {"replicas": 0, "pause": {}}, {"replicas": "100%"}]}}}}),
-            ),
-            None,
-            &[],
-        );
-        assert!(
-            !messages(&lws).contains("DisaggregatedSet"),
-            "{}",
-            messages(&lws)
+            messages(&bg)
         );
     }
 

@@ -2,9 +2,10 @@
 //! applied as shipped) against the real control plane, under requests through the proxy when
 //! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
 //! the new pair gets its share only once both of its roles are ready, approval finishes the
-//! release with the set's own rolling update, and not one request fails. Bad input: a step that
-//! gives a role no group is refused at admission; a trafficRouting naming a Service that does
-//! not exist is a Warning Event and the Rollout's message, not a stall.
+//! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
+//! step and a blue-green Rollout of a set are refused at admission; a role with no replicas,
+//! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
+//! Rollout's message, not a stall.
 
 use std::sync::{Arc, Mutex};
 
@@ -359,14 +360,14 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
 async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::Result<()> {
     with_ns("rollout-pd-bad", |ns| async move {
         let (set, _, rollout) = example()?;
-        // A step of 0 groups cannot give every role a group: refused at admission.
+        // A step of 0 groups (which could give a role none) is refused at admission.
         let mut none = rollout.clone();
         none["metadata"]["name"] = json!("pd-none");
         none["spec"]["strategy"]["canary"]["steps"][0]["replicas"] = json!(0);
         let refused = submit_rollout(&ns, &none).await;
         let why = format!("{:?}", refused.err().context("a 0-group step is refused")?);
         ensure!(
-            why.contains("every role at least one group"),
+            why.contains("steps[0].replicas") && why.contains("greater than 0"),
             "the refusal says why: {why}"
         );
         // Blue-green of a pair is not built: refused naming the reason.
@@ -381,6 +382,63 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
                 .context("blue-green of a set is refused")?
         );
         ensure!(why.contains("canary-style only"), "{why}");
+
+        // A set whose decode role has no replicas: no step can give it a group. The batch does
+        // not start; the BatchRelease's Warning and the Rollout's message name the role.
+        let empty = {
+            let mut e = with_image(&set, "vllm:1");
+            e["metadata"]["name"] = json!("pd-empty");
+            e["spec"]["roles"][1]["spec"]["replicas"] = json!(0);
+            e
+        };
+        ns.api::<DisaggregatedSet>()
+            .patch(
+                "pd-empty",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&empty),
+            )
+            .await?;
+        let mut for_empty = rollout.clone();
+        for_empty["metadata"]["name"] = json!("pd-empty");
+        for_empty["spec"]["workloadRef"]["name"] = json!("pd-empty");
+        for_empty["spec"]["strategy"]["canary"]["trafficRoutings"] = Value::Null;
+        create_rollout(&ns, &for_empty).await?;
+        ns.api::<DisaggregatedSet>()
+            .patch(
+                "pd-empty",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&with_image(&empty, "vllm:2")),
+            )
+            .await?;
+        wait_rollout_named(
+            &ns,
+            "pd-empty",
+            "names the role without groups",
+            |r: &Rollout| {
+                r.status
+                    .as_ref()
+                    .and_then(|s| s.canary_status.as_ref())
+                    .and_then(|c| c.common.message.as_deref())
+                    .is_some_and(|m| m.contains("role decode has no replicas"))
+            },
+        )
+        .await?;
+        wait_for_all(
+            &ns.api::<k8s_openapi::api::core::v1::Event>(),
+            "",
+            WAIT,
+            |events| {
+                events.iter().any(|e| {
+                    e.involved_object.kind.as_deref() == Some("BatchRelease")
+                        && e.reason.as_deref() == Some("Unsupported")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("role decode"))
+                })
+            },
+        )
+        .await
+        .context("a Warning Event on the BatchRelease naming the role")?;
 
         // A trafficRouting naming a Service that does not exist: a Warning and the message.
         let mut missing = rollout.clone();
