@@ -28,11 +28,11 @@ use crate::{
     rollout_tools::GateKeeper,
 };
 
-const SET: &str = "disaggregatedset.x-k8s.io/name";
-const ROLE: &str = "disaggregatedset.x-k8s.io/role";
-const REVISION: &str = "disaggregatedset.x-k8s.io/revision";
+pub(crate) const SET: &str = "disaggregatedset.x-k8s.io/name";
+pub(crate) const ROLE: &str = "disaggregatedset.x-k8s.io/role";
+pub(crate) const REVISION: &str = "disaggregatedset.x-k8s.io/revision";
 
-fn role(name: &str, replicas: i32, image: &str, gated: bool) -> Value {
+pub(crate) fn role(name: &str, replicas: i32, image: &str, gated: bool) -> Value {
     let mut spec = json!({"containers": [{"name": "server", "image": image,
         "ports": [{"containerPort": 8000}]}]});
     if gated {
@@ -42,12 +42,12 @@ fn role(name: &str, replicas: i32, image: &str, gated: bool) -> Value {
         "workerTemplate": {"spec": spec}}}})
 }
 
-fn set(name: &str, roles: Value) -> Value {
+pub(crate) fn set(name: &str, roles: Value) -> Value {
     json!({"apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
         "metadata": {"name": name}, "spec": {"roles": roles}})
 }
 
-fn pd(name: &str, prefill: i32, decode: i32, image: &str, gated: bool) -> Value {
+pub(crate) fn pd(name: &str, prefill: i32, decode: i32, image: &str, gated: bool) -> Value {
     set(
         name,
         json!([
@@ -57,7 +57,7 @@ fn pd(name: &str, prefill: i32, decode: i32, image: &str, gated: bool) -> Value 
     )
 }
 
-async fn apply(ns: &TestNs, obj: &Value) -> anyhow::Result<()> {
+pub(crate) async fn apply(ns: &TestNs, obj: &Value) -> anyhow::Result<()> {
     let name = obj["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -72,7 +72,7 @@ async fn apply(ns: &TestNs, obj: &Value) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn lws_of(ns: &TestNs, set: &str) -> anyhow::Result<Vec<LeaderWorkerSet>> {
+pub(crate) async fn lws_of(ns: &TestNs, set: &str) -> anyhow::Result<Vec<LeaderWorkerSet>> {
     Ok(ns
         .api::<LeaderWorkerSet>()
         .list(&ListParams::default().labels(&format!("{SET}={set}")))
@@ -82,7 +82,7 @@ async fn lws_of(ns: &TestNs, set: &str) -> anyhow::Result<Vec<LeaderWorkerSet>> 
 
 /// Settled: one revision, every role's LWS at its replicas and ready, Available, not
 /// Progressing, and a Service per role.
-async fn wait_settled(
+pub(crate) async fn wait_settled(
     ns: &TestNs,
     name: &str,
     want: &[(&str, i32)],
@@ -209,18 +209,18 @@ async fn a_disaggregatedset_becomes_one_lws_per_role_with_upstreams_names_and_se
 /// Every version of the set's LWSs and Services the API server shows, in order; `initial`:
 /// it was there when the recording started.
 #[derive(Clone, Debug)]
-enum Seen {
+pub(crate) enum Seen {
     Lws(Box<LeaderWorkerSet>),
     Service(Box<Service>, bool),
 }
 
-struct Recording {
+pub(crate) struct Recording {
     seen: Arc<Mutex<Vec<Seen>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Recording {
-    fn start(ns: &TestNs, set: &str) -> Self {
+    pub(crate) fn start(ns: &TestNs, set: &str) -> Self {
         use kube::runtime::watcher::Event;
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let config = watcher::Config::default().labels(&format!("{SET}={set}"));
@@ -253,7 +253,7 @@ impl Recording {
         Self { seen, tasks }
     }
 
-    fn seen(&self) -> Vec<Seen> {
+    pub(crate) fn seen(&self) -> Vec<Seen> {
         self.seen.lock().expect("seen").clone()
     }
 }
@@ -266,7 +266,7 @@ impl Drop for Recording {
 
 /// Replays the recording: the last seen LWS of each (revision, role); checks that a revision's
 /// Service created while it ran is only created once every role of it had a ready group.
-fn services_only_for_complete_revisions(
+pub(crate) fn services_only_for_complete_revisions(
     recording: &Recording,
     roles: &[&str],
 ) -> anyhow::Result<usize> {

@@ -13,6 +13,7 @@ mod cluster;
 mod crash_support;
 mod crds;
 mod disaggregatedset;
+mod disaggregatedset_release;
 mod disaggregatedset_v10;
 mod failover;
 mod helm_chart;

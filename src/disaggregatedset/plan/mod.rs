@@ -654,8 +654,15 @@ fn plan_slice(ctx: &mut Ctx<'_>) {
     }
     let target: Revision = revisions.get(&revision).cloned().unwrap_or_default();
 
-    // 3. Held by a release: the release's shape instead of the set's own rolling update.
-    if let Some(release) = ctx.release.clone() {
+    // 3. Held by a release: the release's shape instead of the set's own rolling update. A
+    // hold naming a revision this slice does not run (a hand-written value, or a slice added
+    // while held) holds nothing here: taking the template's LWSs to the release's groups would
+    // leave the slice with no groups at all.
+    if let Some(release) = ctx
+        .release
+        .clone()
+        .filter(|r| r.held == revision || revisions.contains_key(&r.held))
+    {
         held_slice(ctx, &release, &revisions);
         services(ctx, &revisions, &key);
         return;

@@ -436,3 +436,17 @@ fn lifting_the_hold_resumes_the_sets_own_rolling_update_from_the_canary() {
     got.sort();
     assert_eq!(got, [hs("decode", 2, 0), hs("prefill", 2, 0)]);
 }
+
+#[test]
+fn a_hold_naming_a_revision_the_slice_does_not_run_holds_nothing() {
+    let s = pd(2, 2, "v1");
+    let r = rev(&s);
+    let mut w = World::default();
+    w.lws(&s, &r, "prefill", 2, 2, 10)
+        .lws(&s, &r, "decode", 2, 2, 10);
+    let p = w.plan(&held(s.clone(), "0badc0de", Some(r#"{"prefill":1}"#)));
+    assert!(
+        p.scale.is_empty() && p.create.is_empty() && p.delete.is_empty(),
+        "the running pair is not taken to the release's groups"
+    );
+}
