@@ -3,7 +3,7 @@
 //! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
 //! the new pair gets its share only once both of its roles are ready, approval finishes the
 //! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
-//! step and a blue-green Rollout of a set are refused at admission; a role with no replicas,
+//! step and a blue-green Rollout of a set are refused at admission; a set scaled to zero,
 //! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
 //! Rollout's message, not a stall.
 
@@ -383,11 +383,13 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
         );
         ensure!(why.contains("canary-style only"), "{why}");
 
-        // A set whose decode role has no replicas: no step can give it a group. The batch does
-        // not start; the BatchRelease's Warning and the Rollout's message name the role.
+        // A set scaled to zero (every role at 0 replicas: the CRD refuses one role at 0 beside
+        // others that are not): no step can give a role a group. The batch does not start; the
+        // BatchRelease's Warning and the Rollout's message name the role.
         let empty = {
             let mut e = with_image(&set, "vllm:1");
             e["metadata"]["name"] = json!("pd-empty");
+            e["spec"]["roles"][0]["spec"]["replicas"] = json!(0);
             e["spec"]["roles"][1]["spec"]["replicas"] = json!(0);
             e
         };
@@ -419,7 +421,7 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
                     .as_ref()
                     .and_then(|s| s.canary_status.as_ref())
                     .and_then(|c| c.common.message.as_deref())
-                    .is_some_and(|m| m.contains("role decode has no replicas"))
+                    .is_some_and(|m| m.contains("role prefill has no replicas"))
             },
         )
         .await?;
