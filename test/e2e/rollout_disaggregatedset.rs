@@ -435,7 +435,7 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
                         && e.reason.as_deref() == Some("Unsupported")
                         && e.message
                             .as_deref()
-                            .is_some_and(|m| m.contains("role decode"))
+                            .is_some_and(|m| m.contains("role prefill"))
                 })
             },
         )
