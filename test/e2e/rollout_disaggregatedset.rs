@@ -360,6 +360,11 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
 async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::Result<()> {
     with_ns("rollout-pd-bad", |ns| async move {
         let (set, _, rollout) = example()?;
+        // The set first: once the controllers have run it, the manager's webhooks (registered
+        // before the controllers start) are in place for the refusals below.
+        let set = with_image(&set, "vllm:1");
+        apply_set(&ns, &set).await?;
+        wait_one_revision(&ns, None).await?;
         // A step of 0 groups (which could give a role none) is refused at admission.
         let mut none = rollout.clone();
         none["metadata"]["name"] = json!("pd-none");
@@ -446,9 +451,6 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
         let mut missing = rollout.clone();
         missing["spec"]["strategy"]["canary"]["trafficRoutings"][0]["service"] =
             json!("no-such-service");
-        let set = with_image(&set, "vllm:1");
-        apply_set(&ns, &set).await?;
-        wait_one_revision(&ns, None).await?;
         create_rollout(&ns, &missing).await?;
         apply_set(&ns, &with_image(&set, "vllm:2")).await?;
         let r = wait_rollout_named(
