@@ -409,6 +409,8 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
         for_empty["metadata"]["name"] = json!("pd-empty");
         for_empty["spec"]["workloadRef"]["name"] = json!("pd-empty");
         for_empty["spec"]["strategy"]["canary"]["trafficRoutings"] = Value::Null;
+        for_empty["spec"]["strategy"]["canary"]["steps"] =
+            json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]);
         create_rollout(&ns, &for_empty).await?;
         ns.api::<DisaggregatedSet>()
             .patch(
