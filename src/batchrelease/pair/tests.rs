@@ -223,11 +223,24 @@ fn the_plan_writes_all_roles_in_one_annotation_and_only_while_held() {
             .and_then(|c| c.current_batch_state.as_deref()),
         Some(UPGRADING)
     );
-    // Written already: no second write.
+    // Written already by this release: no second write.
+    let ours = json!({"updateRevision": "new", "canaryStatus": {"currentBatch": 0}});
     let mut written = observed.clone();
     written.release_groups = Some(Ok(groups(&[("prefill", 1), ("decode", 1)])));
-    let p = plan(&br(Some(0), json!({})), Some(&written), now);
+    let p = plan(&br(Some(0), ours.clone()), Some(&written), now);
     assert_eq!(p.release_groups, None);
+    // More groups written by this release (a jump back) are kept; the same groups left by
+    // an earlier release (a third template restarting) are not this release's.
+    let mut more = observed.clone();
+    more.release_groups = Some(Ok(groups(&[("prefill", 2), ("decode", 2)])));
+    assert_eq!(
+        plan(&br(Some(0), ours), Some(&more), now).release_groups,
+        None
+    );
+    assert_eq!(
+        plan(&br(Some(0), json!({})), Some(&more), now).release_groups,
+        Some(groups(&[("prefill", 1), ("decode", 1)]))
+    );
     // The last batch: every group of every role.
     let p = plan(&br(Some(1), json!({})), Some(&written), now);
     assert_eq!(
