@@ -52,6 +52,9 @@ pub struct Caches<'a> {
     /// PodGroups of gang-scheduled LWSes, where the API server serves them: the scheduler's
     /// verdict on a group is why a batch waits.
     pub pod_groups: Option<&'a mut SharedCache<PodGroup>>,
+    /// DisaggregatedSets: a pair release writes its batch on the set, and the set's hold and
+    /// template say whether and what it releases.
+    pub sets: &'a mut SharedCache<crate::api::disaggregatedset::DisaggregatedSet>,
 }
 
 /// Runs the controller until `shutdown` completes.
@@ -71,6 +74,7 @@ pub fn run(
             .pod_groups
             .as_deref()
             .map(crate::lws::controller::index_of),
+        sets: caches.sets.store(),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), field_managers::BATCHRELEASE),
@@ -82,6 +86,7 @@ pub fn run(
     let brs = stores.batch_releases.clone();
     let (brs_of_workloads, lws_of_workloads) = (brs.clone(), stores.lws.clone());
     let brs_of_pods = brs.clone();
+    let brs_of_sets = brs.clone();
     let (brs_of_pod_groups, lws_of_pod_groups) = (brs.clone(), stores.lws.clone());
     let pod_group_changes = match caches.pod_groups {
         Some(pod_groups) => pod_groups.subscribe().boxed(),
@@ -101,6 +106,13 @@ pub fn run(
         .watches_shared_stream(caches.lws.subscribe(), move |lws: Arc<LeaderWorkerSet>| {
             releases_of(&brs, &lws)
         })
+        // A pair release: the set's hold, template and release-groups.
+        .watches_shared_stream(
+            caches.sets.subscribe(),
+            move |set: Arc<crate::api::disaggregatedset::DisaggregatedSet>| {
+                naming(&brs_of_sets, set.namespace(), &set.name_any())
+            },
+        )
         // A Workload's conditions are the reason its (canary) group waits: a change re-reads it.
         .watches_shared_stream(caches.workloads.subscribe(), move |wl: Arc<Workload>| {
             workload_owner(&lws_of_workloads, &wl)
@@ -126,8 +138,25 @@ pub fn run(
         .for_each(|_| async {})
 }
 
-/// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one).
+/// BatchReleases in `ns` whose workloadRef names `name`.
+fn naming(
+    brs: &Store<BatchRelease>,
+    ns: Option<String>,
+    name: &str,
+) -> Vec<ObjectRef<BatchRelease>> {
+    brs.state()
+        .iter()
+        .filter(|br| br.namespace() == ns && br.spec.workload_ref.name == name)
+        .map(|br| ObjectRef::from_obj(br.as_ref()))
+        .collect()
+}
+
+/// BatchReleases that own `lws` (a canary) or name it as their workload (the stable one), or
+/// release the DisaggregatedSet it is a role of (a pair batch's readiness is read off it).
 fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<BatchRelease>> {
+    let set = lws
+        .labels()
+        .get(crate::api::disaggregatedset::SET_NAME_LABEL);
     let owners: Vec<&str> = lws
         .owner_references()
         .iter()
@@ -143,6 +172,8 @@ fn releases_of(brs: &Store<BatchRelease>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
                 .as_deref()
                 .is_some_and(|uid| owners.contains(&uid))
                 || Some(&br.spec.workload_ref.name) == lws.metadata.name.as_ref()
+                || (br.spec.workload_ref.is_disaggregated_set()
+                    && Some(&br.spec.workload_ref.name) == set)
         })
         .map(|br| ObjectRef::from_obj(br.as_ref()))
         .collect()
@@ -191,12 +222,16 @@ async fn reconcile(br: Arc<BatchRelease>, ctx: Arc<Context>) -> Result<Action, A
         store_ready(&s.lws),
         store_ready(&s.revisions),
         watch::index_ready(&s.pods),
+        store_ready(&s.sets),
     ];
     ctx.runner.reconcile(&br, caches, steps(&br, &ctx)).await
 }
 
 /// The steps of one reconcile: observe → plan → apply.
 async fn steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
+    if super::pair::releases(br) {
+        return pair_steps(br, ctx).await;
+    }
     let mut observed = observe::observe(&ctx.stores, br);
     let now = k8s_openapi::jiff::Timestamp::now();
     let mut plan = plan::plan(&observed, now);
@@ -217,6 +252,22 @@ async fn steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
         plan = plan::plan(&observed, now);
     }
     apply::apply(&ctx.applier, &ctx.events, &ctx.written, &observed, &plan).await?;
+    Ok(Action::await_change())
+}
+
+/// A DisaggregatedSet's release: observe → plan → apply of `pair`.
+async fn pair_steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError> {
+    use crate::k8s::written::key;
+    let ns = br.namespace().unwrap_or_default();
+    if let Some(wait) = ctx.written.stale(
+        &key::<BatchRelease>(&ns, &br.name_any()),
+        &br.resource_version().unwrap_or_default(),
+    ) {
+        return Ok(Action::requeue(wait));
+    }
+    let set = super::pair::observe(&ctx.stores.sets, &ctx.stores.lws, br);
+    let plan = super::pair::plan::plan(br, set.as_ref(), k8s_openapi::jiff::Timestamp::now());
+    super::pair::apply(&ctx.applier, &ctx.events, &ctx.written, br, &plan).await?;
     Ok(Action::await_change())
 }
 

@@ -21,6 +21,8 @@ pub mod event {
     pub const CANARY_NOT_READY: &str = "CanaryNotReady";
     /// The plan cannot run (wrong style or kind).
     pub const UNSUPPORTED: &str = "Unsupported";
+    /// A role of the new pair lost its last ready group: the pair is out of traffic.
+    pub const PAIR_INCOMPLETE: &str = "PairIncomplete";
     /// Finished.
     pub const COMPLETED: &str = "Completed";
     /// The workload was scaled mid-release (a user or an HPA): batch sizes follow.

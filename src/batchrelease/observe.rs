@@ -150,6 +150,8 @@ pub struct Stores {
     /// PodGroups of gang-scheduled LWSes by LWS name; `None` when the API server does not
     /// serve them.
     pub pod_groups: Option<crate::k8s::label_index::LabelIndex<PodGroup>>,
+    /// DisaggregatedSets (a pair release reads its set and the set's LWSs).
+    pub sets: kube::runtime::reflector::Store<crate::api::disaggregatedset::DisaggregatedSet>,
 }
 
 /// Fills the observed state of `br` from the stores.

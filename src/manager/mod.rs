@@ -324,6 +324,7 @@ async fn run_controllers(
                     runs: &mut a.runs,
                 }
             }),
+            sets: &mut caches.disaggregated_sets,
         },
         metrics.controller("rollout"),
         stopped(&stop_all),
@@ -338,6 +339,7 @@ async fn run_controllers(
             revisions: &caches.revisions,
             workloads: &mut caches.workloads,
             pod_groups: caches.pod_groups.as_mut(),
+            sets: &mut caches.disaggregated_sets,
         },
         metrics.controller("batchrelease"),
         stopped(&stop_all),

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use super::{
-    observe::RolloutObserved,
+    observe::{RolloutObserved, WorkloadKind},
     plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan},
 };
 use crate::k8s::written::{Written, key};
@@ -158,7 +158,29 @@ pub async fn apply(
             .await
             .map_err(Error::Traffic)?;
     }
-    if let Some(workload) = &obs.workload {
+    if let Some(workload) = obs
+        .workload
+        .as_ref()
+        .filter(|w| w.kind == WorkloadKind::DisaggregatedSet)
+    {
+        // The hold and the release-groups go in one write, under the one field manager the
+        // set's admission lets lift the hold: the set's own rolling update then takes the
+        // pair from where the release left it (or, reverted, drains the new pair).
+        if plan.hold == HoldAction::Release && (workload.hold.is_some() || workload.release_groups)
+        {
+            use crate::api::disaggregatedset as ds;
+            Applier::new(applier.client().clone(), field_managers::RELEASE)
+                .merge_patch::<ds::DisaggregatedSet>(
+                    &ns,
+                    &workload.name,
+                    &json!({"metadata": {"annotations": {
+                        ds::HELD_REVISION_ANNOTATION: null,
+                        ds::RELEASE_GROUPS_ANNOTATION: null,
+                    }}}),
+                )
+                .await?;
+        }
+    } else if let Some(workload) = &obs.workload {
         // Only a write with this field manager lifts the hold or the release partition (the
         // LWS webhook restores them for anyone else).
         let annotations = match plan.hold {

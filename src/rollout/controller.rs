@@ -2,7 +2,8 @@
 //! preflight → observe → deref (traffic read-back) → plan → apply (incl. status).
 //!
 //! Woken by its Rollout, the BatchRelease it owns, the canary LWS that BatchRelease controls
-//! (batch readiness is read off it), and the LWS its `workloadRef` names (a template change,
+//! (batch readiness is read off it), the DisaggregatedSet its `workloadRef` may name and
+//! that set's LWSs, and the LWS its `workloadRef` names (a template change,
 //! the stable groups' progress). Requeue timers come only from the plan: pause durations,
 //! traffic grace periods and the stall deadline of a canary batch.
 
@@ -58,6 +59,8 @@ pub struct Caches<'a> {
     pub revisions: &'a SharedCache<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Argo's analysis kinds, where the API server serves them.
     pub analysis: Option<AnalysisCaches<'a>>,
+    /// DisaggregatedSets (a Rollout may release one: its hold and template move the release).
+    pub sets: &'a mut SharedCache<crate::api::disaggregatedset::DisaggregatedSet>,
 }
 
 /// The caches of Argo's analysis kinds.
@@ -87,6 +90,7 @@ pub fn run(
             cluster_templates: a.cluster_templates.store(),
             runs: a.runs.store(),
         }),
+        sets: caches.sets.store(),
     };
     let ctx = Arc::new(Context {
         applier: Applier::new(client.clone(), field_managers::ROLLOUT),
@@ -118,6 +122,21 @@ pub fn run(
         .watches_shared_stream(caches.lws.subscribe(), {
             let rollouts = rollouts.clone();
             move |lws: Arc<LeaderWorkerSet>| rollouts_of(&rollouts, &lws)
+        })
+        .watches_shared_stream(caches.sets.subscribe(), {
+            let rollouts = rollouts.clone();
+            move |set: Arc<crate::api::disaggregatedset::DisaggregatedSet>| {
+                rollouts
+                    .state()
+                    .iter()
+                    .filter(|r| {
+                        r.namespace() == set.namespace()
+                            && r.spec.workload_ref.is_disaggregated_set()
+                            && Some(&r.spec.workload_ref.name) == set.metadata.name.as_ref()
+                    })
+                    .map(|r| ObjectRef::from_obj(r.as_ref()))
+                    .collect::<Vec<_>>()
+            }
         });
     if let Some(a) = caches.analysis {
         // A run's verdict moves its step; a template created or fixed lets a waiting
@@ -161,8 +180,12 @@ fn analysing(rollouts: &Store<Rollout>, namespace: Option<&str>) -> Vec<ObjectRe
 
 /// Rollouts whose workloadRef names `lws`, or whose BatchRelease (named after the Rollout)
 /// controls it: a canary's status change wakes its Rollout directly, which decides "batch
-/// ready" from it without waiting for the BatchRelease's status.
+/// ready" from it without waiting for the BatchRelease's status. An LWS that is a role of a
+/// DisaggregatedSet wakes the Rollouts of the set (whether the set has rolled is read off it).
 fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRef<Rollout>> {
+    let set = lws
+        .labels()
+        .get(crate::api::disaggregatedset::SET_NAME_LABEL);
     let release = lws
         .owner_references()
         .iter()
@@ -174,7 +197,9 @@ fn rollouts_of(rollouts: &Store<Rollout>, lws: &LeaderWorkerSet) -> Vec<ObjectRe
         .filter(|r| {
             r.namespace() == lws.namespace()
                 && (Some(&r.spec.workload_ref.name) == lws.metadata.name.as_ref()
-                    || release == r.metadata.name.as_deref())
+                    || release == r.metadata.name.as_deref()
+                    || (r.spec.workload_ref.is_disaggregated_set()
+                        && Some(&r.spec.workload_ref.name) == set))
         })
         .map(|r| ObjectRef::from_obj(r.as_ref()))
         .collect()
@@ -192,6 +217,7 @@ async fn reconcile(rollout: Arc<Rollout>, ctx: Arc<Context>) -> Result<Action, E
         store_ready(&s.batch_releases),
         store_ready(&s.lws),
         store_ready(&s.revisions),
+        store_ready(&s.sets),
     ];
     ctx.runner
         .reconcile(&rollout, caches, steps(&rollout, &ctx))

@@ -90,6 +90,33 @@ pub struct StableWorkload {
     pub release_partition: Option<i32>,
     /// `rollouts.kruise.io/rollout-id`, from the label or else the annotation.
     pub rollout_id: Option<String>,
+    /// What the workload is.
+    pub kind: WorkloadKind,
+    /// A DisaggregatedSet: every role of every slice runs `update_revision` at its replicas,
+    /// all ready, and no other revision has a group left (`None` for an LWS, whose counts say
+    /// the same).
+    pub pair_rolled: Option<bool>,
+    /// A DisaggregatedSet: the release-groups annotation is on it (lifted with the hold).
+    pub release_groups: bool,
+}
+
+/// The kinds of workload a Rollout releases.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkloadKind {
+    /// A LeaderWorkerSet.
+    #[default]
+    LeaderWorkerSet,
+    /// A DisaggregatedSet: its counts are in pairs (per slice, the fewest groups any role has).
+    DisaggregatedSet,
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            WorkloadKind::LeaderWorkerSet => "LeaderWorkerSet",
+            WorkloadKind::DisaggregatedSet => "DisaggregatedSet",
+        })
+    }
 }
 
 impl StableWorkload {
@@ -100,6 +127,9 @@ impl StableWorkload {
 
     /// Every group runs the current template and is ready (the stable side finished rolling).
     pub fn fully_rolled(&self) -> bool {
+        if let Some(rolled) = self.pair_rolled {
+            return rolled && self.hold.is_none();
+        }
         self.status_current()
             && self.current_revision == self.update_revision
             && self.updated_replicas >= self.replicas
@@ -169,6 +199,8 @@ pub struct Stores {
     pub revisions: kube::runtime::reflector::Store<k8s_openapi::api::apps::v1::ControllerRevision>,
     /// Argo's analysis kinds; `None` where the API server does not serve them.
     pub analysis: Option<AnalysisStores>,
+    /// DisaggregatedSets (a Rollout may release one).
+    pub sets: kube::runtime::reflector::Store<crate::api::disaggregatedset::DisaggregatedSet>,
 }
 
 /// The stores of Argo's analysis kinds.
@@ -188,11 +220,26 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
     use kube::{ResourceExt, runtime::reflector::ObjectRef};
     let ns = rollout.namespace().unwrap_or_default();
     let target = &rollout.spec.workload_ref;
-    let workload = (target.kind == crate::rollout::names::LWS_KIND
-        && target.api_version == crate::rollout::names::LWS_API_VERSION)
-        .then(|| stores.lws.get(&ObjectRef::new(&target.name).within(&ns)))
-        .flatten()
-        .map(|lws| stable_workload(stores, &lws));
+    let workload = if target.is_disaggregated_set() {
+        stores
+            .sets
+            .get(&ObjectRef::new(&target.name).within(&ns))
+            .map(|set| {
+                let lws = stores.lws.state();
+                pair_workload(
+                    &set,
+                    lws.iter()
+                        .filter(|l| l.namespace().as_deref() == Some(ns.as_str()))
+                        .map(AsRef::as_ref),
+                )
+            })
+    } else {
+        (target.kind == crate::rollout::names::LWS_KIND
+            && target.api_version == crate::rollout::names::LWS_API_VERSION)
+            .then(|| stores.lws.get(&ObjectRef::new(&target.name).within(&ns)))
+            .flatten()
+            .map(|lws| stable_workload(stores, &lws))
+    };
     let batch_release = stores
         .batch_releases
         .get(&ObjectRef::new(&rollout.name_any()).within(&ns))
@@ -210,7 +257,10 @@ pub fn observe(stores: &Stores, rollout: &Rollout) -> RolloutObserved {
                 .annotations()
                 .get(crate::release::names::ROLLBACK_IN_BATCH)
                 .cloned(),
-            canary: canary_of(stores, &br, &target.name),
+            // A pair's batch is read off the BatchRelease's status: it has no canary LWS.
+            canary: (!target.is_disaggregated_set())
+                .then(|| canary_of(stores, &br, &target.name))
+                .flatten(),
         });
     RolloutObserved {
         rollout: rollout.clone(),
@@ -394,5 +444,100 @@ fn stable_workload(
             .get(crate::rollout::names::ROLLOUT_ID)
             .or_else(|| lws.annotations().get(crate::rollout::names::ROLLOUT_ID))
             .cloned(),
+        kind: WorkloadKind::LeaderWorkerSet,
+        pair_rolled: None,
+        release_groups: false,
+    }
+}
+
+/// A DisaggregatedSet as the Rollout plan reads a workload, from the set and its LWSs among
+/// `lws`. Counts are in pairs: per slice, the fewest groups any role has, summed over slices;
+/// the set's own status has no generation of its own to trust them by, so they are read off
+/// its LWSs, each trusted only when its status describes its spec.
+pub fn pair_workload<'a>(
+    set: &crate::api::disaggregatedset::DisaggregatedSet,
+    lws: impl IntoIterator<Item = &'a crate::api::leaderworkerset::LeaderWorkerSet>,
+) -> StableWorkload {
+    use crate::api::disaggregatedset as ds;
+    use kube::ResourceExt;
+    let name = set.name_any();
+    let update_revision =
+        crate::disaggregatedset::revision::revision(&set.spec.roles).unwrap_or_default();
+    let hold = set
+        .annotations()
+        .get(ds::HELD_REVISION_ANNOTATION)
+        .filter(|v| !v.is_empty())
+        .cloned();
+    let children: Vec<_> = lws
+        .into_iter()
+        .filter(|l| l.labels().get(ds::SET_NAME_LABEL) == Some(&name))
+        .collect();
+    let label = |l: &crate::api::leaderworkerset::LeaderWorkerSet, key: &str| {
+        l.labels().get(key).cloned().unwrap_or_default()
+    };
+    let caught_up = |l: &crate::api::leaderworkerset::LeaderWorkerSet| {
+        l.status.as_ref().and_then(|s| s.observed_generation) == l.metadata.generation
+    };
+    let slices = set.spec.slices().max(1);
+    let (mut replicas, mut updated, mut ready) = (0, 0, 0);
+    let mut rolled = children.iter().all(|l| caught_up(l));
+    for slice in 0..slices {
+        let (mut want, mut up, mut ok) = (i32::MAX, i32::MAX, i32::MAX);
+        for role in &set.spec.roles {
+            let new = children.iter().find(|l| {
+                label(l, ds::ROLE_LABEL) == role.name
+                    && label(l, ds::REVISION_LABEL) == update_revision
+                    && label(l, ds::SLICE_LABEL).parse().unwrap_or(0) == slice
+            });
+            let status = new.and_then(|l| l.status.clone()).unwrap_or_default();
+            want = want.min(role.replicas());
+            up = up.min(status.replicas.unwrap_or(0));
+            ok = ok.min(status.ready_replicas.unwrap_or(0));
+            rolled &= status.ready_replicas.unwrap_or(0) >= role.replicas()
+                && status.replicas.unwrap_or(0) >= role.replicas();
+        }
+        if !set.spec.roles.is_empty() {
+            replicas += want;
+            updated += up;
+            ready += ok;
+        }
+    }
+    // The revision still serving beside the new one: the hold, or a revision whose groups the
+    // set's rolling update has not drained yet.
+    let older = children
+        .iter()
+        .filter(|l| label(l, ds::REVISION_LABEL) != update_revision)
+        .find(|l| {
+            l.spec.replicas.unwrap_or(1) > 0
+                || l.status.as_ref().and_then(|s| s.replicas).unwrap_or(0) > 0
+        })
+        .map(|l| label(l, ds::REVISION_LABEL));
+    rolled &= older.is_none();
+    let generation = set.metadata.generation.unwrap_or_default();
+    StableWorkload {
+        name,
+        uid: set.metadata.uid.clone().unwrap_or_default(),
+        generation,
+        observed_generation: Some(generation),
+        current_revision: hold
+            .clone()
+            .or(older)
+            .unwrap_or_else(|| update_revision.clone()),
+        update_revision,
+        replicas,
+        ready_replicas: ready,
+        updated_replicas: updated,
+        release_groups: set
+            .annotations()
+            .contains_key(ds::RELEASE_GROUPS_ANNOTATION),
+        hold,
+        release_partition: None,
+        rollout_id: set
+            .labels()
+            .get(crate::rollout::names::ROLLOUT_ID)
+            .or_else(|| set.annotations().get(crate::rollout::names::ROLLOUT_ID))
+            .cloned(),
+        kind: WorkloadKind::DisaggregatedSet,
+        pair_rolled: Some(rolled),
     }
 }

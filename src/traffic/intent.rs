@@ -41,18 +41,33 @@ pub enum TrafficIntent {
 /// (`leaderworkerset.sigs.k8s.io/template-revision-hash`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Leaders {
-    /// The LWS's name.
+    /// The LWS's name (the DisaggregatedSet's, with `set`).
     pub lws: String,
-    /// The template revision, when the side is told apart by it.
+    /// The template revision, when the side is told apart by it (the set's revision label,
+    /// with `set`).
     pub revision: Option<String>,
+    /// The leaders of a DisaggregatedSet's LWSs: `lws` names the set and `revision` is its
+    /// revision hash (`disaggregatedset.x-k8s.io/name` and `/revision`); the user's selector
+    /// picks the role (the pair's prefill).
+    pub set: bool,
 }
 
 impl Leaders {
+    /// The leaders of DisaggregatedSet `set`, on `revision` only when given.
+    pub fn of_set(set: impl Into<String>, revision: Option<String>) -> Self {
+        Self {
+            lws: set.into(),
+            revision,
+            set: true,
+        }
+    }
+
     /// The leaders of `lws` on `revision` only.
     pub fn at(lws: impl Into<String>, revision: impl Into<String>) -> Self {
         Self {
             lws: lws.into(),
             revision: Some(revision.into()),
+            set: false,
         }
     }
 }
@@ -68,13 +83,14 @@ impl From<String> for Leaders {
         Self {
             lws,
             revision: None,
+            set: false,
         }
     }
 }
 
 impl PartialEq<str> for Leaders {
     fn eq(&self, lws: &str) -> bool {
-        self.revision.is_none() && self.lws == lws
+        self.revision.is_none() && !self.set && self.lws == lws
     }
 }
 

@@ -17,6 +17,10 @@ pub const CANARY_OF: &str = "lws-rollout.x-k8s.io/canary-of";
 pub const LWS_NAME: &str = labels::NAME;
 /// The template revision of a pod: a partition-style release tells its two sides apart by it.
 pub const REVISION: &str = labels::REVISION;
+/// A DisaggregatedSet's pods: the set they belong to.
+pub const SET_NAME: &str = crate::api::disaggregatedset::SET_NAME_LABEL;
+/// A DisaggregatedSet's pods: the revision of the set's role templates they run.
+pub const SET_REVISION: &str = crate::api::disaggregatedset::REVISION_LABEL;
 /// `"0"` on leader pods: the worker index every Service we touch restricts to.
 pub const WORKER_INDEX: &str = labels::WORKER_INDEX;
 

@@ -40,9 +40,14 @@ pub fn user_selector(stable: &Service) -> Option<Selector> {
 /// `selector` restricted to `leaders`.
 pub fn leader_selector(selector: &Selector, leaders: &Leaders) -> Selector {
     let mut out = selector.clone();
-    out.insert(names::LWS_NAME.into(), leaders.lws.clone());
+    let (name_key, revision_key) = if leaders.set {
+        (names::SET_NAME, names::SET_REVISION)
+    } else {
+        (names::LWS_NAME, names::REVISION)
+    };
+    out.insert(name_key.into(), leaders.lws.clone());
     if let Some(revision) = &leaders.revision {
-        out.insert(names::REVISION.into(), revision.clone());
+        out.insert(revision_key.into(), revision.clone());
     }
     out.entry(names::WORKER_INDEX.into())
         .or_insert_with(|| "0".into());
@@ -152,8 +157,14 @@ pub fn apply_canary(observed: Option<&Service>, desired: Service) -> Option<Writ
 
 /// Whether `current` is `original` plus (only) our leader keys.
 fn is_pin_of(current: &Selector, original: &Selector) -> bool {
-    let ours = |k: &str| k == names::LWS_NAME || k == names::WORKER_INDEX || k == names::REVISION;
-    current.contains_key(names::LWS_NAME)
+    let ours = |k: &str| {
+        k == names::LWS_NAME
+            || k == names::WORKER_INDEX
+            || k == names::REVISION
+            || k == names::SET_NAME
+            || k == names::SET_REVISION
+    };
+    (current.contains_key(names::LWS_NAME) || current.contains_key(names::SET_NAME))
         && original
             .iter()
             .all(|(k, v)| ours(k) || current.get(k) == Some(v))
@@ -286,6 +297,47 @@ mod tests {
         assert_eq!(
             selector(&canary).get(names::REVISION).map(String::as_str),
             Some("rev2")
+        );
+    }
+
+    /// A DisaggregatedSet's pair: the user's Service selects the set's prefill role; the sides
+    /// are the set's leaders told apart by the set's revision label, and the restore is exact.
+    #[test]
+    fn a_set_pin_selects_the_sets_leaders_of_one_revision_and_unpins_exactly() {
+        let users = json!({"disaggregatedset.x-k8s.io/name": "pd",
+            "disaggregatedset.x-k8s.io/role": "prefill"});
+        let svc = service(users.clone());
+        let selector = |s: &Service| s.spec.as_ref().unwrap().selector.clone().unwrap();
+        let mut obs = crate::traffic::observe::TrafficObserved {
+            stable_service: Some(svc.clone()),
+            ..Default::default()
+        };
+        let held = Leaders::of_set("pd", Some("h".into()));
+        execute(&mut obs, &[pin(&svc, &held).unwrap().unwrap()]);
+        let pinned = obs.stable_service.clone().unwrap();
+        let want = |revision: Option<&str>| {
+            let mut m: BTreeMap<String, String> = serde_json::from_value(users.clone()).unwrap();
+            if let Some(r) = revision {
+                m.insert(names::SET_REVISION.into(), r.into());
+            }
+            m.insert(names::WORKER_INDEX.into(), "0".into());
+            m
+        };
+        assert_eq!(selector(&pinned), want(Some("h")));
+        assert!(!selector(&pinned).contains_key(names::LWS_NAME));
+        let canary = canary(&svc, &Leaders::of_set("pd", Some("c".into())), &owner()).unwrap();
+        assert_eq!(selector(&canary), want(Some("c")));
+        // Every revision (the release succeeding while the set rolls), then restored.
+        execute(
+            &mut obs,
+            &[pin(&pinned, &Leaders::of_set("pd", None)).unwrap().unwrap()],
+        );
+        assert_eq!(selector(obs.stable_service.as_ref().unwrap()), want(None));
+        let any = obs.stable_service.clone().unwrap();
+        execute(&mut obs, &[unpin(&any).unwrap()]);
+        assert_eq!(
+            selector(obs.stable_service.as_ref().unwrap()),
+            serde_json::from_value::<BTreeMap<String, String>>(users).unwrap()
         );
     }
 

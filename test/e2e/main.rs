@@ -54,6 +54,7 @@ mod rollout_canary;
 mod rollout_cli;
 mod rollout_crash;
 mod rollout_deadline;
+mod rollout_disaggregatedset;
 mod rollout_neighbours;
 mod rollout_partition;
 mod rollout_partition_crash;

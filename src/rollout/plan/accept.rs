@@ -13,11 +13,12 @@ use super::{Draft, HoldAction, status};
 use crate::api::rollout::Phase;
 use crate::k8s::events::EventSpec;
 
-/// Whether this controller looks at `rollout` at all: only Rollouts of a LeaderWorkerSet are
-/// ours. Any other was stored under Kruise Rollout's CRD before ours replaced it and belongs to
+/// Whether this controller looks at `rollout` at all: only Rollouts of a LeaderWorkerSet or a
+/// DisaggregatedSet are ours. Any other was stored under Kruise Rollout's CRD before ours replaced it and belongs to
 /// another controller: it gets no finalizer, no status, no Event and no traffic write from us.
 pub fn ours(rollout: &Rollout) -> bool {
     rollout.spec.workload_ref.is_leader_worker_set()
+        || rollout.spec.workload_ref.is_disaggregated_set()
 }
 
 /// Whether `status` shows a release of this Rollout in flight (started, not yet finalised).
@@ -31,19 +32,42 @@ pub fn releasing(status: &RolloutStatus) -> bool {
 /// Why this controller will not run the Rollout, as (reason, message).
 pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
     let r = &obs.rollout.spec;
-    if let Err(why) = super::style::of(&obs.rollout) {
-        return Some((reason::UNSUPPORTED_STRATEGY, why));
+    match super::style::of(&obs.rollout) {
+        Err(why) => return Some((reason::UNSUPPORTED_STRATEGY, why)),
+        // Admission refuses these too; a Rollout stored before that rule is refused here.
+        Ok(style)
+            if r.workload_ref.is_disaggregated_set() && style != super::style::Style::Canary =>
+        {
+            return Some((reason::UNSUPPORTED_STRATEGY, pair_style_refusal(style)));
+        }
+        Ok(_) => {}
     }
     obs.conflicting_rollout.as_ref().map(|other| {
         (
             reason::WORKLOAD_CONFLICT,
             format!(
-                "LeaderWorkerSet {} is already released by Rollout {other}; only one Rollout may \
-                 reference a workload",
-                r.workload_ref.name
+                "{} {} is already released by Rollout {other}; only one Rollout may reference a \
+                 workload",
+                r.workload_ref.kind, r.workload_ref.name
             ),
         )
     })
+}
+
+/// Why a DisaggregatedSet is not released in `style`: only the canary style (a new pair
+/// grown beside the stable one, `enableExtraWorkloadForCanary: true`) is built for a pair.
+pub fn pair_style_refusal(style: super::style::Style) -> String {
+    let asked = match style {
+        super::style::Style::Partition => {
+            "partition style (strategy.canary without enableExtraWorkloadForCanary)"
+        }
+        super::style::Style::BlueGreen => "blue-green (strategy.blueGreen)",
+        super::style::Style::Canary => "canary",
+    };
+    format!(
+        "a DisaggregatedSet is released canary-style only (strategy.canary with \
+         enableExtraWorkloadForCanary: true); {asked} is not supported for a prefill/decode pair"
+    )
 }
 
 /// Accepted=False, phase Initial, and a Warning event when that is news.

@@ -142,7 +142,7 @@ fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
     let Some(workload) = obs.workload.as_ref() else {
         return true;
     };
-    if workload.hold.is_some() {
+    if workload.hold.is_some() || workload.release_groups {
         d.plan.hold = HoldAction::Release;
     }
     let policy = if why == Reason::Success {
@@ -167,11 +167,15 @@ fn resume_workload(d: &mut Draft<'_>, why: Reason) -> bool {
     if why == Reason::Success && !rolled {
         let message = format!(
             "Rollout has been completed and some closing work is being done: waiting for \
-             LeaderWorkerSet {} to roll ({}/{} groups updated, {} ready)",
-            workload.name, workload.updated_replicas, workload.replicas, workload.ready_replicas
+             {} {} to roll ({}/{} groups updated, {} ready)",
+            workload.kind,
+            workload.name,
+            workload.updated_replicas,
+            workload.replicas,
+            workload.ready_replicas
         );
         let now = d.now;
         status::progressing_message(d.status(), message, now);
     }
-    workload.hold.is_none() && br_done && rolled
+    workload.hold.is_none() && !workload.release_groups && br_done && rolled
 }

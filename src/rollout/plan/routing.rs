@@ -14,8 +14,8 @@ use crate::api::rollout::{
 };
 use crate::k8s::events::EventSpec;
 use crate::release::{groups::desired_groups, names::canary_name, progress::CanaryCounts};
-use crate::rollout::observe::RolloutObserved;
 use crate::rollout::observe::owner;
+use crate::rollout::observe::{RolloutObserved, WorkloadKind};
 use crate::traffic::{
     intent::{CanaryRoute, Leaders, TrafficIntent},
     plan::TrafficPlan,
@@ -177,7 +177,25 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
     };
     let lws = obs.rollout.spec.workload_ref.name.clone();
     let second = canary_name(&lws, &canary.canary_revision);
-    let (stable, new_side): (Leaders, Leaders) = if style == Style::Partition {
+    let (stable, new_side): (Leaders, Leaders) = if workload.kind == WorkloadKind::DisaggregatedSet
+    {
+        // The user's Service selects the set's prefill leaders (the pair's routable entry):
+        // both sides are the set's, told apart by the set's revision label. The stable side
+        // is pinned to the held revision while the new pair must get only its share; once the
+        // release succeeds (or is disabled or deleted) it serves every revision, since the
+        // set's own rolling update moves the pair over to the template in the spec.
+        let pinned = matches!(
+            reason,
+            None | Some(Reason::Rollback | Reason::AutoRollback | Reason::Continuous)
+        );
+        (
+            Leaders::of_set(
+                lws.clone(),
+                canary.common.stable_revision.clone().filter(|_| pinned),
+            ),
+            Leaders::of_set(lws.clone(), Some(canary.canary_revision.clone())),
+        )
+    } else if style == Style::Partition {
         // Both sides are the user's LWS: told apart by the template revision. The stable
         // side stays pinned to the stable revision while the moved groups must get nothing
         // (a step's split, a rollback, a deadline, a third template); once the release
@@ -191,6 +209,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             Leaders {
                 lws: lws.clone(),
                 revision: canary.common.stable_revision.clone().filter(|_| pinned),
+                set: false,
             },
             Leaders::at(lws.clone(), canary.canary_revision.clone()),
         )

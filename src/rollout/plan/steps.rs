@@ -145,8 +145,11 @@ pub fn batch_progress(d: &Draft<'_>, br: &BatchReleaseSummary) -> Option<(i32, B
     }
     let desired = desired_groups(&batches[batch].canary_replicas, stable_replicas(d));
     let batch = i32::try_from(batch).unwrap_or(0);
-    if !plan.enable_extra_workload_for_canary
-        && matches!(plan.rolling_style, None | Some(RollingStyle::Partition))
+    // A pair release has no canary LWS either: its BatchRelease reads the set's LWSs of the
+    // new revision and says how many complete pairs are ready.
+    if br.spec.workload_ref.is_disaggregated_set()
+        || (!plan.enable_extra_workload_for_canary
+            && matches!(plan.rolling_style, None | Some(RollingStyle::Partition)))
     {
         return Some((batch, moved_in_place(br, batch)));
     }
@@ -192,11 +195,18 @@ fn sync_batch_release(d: &mut Draft<'_>) {
             brs.updated_ready_replicas,
         ),
     };
-    let message = format!(
+    let mut message = format!(
         "BatchRelease is at state {state}, rollout-id {}, step {}",
         br.spec.release_plan.rollout_id.clone().unwrap_or_default(),
         batch + 1
     );
+    // A pair's BatchRelease says which role keeps the new pair incomplete (and so out of
+    // traffic), or which slice and role the batch waits for.
+    if br.spec.workload_ref.is_disaggregated_set()
+        && let Some(why) = br.status.message.as_deref().filter(|m| !m.is_empty())
+    {
+        message = format!("{message}: {why}");
+    }
     let c = status::canary(d.status());
     c.canary_replicas = updated;
     c.canary_ready_replicas = ready;

@@ -4,6 +4,7 @@
 mod analysis;
 mod bluegreen;
 mod deadline;
+mod pair;
 mod partition;
 mod world;
 

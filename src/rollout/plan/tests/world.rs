@@ -96,6 +96,7 @@ pub fn stable() -> StableWorkload {
         hold: None,
         release_partition: None,
         rollout_id: None,
+        ..StableWorkload::default()
     }
 }
 

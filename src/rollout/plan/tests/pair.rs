@@ -1,0 +1,113 @@
+//! A DisaggregatedSet released canary-style in the plan world: the sides are the set's
+//! leaders told apart by its revision label, the new pair's share follows the complete pairs
+//! its BatchRelease reports, and finalising lifts the hold only through the set.
+
+use super::at_state;
+use super::world::{World, three_steps};
+use crate::api::rollout::ObjectRef;
+use crate::rollout::names::{condition, reason};
+use crate::rollout::observe::WorkloadKind;
+use crate::rollout::plan::{HoldAction, accept};
+use crate::traffic::intent::{Leaders, TrafficIntent};
+
+/// The three steps, releasing the set `vllm` (the world's workload, as a set).
+fn pair_world() -> World {
+    let mut w = World::new(three_steps());
+    w.obs.rollout.spec.workload_ref = ObjectRef {
+        api_version: "disaggregatedset.x-k8s.io/v1".into(),
+        kind: "DisaggregatedSet".into(),
+        name: "vllm".into(),
+    };
+    let s = w.obs.workload.as_mut().unwrap();
+    s.kind = WorkloadKind::DisaggregatedSet;
+    s.pair_rolled = Some(true);
+    w.reconcile();
+    assert_eq!(w.status().phase.as_str(), "Healthy");
+    w.change_template("rev2");
+    w.obs.workload.as_mut().unwrap().pair_rolled = Some(false);
+    w
+}
+
+/// (stable side, new side, canary weight) of the last traffic the plans asked for.
+fn sides(w: &World) -> (Leaders, Leaders, i32) {
+    match w.traffic.as_ref() {
+        Some(TrafficIntent::Release {
+            stable_lws,
+            canary_lws,
+            route,
+        }) => (
+            stable_lws.clone(),
+            canary_lws.clone(),
+            route.weight.unwrap_or(0),
+        ),
+        other => panic!("no release traffic: {other:?}"),
+    }
+}
+
+#[test]
+fn a_pair_routes_by_the_sets_revision_and_only_while_it_is_complete() {
+    let mut w = pair_world();
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    let (stable, new, weight) = sides(&w);
+    assert_eq!(stable, Leaders::of_set("vllm", Some("rev1".into())));
+    assert_eq!(new, Leaders::of_set("vllm", Some("rev2".into())));
+    assert_eq!(weight, 5);
+
+    // One role of the new pair loses its last ready group: the BatchRelease reports no
+    // complete pair, and the weight goes back to 0 while the step stays where it is.
+    w.canary_healthy = false;
+    w.reconcile();
+    w.reconcile();
+    let (_, _, weight) = sides(&w);
+    assert_eq!(weight, 0, "an incomplete pair gets no traffic");
+    assert_eq!(w.at().0, 1);
+
+    // Whole again: the step's share comes back.
+    w.canary_healthy = true;
+    w.reconcile();
+    w.reconcile();
+    assert_eq!(sides(&w).2, 5);
+}
+
+#[test]
+fn a_finished_pair_release_lifts_the_hold_and_waits_for_the_set_to_roll() {
+    let mut w = pair_world();
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    w.approve();
+    w.until("step 2 paused", at_state("StepPaused", 2));
+    w.approve();
+    w.until("the hold lifted", |w| {
+        w.plans
+            .last()
+            .is_some_and(|p| p.hold == HoldAction::Release)
+    });
+    // Until the set has rolled the release is not over (the world lifted the hold, the set's
+    // LWSs still show the old pair).
+    for _ in 0..3 {
+        w.reconcile();
+    }
+    assert_eq!(w.status().phase.as_str(), "Progressing");
+    w.obs.workload.as_mut().unwrap().pair_rolled = Some(true);
+    w.until("Healthy", |w| w.status().phase.as_str() == "Healthy");
+}
+
+#[test]
+fn a_pair_is_released_canary_style_only() {
+    let mut w = pair_world();
+    w.obs
+        .rollout
+        .spec
+        .strategy
+        .canary
+        .as_mut()
+        .unwrap()
+        .enable_extra_workload_for_canary = false;
+    let (why, message) = accept::not_accepted(&w.obs).expect("refused");
+    assert_eq!(why, reason::UNSUPPORTED_STRATEGY);
+    assert!(message.contains("partition style"), "{message}");
+    w.reconcile();
+    let accepted = crate::rollout::plan::status::condition(&w.status(), condition::ACCEPTED)
+        .cloned()
+        .expect("Accepted condition");
+    assert_eq!(accepted.status, "False");
+}

@@ -1,0 +1,490 @@
+//! A prefill/decode pair released canary-style by a Rollout (examples/rollout-disaggregatedset.yaml,
+//! applied as shipped) against the real control plane, under requests through the proxy when
+//! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
+//! the new pair gets its share only once both of its roles are ready, approval finishes the
+//! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
+//! step and a blue-green Rollout of a set are refused at admission; a set scaled to zero,
+//! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
+//! Rollout's message, not a stall.
+
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, ensure};
+use futures::StreamExt;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::Service;
+use kube::{
+    ResourceExt,
+    api::{ListParams, Patch, PatchParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet, Rollout};
+use serde_json::{Value, json};
+
+use crate::harness::{TestNs, wait_for, wait_for_all, with_ns, yaml_documents};
+use crate::rollout_support::{
+    WAIT, approve_named, create_rollout, finished, host, on_big_stack, paused_at, submit_rollout,
+    wait_rollout_named,
+};
+use crate::traffic_driver::{
+    Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
+};
+
+/// The example's objects' names.
+const SET: &str = "pd";
+const SERVICE: &str = "pd-prefill";
+const ROUTE: &str = "pd";
+const ROLLOUT: &str = "pd";
+/// The set's labels on its LWSs and pods.
+const SET_LABEL: &str = "disaggregatedset.x-k8s.io/name";
+const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
+const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
+/// Groups per role in the example.
+const GROUPS: i32 = 2;
+/// Requests per second through the proxy.
+const RATE: u32 = 50;
+/// Decode pods become ready this long after they start: a new pair's prefill is ready well
+/// before its decode, the moment a release must not send it traffic.
+const DECODE_READY_DELAY: &str = "3s";
+
+/// The example's DisaggregatedSet, Service and Rollout, as shipped.
+fn example() -> anyhow::Result<(Value, Value, Value)> {
+    let docs = yaml_documents("examples/rollout-disaggregatedset.yaml")?;
+    let kind = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .cloned()
+            .with_context(|| format!("the example has a {k}"))
+    };
+    Ok((
+        kind("DisaggregatedSet")?,
+        kind("Service")?,
+        kind("Rollout")?,
+    ))
+}
+
+/// `set` with every role on `image`, decode pods ready only after [`DECODE_READY_DELAY`].
+fn with_image(set: &Value, image: &str) -> Value {
+    let mut set = set.clone();
+    for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
+        let decode = role["name"] == "decode";
+        let template = &mut role["spec"]["leaderWorkerTemplate"]["workerTemplate"];
+        template["spec"]["containers"][0]["image"] = json!(image);
+        if decode {
+            template["metadata"]["annotations"]["lws-rollout.test/ready-delay"] =
+                json!(DECODE_READY_DELAY);
+        }
+    }
+    set
+}
+
+/// Applies the set as its owner would (server-side apply, the user's field manager).
+async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
+    ns.api::<DisaggregatedSet>()
+        .patch(
+            SET,
+            &PatchParams::apply("e2e-user").force(),
+            &Patch::Apply(set),
+        )
+        .await?;
+    Ok(())
+}
+
+/// The user's HTTPRoute: everything for [`host`] to the prefill Service.
+async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
+    let parent = match crate::traffic_driver::traffic() {
+        Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
+        Err(_) => json!({"name": "gw"}),
+    };
+    let route: HttpRoute = serde_json::from_value(json!({
+        "metadata": {"name": ROUTE},
+        "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
+                 "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
+    }))?;
+    ns.api::<HttpRoute>()
+        .create(&PostParams::default(), &route)
+        .await?;
+    Ok(())
+}
+
+/// The set's LWSs as (role, revision, spec replicas, ready groups), sorted.
+async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
+    let mut out: Vec<_> = ns
+        .api::<LeaderWorkerSet>()
+        .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
+        .await?
+        .items
+        .iter()
+        .map(|l| {
+            (
+                l.labels().get(ROLE_LABEL).cloned().unwrap_or_default(),
+                l.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
+                l.spec.replicas.unwrap_or(1),
+                l.status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Waits until the set runs one revision, every role at [`GROUPS`] ready groups; returns it.
+async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
+    let lws = wait_for_all(
+        &ns.api::<LeaderWorkerSet>(),
+        &format!("{SET_LABEL}={SET}"),
+        WAIT,
+        |all| {
+            let revisions: std::collections::BTreeSet<_> = all
+                .iter()
+                .filter_map(|l| l.labels().get(REVISION_LABEL))
+                .collect();
+            all.len() == 2
+                && revisions.len() == 1
+                && revisions.iter().all(|r| Some(r.as_str()) != not)
+                && all.iter().all(|l| {
+                    l.spec.replicas == Some(GROUPS)
+                        && l.status.as_ref().is_some_and(|s| {
+                            s.ready_replicas == Some(GROUPS)
+                                && s.observed_generation == l.metadata.generation
+                        })
+                })
+        },
+    )
+    .await
+    .context("the set runs one revision, every role ready")?;
+    Ok(lws[0].labels()[REVISION_LABEL].clone())
+}
+
+/// The canary weight of the route's first rule (0 without a canary backend).
+fn canary_weight(route: &HttpRoute) -> i64 {
+    let route = serde_json::to_value(route).unwrap_or_default();
+    route["spec"]["rules"][0]["backendRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|b| b["name"] == format!("{SERVICE}-canary"))
+        .filter_map(|b| b["weight"].as_i64())
+        .sum()
+}
+
+/// The new revision's ready groups per role when the route first gave the canary weight.
+type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;
+
+/// Watches the route; the first time it gives the canary any weight, records the new
+/// revision's ready groups per role at that moment (role, ready).
+fn first_weight_seen(
+    ns: &TestNs,
+    stable: String,
+) -> (tokio::task::JoinHandle<()>, ReadyAtFirstWeight) {
+    let seen = Arc::new(Mutex::new(None));
+    let out = seen.clone();
+    let ns = ns.clone();
+    let task = tokio::spawn(async move {
+        let stream = watcher::watcher(
+            ns.api::<HttpRoute>(),
+            watcher::Config::default().fields(&format!("metadata.name={ROUTE}")),
+        )
+        .applied_objects()
+        .default_backoff();
+        let mut stream = std::pin::pin!(stream);
+        while let Some(Ok(route)) = stream.next().await {
+            if canary_weight(&route) == 0 {
+                continue;
+            }
+            let ready = pair_lws(&ns)
+                .await
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|(_, revision, _, _)| *revision != stable)
+                .map(|(role, _, _, ready)| (role, ready))
+                .collect();
+            *out.lock().unwrap() = Some(ready);
+            return;
+        }
+    });
+    (task, seen)
+}
+
+type PairTraffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+
+#[test]
+fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_request()
+-> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-pd", |ns| async move {
+            let (set, service, rollout) = example()?;
+            let set = with_image(&set, "vllm:1");
+            apply_set(&ns, &set).await?;
+            let stable = wait_one_revision(&ns, None).await?;
+            let svc: Service = serde_json::from_value(service)?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &svc)
+                .await?;
+            let users_selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+            create_route(&ns).await?;
+            create_rollout(&ns, &rollout).await?;
+
+            // Requests flow through the proxy to the stable prefill leaders.
+            let stable_prefill = format!("{SET}-0-{stable}-prefill");
+            let traffic: Option<PairTraffic> =
+                match traffic_or_skip("rollout_disaggregatedset (requests)") {
+                    Some(t) => {
+                        let plain = RequestSpec::new(&host(&ns));
+                        wait_until_served(&t, &plain, |o| o.lws.clone(), &[&stable_prefill], WAIT)
+                            .await?;
+                        let old = stable_prefill.clone();
+                        let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> =
+                            Box::new(move |o: &Outcome| {
+                                o.lws.as_deref().is_some_and(|l| {
+                                    l.starts_with(&format!("{SET}-0-")) && l != old
+                                })
+                            });
+                        Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new))
+                    }
+                    None => None,
+                };
+
+            // The template change: step 1, one new group of each role, the stable pair whole.
+            let (guard, first_weight) = first_weight_seen(&ns, stable.clone());
+            apply_set(&ns, &with_image(&set, "vllm:2")).await?;
+            let r = wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+            let lws = pair_lws(&ns).await?;
+            let new: Vec<_> = lws.iter().filter(|l| l.1 != stable).collect();
+            ensure!(
+                lws.iter()
+                    .filter(|l| l.1 == stable)
+                    .all(|l| l.2 == GROUPS && l.3 == GROUPS)
+                    && new.len() == 2
+                    && new.iter().all(|l| l.2 == 1 && l.3 == 1),
+                "step 1: the stable pair keeps {GROUPS} groups per role and the new pair has \
+                 one ready group per role: {lws:?}"
+            );
+            let canary = r
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.clone())
+                .context("canaryStatus")?;
+            ensure!(
+                canary.canary_ready_replicas == 1,
+                "one complete new pair ready: {canary:?}"
+            );
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                set_now
+                    .annotations()
+                    .get("lws-rollout.x-k8s.io/release-groups")
+                    == Some(&r#"{"decode":1,"prefill":1}"#.to_string()),
+                "one write of both roles' groups: {:?}",
+                set_now.annotations()
+            );
+            // The canary Service exists and selects the new revision's leaders only.
+            let canary_svc = ns
+                .api::<Service>()
+                .get(&format!("{SERVICE}-canary"))
+                .await?;
+            let selector = canary_svc.spec.and_then(|s| s.selector).unwrap_or_default();
+            ensure!(
+                selector.get(REVISION_LABEL) != Some(&stable)
+                    && selector.contains_key(REVISION_LABEL),
+                "the canary Service selects the new revision: {selector:?}"
+            );
+            wait_for(
+                &ns.api::<HttpRoute>(),
+                ROUTE,
+                WAIT,
+                |r: Option<&HttpRoute>| r.is_some_and(|r| canary_weight(r) == 20),
+            )
+            .await?;
+            // The weight came only once both roles of the new pair had a ready group (decode
+            // is ready seconds after prefill).
+            guard.await?;
+            let at_first_weight = first_weight.lock().unwrap().clone().unwrap_or_default();
+            ensure!(
+                at_first_weight.len() == 2 && at_first_weight.iter().all(|(_, ready)| *ready >= 1),
+                "the route gave the new pair weight before both roles were ready: \
+                 {at_first_weight:?}"
+            );
+            if let Some(t) = &traffic {
+                t.assert_step(20, 200).await?;
+            }
+
+            // Approve: the new pair grows to every group, gets everything, the hold goes and
+            // the set's own rolling update drains the old pair.
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
+            let new_revision = wait_one_revision(&ns, Some(&stable)).await?;
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                !set_now
+                    .annotations()
+                    .contains_key("rollouts.kruise.io/stable-revision")
+                    && !set_now
+                        .annotations()
+                        .contains_key("lws-rollout.x-k8s.io/release-groups"),
+                "hold and release-groups lifted: {:?}",
+                set_now.annotations()
+            );
+            let svc_now = ns.api::<Service>().get(SERVICE).await?;
+            ensure!(
+                svc_now.spec.and_then(|s| s.selector) == users_selector,
+                "the user's selector is given back"
+            );
+            ensure!(
+                ns.api::<Service>()
+                    .get_opt(&format!("{SERVICE}-canary"))
+                    .await?
+                    .is_none(),
+                "the canary Service is gone"
+            );
+            if let Some(t) = traffic {
+                let w = t.window(200).await?;
+                let new_prefill = format!("{SET}-0-{new_revision}-prefill");
+                w.assert_all(
+                    "after the release every request reaches the new pair",
+                    |o| o.lws.as_deref() == Some(new_prefill.as_str()),
+                )?;
+                let all = t.stop().await;
+                all.assert_no_failures("the whole release")?;
+                eprintln!("pair release under load: {}", all.summary());
+            }
+            Ok(())
+        })
+    })
+}
+
+#[tokio::test]
+async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::Result<()> {
+    with_ns("rollout-pd-bad", |ns| async move {
+        let (set, _, rollout) = example()?;
+        // The set first: once the controllers have run it, the manager's webhooks (registered
+        // before the controllers start) are in place for the refusals below.
+        let set = with_image(&set, "vllm:1");
+        apply_set(&ns, &set).await?;
+        wait_one_revision(&ns, None).await?;
+        // A step of 0 groups (which could give a role none) is refused at admission.
+        let mut none = rollout.clone();
+        none["metadata"]["name"] = json!("pd-none");
+        none["spec"]["strategy"]["canary"]["steps"][0]["replicas"] = json!(0);
+        let refused = submit_rollout(&ns, &none).await;
+        let why = format!("{:?}", refused.err().context("a 0-group step is refused")?);
+        ensure!(
+            why.contains("steps[0].replicas") && why.contains("greater than 0"),
+            "the refusal says why: {why}"
+        );
+        // Blue-green of a pair is not built: refused naming the reason.
+        let mut bg = rollout.clone();
+        bg["metadata"]["name"] = json!("pd-bg");
+        bg["spec"]["strategy"] = json!({"blueGreen": {"steps": [{"replicas": "100%"}]}});
+        let why = format!(
+            "{:?}",
+            submit_rollout(&ns, &bg)
+                .await
+                .err()
+                .context("blue-green of a set is refused")?
+        );
+        ensure!(why.contains("canary-style only"), "{why}");
+
+        // A set scaled to zero (every role at 0 replicas: the CRD refuses one role at 0 beside
+        // others that are not): no step can give a role a group. The batch does not start; the
+        // BatchRelease's Warning and the Rollout's message name the role.
+        let empty = {
+            let mut e = with_image(&set, "vllm:1");
+            e["metadata"]["name"] = json!("pd-empty");
+            e["spec"]["roles"][0]["spec"]["replicas"] = json!(0);
+            e["spec"]["roles"][1]["spec"]["replicas"] = json!(0);
+            e
+        };
+        ns.api::<DisaggregatedSet>()
+            .patch(
+                "pd-empty",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&empty),
+            )
+            .await?;
+        let mut for_empty = rollout.clone();
+        for_empty["metadata"]["name"] = json!("pd-empty");
+        for_empty["spec"]["workloadRef"]["name"] = json!("pd-empty");
+        for_empty["spec"]["strategy"]["canary"]["trafficRoutings"] = Value::Null;
+        for_empty["spec"]["strategy"]["canary"]["steps"] =
+            json!([{"replicas": 1, "pause": {}}, {"replicas": "100%"}]);
+        create_rollout(&ns, &for_empty).await?;
+        ns.api::<DisaggregatedSet>()
+            .patch(
+                "pd-empty",
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(&with_image(&empty, "vllm:2")),
+            )
+            .await?;
+        wait_rollout_named(
+            &ns,
+            "pd-empty",
+            "names the role without groups",
+            |r: &Rollout| {
+                r.status
+                    .as_ref()
+                    .and_then(|s| s.canary_status.as_ref())
+                    .and_then(|c| c.common.message.as_deref())
+                    .is_some_and(|m| m.contains("role prefill has no replicas"))
+            },
+        )
+        .await?;
+        wait_for_all(
+            &ns.api::<k8s_openapi::api::core::v1::Event>(),
+            "",
+            WAIT,
+            |events| {
+                events.iter().any(|e| {
+                    e.involved_object.kind.as_deref() == Some("BatchRelease")
+                        && e.reason.as_deref() == Some("Unsupported")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("role prefill"))
+                })
+            },
+        )
+        .await
+        .context("a Warning Event on the BatchRelease naming the role")?;
+
+        // A trafficRouting naming a Service that does not exist: a Warning and the message.
+        let mut missing = rollout.clone();
+        missing["spec"]["strategy"]["canary"]["trafficRoutings"][0]["service"] =
+            json!("no-such-service");
+        create_rollout(&ns, &missing).await?;
+        apply_set(&ns, &with_image(&set, "vllm:2")).await?;
+        let r = wait_rollout_named(
+            &ns,
+            ROLLOUT,
+            "says the Service is missing",
+            |r: &Rollout| {
+                r.status
+                    .as_ref()
+                    .and_then(|s| s.message.as_deref())
+                    .is_some_and(|m| m.contains("no-such-service"))
+            },
+        )
+        .await?;
+        ensure!(r.status.is_some());
+        wait_for_all(
+            &ns.api::<k8s_openapi::api::core::v1::Event>(),
+            "",
+            WAIT,
+            |events| {
+                events.iter().any(|e| {
+                    e.involved_object.name.as_deref() == Some(ROLLOUT)
+                        && e.reason.as_deref() == Some("TrafficRoutingNotFound")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("no-such-service"))
+                })
+            },
+        )
+        .await
+        .context("a TrafficRoutingNotFound Event")?;
+        Ok(())
+    })
+    .await
+}
