@@ -23,8 +23,8 @@ use serde_json::{Value, json};
 
 use crate::harness::{TestNs, wait_for, wait_for_all, with_ns, yaml_documents};
 use crate::rollout_support::{
-    WAIT, approve_named, create_rollout, finished, host, on_big_stack, paused_at, submit_rollout,
-    wait_rollout_named,
+    WAIT, approve_named, create_rollout, create_route_to, finished, host, on_big_stack, paused_at,
+    submit_rollout, wait_rollout_named,
 };
 use crate::traffic_driver::{
     Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
@@ -86,23 +86,6 @@ async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
             &PatchParams::apply("e2e-user").force(),
             &Patch::Apply(set),
         )
-        .await?;
-    Ok(())
-}
-
-/// The user's HTTPRoute: everything for [`host`] to the prefill Service.
-async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
-    let parent = match crate::traffic_driver::traffic() {
-        Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
-        Err(_) => json!({"name": "gw"}),
-    };
-    let route: HttpRoute = serde_json::from_value(json!({
-        "metadata": {"name": ROUTE},
-        "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
-                 "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
-    }))?;
-    ns.api::<HttpRoute>()
-        .create(&PostParams::default(), &route)
         .await?;
     Ok(())
 }
@@ -225,7 +208,7 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
                 .create(&PostParams::default(), &svc)
                 .await?;
             let users_selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
-            create_route(&ns).await?;
+            create_route_to(&ns, ROUTE, SERVICE).await?;
             create_rollout(&ns, &rollout).await?;
 
             // Requests flow through the proxy to the stable prefill leaders.

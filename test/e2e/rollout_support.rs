@@ -154,6 +154,11 @@ pub async fn create_route(ns: &TestNs) -> anyhow::Result<()> {
 
 /// [`create_route`] under another name (an example's route).
 pub async fn create_route_named(ns: &TestNs, name: &str) -> anyhow::Result<()> {
+    create_route_to(ns, name, SERVICE).await
+}
+
+/// The HTTPRoute `name`: everything for [`host`] to port 80 of `service`.
+pub async fn create_route_to(ns: &TestNs, name: &str, service: &str) -> anyhow::Result<()> {
     let parent = match crate::traffic_driver::traffic() {
         Ok(t) => json!({"name": t.gateway_name, "namespace": t.gateway_namespace}),
         Err(_) => json!({"name": "gw"}),
@@ -161,7 +166,7 @@ pub async fn create_route_named(ns: &TestNs, name: &str) -> anyhow::Result<()> {
     let route: HttpRoute = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {"parentRefs": [parent], "hostnames": [host(ns)],
-                 "rules": [{"backendRefs": [{"name": SERVICE, "port": 80}]}]}
+                 "rules": [{"backendRefs": [{"name": service, "port": 80}]}]}
     }))?;
     ns.api::<HttpRoute>()
         .create(&PostParams::default(), &route)
