@@ -55,8 +55,9 @@ async fn the_suite_managers_certificate_is_in_the_shared_secret_and_trusted() ->
         }));
         assert_eq!(
             bundles.len(),
-            5,
-            "pod, LWS defaulting, LWS validating, Rollout validating and RoleScaler validating webhooks"
+            6,
+            "pod, LWS defaulting, LWS validating, DisaggregatedSet hold, Rollout validating and \
+             RoleScaler validating webhooks"
         );
         assert!(
             bundles.iter().all(|b| *b == ca),
