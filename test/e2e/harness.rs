@@ -160,7 +160,9 @@ where
 }
 
 /// Waits until `cond` holds for the named object (watch-based), or fails after `timeout`
-/// saying what it waited for.
+/// saying what it waited for. A watch that fails is started again until the timeout: an
+/// API server that has just restarted refuses a watch from an old resource version or drops
+/// the connection, and the condition may still come true after it.
 pub async fn wait_for<K, C>(
     api: &Api<K>,
     name: &str,
@@ -171,11 +173,27 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Condition<K>,
 {
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-        Ok(result) => Ok(result?),
+    let mut watch_failed = None;
+    let watched = tokio::time::timeout(timeout, async {
+        loop {
+            let cond = |obj: Option<&K>| cond.matches_object(obj);
+            match await_condition(api.clone(), name, cond).await {
+                Ok(obj) => return obj,
+                Err(err) => {
+                    watch_failed = Some(err);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
+    .await;
+    match watched {
+        Ok(obj) => Ok(obj),
         Err(_) => {
             let now = api.get_opt(name).await.ok().flatten();
-            bail!("timed out after {timeout:?} waiting on {name}; last seen: {now:#?}")
+            let watch =
+                watch_failed.map_or(String::new(), |e| format!("; the watch last failed: {e}"));
+            bail!("timed out after {timeout:?} waiting on {name}{watch}; last seen: {now:#?}")
         }
     }
 }
