@@ -127,6 +127,10 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
 # libtest's default (one per core) left the suite at the 15 min budget (904 s measured on
 # 2026-11-24); a caller's RUST_TEST_THREADS wins.
 export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
+# An async e2e test runs its whole future on its test thread's stack, and a debug build's
+# futures are large: 16 MiB rather than libtest's 2 MiB (address space, not memory), so a
+# test that waits on more things does not overflow it.
+export RUST_MIN_STACK="${RUST_MIN_STACK:-16777216}"
 SUITE_START=$SECONDS
 TESTS_RC=0
 cargo test --locked --workspace --all-targets "$@" || TESTS_RC=$?

@@ -177,7 +177,8 @@ where
     let watched = tokio::time::timeout(timeout, async {
         loop {
             let cond = |obj: Option<&K>| cond.matches_object(obj);
-            match await_condition(api.clone(), name, cond).await {
+            // On the heap: a watch's future is large, and a test's stack holds many waits.
+            match Box::pin(await_condition(api.clone(), name, cond)).await {
                 Ok(obj) => return obj,
                 Err(err) => {
                     watch_failed = Some(err);
