@@ -451,7 +451,7 @@ fn rollout_disaggregatedset_losing_a_role_takes_the_pair_out_of_traffic() -> any
             let gates = GateKeeper::start(&ns);
             gates.open();
             let p = paused_pair_release(&ns, |b| gated_decode(b, "vllm:2")).await?;
-            let watch = StatusWatch::start(&ns.name, ROLLOUT, "110s")?;
+            let watch = StatusWatch::start(&ns.name, ROLLOUT, "240s")?;
             // Both roles' sides, from the plugin.
             let line = status_line(&ns).await?;
             ensure!(
