@@ -360,10 +360,15 @@ pub fn line_of(rollout: &Rollout, workload: Option<Workload<'_>>) -> String {
             view.canary_ready
         ));
         let t = step_traffic(current_step(steps(rollout), view.index));
-        let traffic = if traffic_applied(&view.state) {
-            t
-        } else {
+        let incomplete_pair =
+            matches!(workload, Some(Workload::Pair(_))) && view.canary_ready == 0 && t != "0%";
+        let traffic = if !traffic_applied(&view.state) {
             format!("-> {t}")
+        } else if incomplete_pair {
+            // The route gives a pair without every role ready nothing, whatever the step says.
+            format!("0% ({t} once the new pair is complete)")
+        } else {
+            t
         };
         parts.push(format!("traffic {traffic}"));
         if let Some(Workload::Pair(sides)) = workload {

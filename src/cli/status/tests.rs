@@ -196,7 +196,7 @@ fn a_pair_release_shows_both_sides_of_every_role() {
     );
     let line = line_of(&r, Some(Workload::Pair(&sides)));
     assert!(
-        line.contains("canary 0/1 pairs ready | traffic 20% | prefill stable 2/2 canary 1/1 | decode stable 2/2 canary 0/1"),
+        line.contains("canary 0/1 pairs ready | traffic 0% (20% once the new pair is complete) | prefill stable 2/2 canary 1/1 | decode stable 2/2 canary 0/1"),
         "{line}"
     );
     // Held: not over, whatever the Rollout says.
