@@ -83,6 +83,8 @@ trap - EXIT
 
 # 2. A cluster of our own, in a fresh state dir, stopped on every exit path.
 STATE=$(mktemp -d "${TMPDIR:-/tmp}/lws-rollout-e2e.XXXXXX")
+# Each e2e test's run time; a caller may name a file that outlives the cluster's state dir.
+E2E_TIMES="${LWS_E2E_TIMES:-$STATE/logs/e2e-times.tsv}"
 cleanup() {
   rc=$?
   if [ $rc -ne 0 ]; then
@@ -121,7 +123,7 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
   LWS_E2E_HELM="$HELM" LWS_E2E_IMAGE="$IMAGE" LWS_E2E_MANAGER_BIN="$MANAGER_BIN" \
   LWS_E2E_QEMU_AARCH64="$QEMU_AARCH64" LWS_E2E_LWSREF_BIN="$LWSREF_BIN" \
   LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" LWS_E2E_VOLCANO_CRDS="$VOLCANO_CRDS" \
-  LWS_E2E_TIMES="$STATE/logs/e2e-times.tsv" \
+  LWS_E2E_TIMES="$E2E_TIMES" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
 # Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and
 # libtest's default (one per core) left the suite at the 15 min budget (904 s measured on
@@ -136,10 +138,10 @@ TESTS_RC=0
 cargo test --locked --workspace --all-targets "$@" || TESTS_RC=$?
 # The suite's budget is 15 min (DEVELOPERS.md): the slowest tests, by name, for whoever trims it
 # (printed whether or not the tests passed).
-if [ -s "$STATE/logs/e2e-times.tsv" ]; then
+if [ -s "$E2E_TIMES" ]; then
   log "tests ran $((SECONDS - SUITE_START))s; the slowest e2e tests (seconds, cluster, test):"
   # sed reads to the end (head would close the pipe early: sort's SIGPIPE fails pipefail).
-  sort -rn "$STATE/logs/e2e-times.tsv" | sed -n '1,12p' >&2
+  sort -rn "$E2E_TIMES" | sed -n '1,12p' >&2
 fi
 [ "$TESTS_RC" = 0 ] || exit "$TESTS_RC"
 # 5. Least privilege, over the whole suite's requests (so not when a filter ran only some).

@@ -24,7 +24,8 @@ pub const KUBECONFIG_ENV: &str = "LWS_E2E_KUBECONFIG";
 /// prints the slowest, so the suite's budget has names to it).
 pub const TIMES_ENV: &str = "LWS_E2E_TIMES";
 
-/// Appends "<seconds>\t<what>\t<test>" to the times file, if one is set. The test's name is
+/// Appends "<seconds>\t<what>\t<test>\t<end, Unix seconds>" to the times file, if one is set
+/// (the end lets whoever trims the suite lay the tests out on a timeline). The test's name is
 /// its thread's, as libtest names each test's thread.
 pub fn record_time(what: &str, started: std::time::Instant) {
     use std::io::Write;
@@ -32,10 +33,14 @@ pub fn record_time(what: &str, started: std::time::Instant) {
         return;
     };
     let thread = std::thread::current();
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let line = format!(
-        "{:.1}\t{what}\t{}\n",
+        "{:.1}\t{what}\t{}\t{}\n",
         started.elapsed().as_secs_f64(),
-        thread.name().unwrap_or("?")
+        thread.name().unwrap_or("?"),
+        end.as_secs()
     );
     // One short write with O_APPEND: lines of concurrent tests never interleave.
     if let Ok(mut file) = std::fs::OpenOptions::new()
