@@ -125,10 +125,11 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
   LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" LWS_E2E_VOLCANO_CRDS="$VOLCANO_CRDS" \
   LWS_E2E_TIMES="$E2E_TIMES" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
-# Three tests at a time on the 2 cores CI has: an e2e test mostly waits on the cluster, and
-# libtest's default (one per core) left the suite at the 15 min budget (904 s measured on
-# 2026-11-24); a caller's RUST_TEST_THREADS wins.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-3}"
+# Five tests at a time on the 2 cores CI has: most e2e tests wait on the cluster most of the
+# time, and fewer left the cores half idle through the second half of the suite. Tests with a
+# cluster of their own take turns (test/e2e/isolated.rs, LWS_E2E_ISOLATED_AT_ONCE), so the
+# control planes every test waits on are not starved. A caller's RUST_TEST_THREADS wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-5}"
 # An async e2e test runs its whole future on its test thread's stack, and a debug build's
 # futures are large: 16 MiB rather than libtest's 2 MiB (address space, not memory), so a
 # test that waits on more things does not overflow it.

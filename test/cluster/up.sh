@@ -197,7 +197,7 @@ log "starting kube-controller-manager and kube-scheduler"
 # when *it* last saw the node's lease renewed. After the chaos test's 16 s API-server outage
 # its lease watch came back late and KWOK's first renewals met update conflicts, so it saw no
 # renewal for 50 s, marked all four fake nodes and every pod NotReady for ~2 s, and the
-# EndpointSlices emptied (HTTP 503 through the proxy; CI of 2026-11-25). A real kubelet's pods
+# EndpointSlices emptied (HTTP 503 through the proxy). A real kubelet's pods
 # keep running through a control-plane outage; no test here means a node failure by one.
 start kube-controller-manager "$BIN/kube-controller-manager" --kubeconfig="$KUBECONFIG_FILE" \
   --authentication-kubeconfig="$KUBECONFIG_FILE" --authorization-kubeconfig="$KUBECONFIG_FILE" \

@@ -46,13 +46,41 @@ pub struct IsolatedCluster {
     failed: bool,
     stopped: bool,
     started: std::time::Instant,
+    /// This cluster's place among those running at once, given back once it is stopped.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Environment variable bounding how many clusters of their own tests run at once.
+pub const CLUSTERS_AT_ONCE_ENV: &str = "LWS_E2E_ISOLATED_AT_ONCE";
+
+/// A cluster of its own costs a control plane's start and its watches on the shared cores, and
+/// libtest starts tests in name order, which puts several such tests side by side: more than
+/// two at once starve the clusters every test waits on. A test waiting for a place starts its
+/// cluster, and its clock, once one is free.
+fn clusters_at_once() -> std::sync::Arc<tokio::sync::Semaphore> {
+    static SLOTS: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
+        std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| {
+            let n = std::env::var(CLUSTERS_AT_ONCE_ENV)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .filter(|n| *n > 0)
+                .unwrap_or(2);
+            std::sync::Arc::new(tokio::sync::Semaphore::new(n))
+        })
+        .clone()
 }
 
 impl IsolatedCluster {
     /// Starts a cluster in a fresh temporary directory named after `name` and installs our CRDs.
     /// `env` is passed to `up.sh` (e.g. `LWS_CLUSTER_NODE_PODS`).
     pub async fn start(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        match Self::start_once(name, env).await {
+        let slot = clusters_at_once()
+            .acquire_owned()
+            .await
+            .context("waiting for a place among the isolated clusters")?;
+        let mut cluster = match Self::start_once(name, env).await {
             // Free ports are probed, then bound: a concurrent cluster can take one in between.
             // The failed attempt has been stopped (Drop); one more try with fresh ports.
             Err(err) if format!("{err:#}").contains("up.sh") => {
@@ -60,7 +88,9 @@ impl IsolatedCluster {
                 Self::start_once(name, env).await
             }
             other => other,
-        }
+        }?;
+        cluster.slot = Some(slot);
+        Ok(cluster)
     }
 
     async fn start_once(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
@@ -95,6 +125,7 @@ impl IsolatedCluster {
             failed: true,
             stopped: false,
             started,
+            slot: None,
         };
         if !out.status.success() {
             bail!(
@@ -297,6 +328,7 @@ impl IsolatedCluster {
         if keep {
             eprintln!("isolated cluster logs kept in {}/logs", self.dir.display());
         }
+        self.slot = None;
     }
 }
 

@@ -4,7 +4,7 @@
 # reads the checked-in output.
 #
 # The Go module proxy serves sigs.k8s.io/lws v0.10.0's .info and .mod but refuses its zip
-# (403 "This module version is not available", measured 2026-11-28). Then the source is taken
+# (403 "This module version is not available"). Then the source is taken
 # from a git repository of kubernetes-sigs/lws named by LWS_GIT (a .git directory or a bare
 # repository holding the tag v0.10.0), and used only if the tag's commit is the one the
 # proxy's .info names for v0.10.0.
