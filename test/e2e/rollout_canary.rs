@@ -516,7 +516,7 @@ async fn rollout_canary_nginx_ingress_weight_header_cookie() -> anyhow::Result<(
                          {"headers": [{"type": "Exact", "name": "canary-by-cookie", "value": "canary"}]}]},
             {"replicas": "100%", "traffic": "100%"}
         ]);
-        let routing = json!({"service": SERVICE, "gracePeriodSeconds": 1, "ingress": {"classType": "nginx", "name": "web"}});
+        let routing = json!({"service": SERVICE, "gracePeriodSeconds": crate::rollout_support::GRACE_SECONDS, "ingress": {"classType": "nginx", "name": "web"}});
         create_rollout(&ns, &rollout(steps, Some(routing))).await?;
         apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;
         wait_paused_at(&ns, 1).await?;

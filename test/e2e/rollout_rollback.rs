@@ -280,7 +280,7 @@ async fn rollout_disabled_removes_the_canary_ingress_before_the_canary() -> anyh
                     {"path": "/", "pathType": "Prefix", "backend": {"service": {"name": SERVICE, "port": {"number": 80}}}}]}}]}
             }))?;
             ns.api::<Ingress>().create(&Default::default(), &ing).await?;
-            let routing = serde_json::json!({"service": SERVICE, "gracePeriodSeconds": 1,
+            let routing = serde_json::json!({"service": SERVICE, "gracePeriodSeconds": crate::rollout_support::GRACE_SECONDS,
                 "ingress": {"classType": "nginx", "name": "web"}});
             create_rollout(&ns, &rollout(three_steps(), Some(routing))).await?;
             apply_lws(&ns, &with_image(&v1, "vllm:2")).await?;

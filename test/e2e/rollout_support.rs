@@ -115,9 +115,16 @@ pub fn blue_green_rollout(steps: Value, routing: Option<Value>) -> Value {
     r
 }
 
-/// The routing through [`SERVICE`] and [`ROUTE`], with a 1 s grace period.
+/// The grace period of the tests' traffic routings: the time a release waits after a traffic
+/// change before it removes what the old routes served. Traefik applies a change well within a
+/// second when the machine is idle, but not always while the suite's concurrent tests keep both
+/// cores busy; a test asserts the release's order (traffic first, then removal), not the
+/// proxy's speed.
+pub const GRACE_SECONDS: u32 = 2;
+
+/// The routing through [`SERVICE`] and [`ROUTE`], with the tests' grace period.
 pub fn gateway_routing() -> Value {
-    json!({"service": SERVICE, "gracePeriodSeconds": 1, "gateway": {"httpRouteName": ROUTE}})
+    json!({"service": SERVICE, "gracePeriodSeconds": GRACE_SECONDS, "gateway": {"httpRouteName": ROUTE}})
 }
 
 /// The user's Service selector: the leaders of every LWS of the app (canary leaders copy the
