@@ -134,25 +134,18 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     out
 }
 
-/// What a DisaggregatedSet's release does not run: partition style and blue-green (only the
-/// canary style is built for a pair). A step of 0 groups, which could give a role none, is
-/// refused for every workload by the CRD's own rule.
+/// What a DisaggregatedSet's release does not run: blue-green (the canary and partition
+/// styles are built for a pair). A step of 0 groups, which could give a role none, is refused
+/// for every workload by the CRD's own rule.
 fn pair_problems(s: &RolloutStrategy) -> Vec<Refusal> {
     let mut out = Vec::new();
-    match style(s) {
-        Some(Style::Partition) => out.push(refusal(
-            "spec.strategy.canary.enableExtraWorkloadForCanary",
-            "a DisaggregatedSet is released canary-style only: set \
-             enableExtraWorkloadForCanary: true (partition style is not supported for a \
-             prefill/decode pair)",
-        )),
-        Some(Style::BlueGreen) => out.push(refusal(
+    if style(s) == Some(Style::BlueGreen) {
+        out.push(refusal(
             "spec.strategy.blueGreen",
-            "a DisaggregatedSet is released canary-style only (strategy.canary with \
-             enableExtraWorkloadForCanary: true); blue-green is not supported for a \
-             prefill/decode pair",
-        )),
-        Some(Style::Canary) | None => {}
+            "blue-green is not supported for a prefill/decode pair yet: a DisaggregatedSet is \
+             released canary-style (strategy.canary with enableExtraWorkloadForCanary: true) \
+             or in partition style (strategy.canary without it)",
+        ));
     }
     out
 }
@@ -579,7 +572,7 @@ mod tests {
     }
 
     #[test]
-    fn a_disaggregated_set_is_refused_partition_and_blue_green() {
+    fn a_disaggregated_set_is_released_canary_or_partition_style_and_refused_blue_green() {
         let set = json!({"spec": {"workloadRef": {"apiVersion": "disaggregatedset.x-k8s.io/v1",
             "kind": "DisaggregatedSet", "name": "pd"}}});
         let with = |extra: Value| {
@@ -590,15 +583,11 @@ mod tests {
         assert_eq!(messages(&with(json!({}))), "");
         let partition = with(json!({"spec": {"strategy": {"canary": {
             "enableExtraWorkloadForCanary": false}}}}));
-        assert!(
-            messages(&partition).contains("partition style is not supported"),
-            "{}",
-            messages(&partition)
-        );
+        assert_eq!(messages(&partition), "");
         let bg = with(json!({"spec": {"strategy": {"canary": null,
             "blueGreen": {"steps": [{"replicas": "100%"}]}}}}));
         assert!(
-            messages(&bg).contains("spec.strategy.blueGreen: a DisaggregatedSet is released"),
+            messages(&bg).contains("spec.strategy.blueGreen: blue-green is not supported"),
             "{}",
             messages(&bg)
         );

@@ -369,7 +369,10 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
                 .err()
                 .context("blue-green of a set is refused")?
         );
-        ensure!(why.contains("canary-style only"), "{why}");
+        ensure!(
+            why.contains("blue-green is not supported for a prefill/decode pair"),
+            "{why}"
+        );
 
         // A set scaled to zero (every role at 0 replicas: the CRD refuses one role at 0 beside
         // others that are not): no step can give a role a group. The batch does not start; the

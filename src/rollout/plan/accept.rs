@@ -36,7 +36,7 @@ pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
         Err(why) => return Some((reason::UNSUPPORTED_STRATEGY, why)),
         // Admission refuses these too; a Rollout stored before that rule is refused here.
         Ok(style)
-            if r.workload_ref.is_disaggregated_set() && style != super::style::Style::Canary =>
+            if r.workload_ref.is_disaggregated_set() && style == super::style::Style::BlueGreen =>
         {
             return Some((reason::UNSUPPORTED_STRATEGY, pair_style_refusal(style)));
         }
@@ -54,19 +54,19 @@ pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
     })
 }
 
-/// Why a DisaggregatedSet is not released in `style`: only the canary style (a new pair
-/// grown beside the stable one, `enableExtraWorkloadForCanary: true`) is built for a pair.
+/// Why a DisaggregatedSet is not released in `style`: the canary style (a new pair grown
+/// beside the stable one) and partition style (the new pair takes the stable pair's groups
+/// role by role) are built for a pair; blue-green is not yet.
 pub fn pair_style_refusal(style: super::style::Style) -> String {
     let asked = match style {
-        super::style::Style::Partition => {
-            "partition style (strategy.canary without enableExtraWorkloadForCanary)"
-        }
         super::style::Style::BlueGreen => "blue-green (strategy.blueGreen)",
+        super::style::Style::Partition => "partition style",
         super::style::Style::Canary => "canary",
     };
     format!(
-        "a DisaggregatedSet is released canary-style only (strategy.canary with \
-         enableExtraWorkloadForCanary: true); {asked} is not supported for a prefill/decode pair"
+        "{asked} is not supported for a prefill/decode pair: a DisaggregatedSet is released \
+         canary-style (strategy.canary with enableExtraWorkloadForCanary: true) or in partition \
+         style (strategy.canary without it)"
     )
 }
 
