@@ -30,26 +30,32 @@ use crate::traffic_driver::{
     Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
 };
 
-/// The example's objects' names.
-const SET: &str = "pd";
-const SERVICE: &str = "pd-prefill";
-const ROUTE: &str = "pd";
-const ROLLOUT: &str = "pd";
+/// The example's objects' names (every pair example uses them; the other pair tests share
+/// these helpers).
+pub(crate) const SET: &str = "pd";
+pub(crate) const SERVICE: &str = "pd-prefill";
+pub(crate) const ROUTE: &str = "pd";
+pub(crate) const ROLLOUT: &str = "pd";
 /// The set's labels on its LWSs and pods.
-const SET_LABEL: &str = "disaggregatedset.x-k8s.io/name";
-const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
-const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
+pub(crate) const SET_LABEL: &str = "disaggregatedset.x-k8s.io/name";
+pub(crate) const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
+pub(crate) const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
 /// Groups per role in the example.
-const GROUPS: i32 = 2;
+pub(crate) const GROUPS: i32 = 2;
 /// Requests per second through the proxy.
-const RATE: u32 = 50;
+pub(crate) const RATE: u32 = 50;
 /// Decode pods become ready this long after they start: a new pair's prefill is ready well
 /// before its decode, the moment a release must not send it traffic.
 const DECODE_READY_DELAY: &str = "3s";
 
 /// The example's DisaggregatedSet, Service and Rollout, as shipped.
 fn example() -> anyhow::Result<(Value, Value, Value)> {
-    let docs = yaml_documents("examples/rollout-disaggregatedset.yaml")?;
+    example_at("examples/rollout-disaggregatedset.yaml")
+}
+
+/// A pair example's DisaggregatedSet, Service and Rollout, as shipped in `path`.
+pub(crate) fn example_at(path: &str) -> anyhow::Result<(Value, Value, Value)> {
+    let docs = yaml_documents(path)?;
     let kind = |k: &str| {
         docs.iter()
             .find(|d| d["kind"] == k)
@@ -64,7 +70,7 @@ fn example() -> anyhow::Result<(Value, Value, Value)> {
 }
 
 /// `set` with every role on `image`, decode pods ready only after [`DECODE_READY_DELAY`].
-fn with_image(set: &Value, image: &str) -> Value {
+pub(crate) fn with_image(set: &Value, image: &str) -> Value {
     let mut set = set.clone();
     for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
         let decode = role["name"] == "decode";
@@ -79,7 +85,7 @@ fn with_image(set: &Value, image: &str) -> Value {
 }
 
 /// Applies the set as its owner would (server-side apply, the user's field manager).
-async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
+pub(crate) async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
     ns.api::<DisaggregatedSet>()
         .patch(
             SET,
@@ -91,7 +97,7 @@ async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
 }
 
 /// The set's LWSs as (role, revision, spec replicas, ready groups), sorted.
-async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
+pub(crate) async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
     let mut out: Vec<_> = ns
         .api::<LeaderWorkerSet>()
         .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
@@ -115,7 +121,7 @@ async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>
 }
 
 /// Waits until the set runs one revision, every role at [`GROUPS`] ready groups; returns it.
-async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
+pub(crate) async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
     let lws = wait_for_all(
         &ns.api::<LeaderWorkerSet>(),
         &format!("{SET_LABEL}={SET}"),
@@ -143,7 +149,7 @@ async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<Str
 }
 
 /// The canary weight of the route's first rule (0 without a canary backend).
-fn canary_weight(route: &HttpRoute) -> i64 {
+pub(crate) fn canary_weight(route: &HttpRoute) -> i64 {
     let route = serde_json::to_value(route).unwrap_or_default();
     route["spec"]["rules"][0]["backendRefs"]
         .as_array()
@@ -155,11 +161,11 @@ fn canary_weight(route: &HttpRoute) -> i64 {
 }
 
 /// The new revision's ready groups per role when the route first gave the canary weight.
-type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;
+pub(crate) type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;
 
 /// Watches the route; the first time it gives the canary any weight, records the new
 /// revision's ready groups per role at that moment (role, ready).
-fn first_weight_seen(
+pub(crate) fn first_weight_seen(
     ns: &TestNs,
     stable: String,
 ) -> (tokio::task::JoinHandle<()>, ReadyAtFirstWeight) {
@@ -192,7 +198,29 @@ fn first_weight_seen(
     (task, seen)
 }
 
-type PairTraffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+pub(crate) type PairTraffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+
+/// Requests through the proxy to the stable pair's prefill leaders (`stable` is its revision),
+/// once they are served; a request reaching another prefill LWS of the set counts as new.
+/// `None` (one SKIPPED line naming `what`) when the traffic layer does not run.
+pub(crate) async fn pair_traffic(
+    ns: &TestNs,
+    stable: &str,
+    what: &str,
+) -> anyhow::Result<Option<PairTraffic>> {
+    let Some(t) = traffic_or_skip(what) else {
+        return Ok(None);
+    };
+    let stable_prefill = format!("{SET}-0-{stable}-prefill");
+    let plain = RequestSpec::new(&host(ns));
+    wait_until_served(&t, &plain, |o| o.lws.clone(), &[&stable_prefill], WAIT).await?;
+    let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> = Box::new(move |o: &Outcome| {
+        o.lws
+            .as_deref()
+            .is_some_and(|l| l.starts_with(&format!("{SET}-0-")) && l != stable_prefill)
+    });
+    Ok(Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new)))
+}
 
 #[test]
 fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_request()
@@ -211,25 +239,7 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
             create_route_to(&ns, ROUTE, SERVICE).await?;
             create_rollout(&ns, &rollout).await?;
 
-            // Requests flow through the proxy to the stable prefill leaders.
-            let stable_prefill = format!("{SET}-0-{stable}-prefill");
-            let traffic: Option<PairTraffic> =
-                match traffic_or_skip("rollout_disaggregatedset (requests)") {
-                    Some(t) => {
-                        let plain = RequestSpec::new(&host(&ns));
-                        wait_until_served(&t, &plain, |o| o.lws.clone(), &[&stable_prefill], WAIT)
-                            .await?;
-                        let old = stable_prefill.clone();
-                        let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> =
-                            Box::new(move |o: &Outcome| {
-                                o.lws.as_deref().is_some_and(|l| {
-                                    l.starts_with(&format!("{SET}-0-")) && l != old
-                                })
-                            });
-                        Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new))
-                    }
-                    None => None,
-                };
+            let traffic = pair_traffic(&ns, &stable, "rollout_disaggregatedset (requests)").await?;
 
             // The template change: step 1, one new group of each role, the stable pair whole.
             let (guard, first_weight) = first_weight_seen(&ns, stable.clone());

@@ -1,0 +1,222 @@
+//! A prefill/decode pair released in partition style (examples/rollout-disaggregatedset-partition.yaml,
+//! applied as shipped) against the real control plane, under requests through the proxy when
+//! the traffic layer runs: no second copy of the pair — step 1 moves one group of each role from
+//! the stable pair to the new one, so no role ever asks for more groups than its replicas; the
+//! stable pair's remaining groups are never restarted; the new pair gets its share only once
+//! both of its roles are ready; approval finishes the release with the set's own rolling
+//! update, and not one request fails.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, ensure};
+use futures::StreamExt;
+use gateway_api::apis::standard::httproutes::HttpRoute;
+use k8s_openapi::api::core::v1::{Pod, Service};
+use kube::{
+    ResourceExt,
+    api::{ListParams, PostParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet};
+
+use crate::harness::{TestNs, wait_for, with_ns};
+use crate::rollout_disaggregatedset::{
+    GROUPS, REVISION_LABEL, ROLE_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set,
+    canary_weight, example_at, first_weight_seen, pair_lws, pair_traffic, wait_one_revision,
+    with_image,
+};
+use crate::rollout_support::{
+    WAIT, approve_named, create_rollout, create_route_to, finished, on_big_stack, paused_at,
+    wait_rollout_named,
+};
+
+const PARTITION_EXAMPLE: &str = "examples/rollout-disaggregatedset-partition.yaml";
+const RELEASE_STYLE: &str = "lws-rollout.x-k8s.io/release-style";
+
+/// The most groups any role asked for at once (its LWSs' `spec.replicas` summed over
+/// revisions), by role, while the watch ran.
+type PeakGroups = Arc<Mutex<BTreeMap<String, i32>>>;
+
+fn watch_peak_groups(ns: &TestNs) -> (PeakGroups, tokio::task::JoinHandle<()>) {
+    let peak: PeakGroups = Arc::default();
+    let sink = peak.clone();
+    let api = ns.api::<LeaderWorkerSet>();
+    let task = tokio::spawn(async move {
+        let mut asked: BTreeMap<String, (String, i32)> = BTreeMap::new();
+        let mut events = watcher::watcher(
+            api,
+            watcher::Config::default().labels(&format!("{SET_LABEL}={SET}")),
+        )
+        .default_backoff()
+        .boxed();
+        while let Some(Ok(event)) = events.next().await {
+            match event {
+                watcher::Event::Apply(l) | watcher::Event::InitApply(l) => {
+                    let role = l.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+                    asked.insert(l.name_any(), (role, l.spec.replicas.unwrap_or(1)));
+                }
+                watcher::Event::Delete(l) => {
+                    asked.remove(&l.name_any());
+                }
+                _ => continue,
+            }
+            let mut per_role: BTreeMap<String, i32> = BTreeMap::new();
+            for (role, replicas) in asked.values() {
+                *per_role.entry(role.clone()).or_default() += replicas;
+            }
+            let mut peak = sink.lock().unwrap();
+            for (role, n) in per_role {
+                let p = peak.entry(role).or_default();
+                *p = (*p).max(n);
+            }
+        }
+    });
+    (peak, task)
+}
+
+/// The set's pods of `revision`, by name, with their uids.
+async fn pods_of(ns: &TestNs, revision: &str) -> anyhow::Result<BTreeMap<String, String>> {
+    Ok(ns
+        .api::<Pod>()
+        .list(
+            &ListParams::default()
+                .labels(&format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}")),
+        )
+        .await?
+        .items
+        .into_iter()
+        .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+        .collect())
+}
+
+#[test]
+fn rollout_disaggregatedset_partition_moves_groups_between_pairs_losing_no_request()
+-> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-pd-partition", |ns| async move {
+            let (set, service, rollout) = example_at(PARTITION_EXAMPLE)?;
+            let set = with_image(&set, "vllm:1");
+            apply_set(&ns, &set).await?;
+            let stable = wait_one_revision(&ns, None).await?;
+            let svc: Service = serde_json::from_value(service)?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &svc)
+                .await?;
+            let users_selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+            create_route_to(&ns, ROUTE, SERVICE).await?;
+            create_rollout(&ns, &rollout).await?;
+            let traffic = pair_traffic(
+                &ns,
+                &stable,
+                "rollout_disaggregatedset_partition (requests)",
+            )
+            .await?;
+            let stable_pods = pods_of(&ns, &stable).await?;
+            let (peak, peak_watch) = watch_peak_groups(&ns);
+
+            // The template change: step 1 moves one group of each role to the new pair.
+            let (guard, first_weight) = first_weight_seen(&ns, stable.clone());
+            apply_set(&ns, &with_image(&set, "vllm:2")).await?;
+            let r = wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+            let lws = pair_lws(&ns).await?;
+            let (old, new): (Vec<_>, Vec<_>) = lws.iter().partition(|l| l.1 == stable);
+            ensure!(
+                old.len() == 2
+                    && old.iter().all(|l| l.2 == 1 && l.3 == 1)
+                    && new.len() == 2
+                    && new.iter().all(|l| l.2 == 1 && l.3 == 1),
+                "step 1: one group of each role moved, one left on the stable pair, all ready: \
+                 {lws:?}"
+            );
+            let canary = r
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.clone())
+                .context("canaryStatus")?;
+            ensure!(
+                canary.canary_ready_replicas == 1,
+                "one complete new pair ready: {canary:?}"
+            );
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                set_now.annotations().get(RELEASE_STYLE) == Some(&"in-place".to_string())
+                    && set_now
+                        .annotations()
+                        .get("lws-rollout.x-k8s.io/release-groups")
+                        == Some(&r#"{"decode":1,"prefill":1}"#.to_string()),
+                "one write of both roles' groups, in place: {:?}",
+                set_now.annotations()
+            );
+            // The stable groups left are the ones that ran before: not one restarted.
+            let left = pods_of(&ns, &stable).await?;
+            ensure!(
+                !left.is_empty()
+                    && left.len() * 2 == stable_pods.len()
+                    && left
+                        .iter()
+                        .all(|(name, uid)| stable_pods.get(name) == Some(uid)),
+                "the stable pair's remaining pods are the same pods: before {stable_pods:?}, \
+                 now {left:?}"
+            );
+            wait_for(
+                &ns.api::<HttpRoute>(),
+                ROUTE,
+                WAIT,
+                |r: Option<&HttpRoute>| r.is_some_and(|r| canary_weight(r) == 50),
+            )
+            .await?;
+            guard.await?;
+            let at_first_weight = first_weight.lock().unwrap().clone().unwrap_or_default();
+            ensure!(
+                at_first_weight.len() == 2 && at_first_weight.iter().all(|(_, ready)| *ready >= 1),
+                "the route gave the new pair weight before both roles were ready: \
+                 {at_first_weight:?}"
+            );
+            if let Some(t) = &traffic {
+                t.assert_step(50, 200).await?;
+            }
+
+            // Approve: the rest moves, the hold goes, the set's own rolling update removes
+            // the emptied stable pair.
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
+            let new_revision = wait_one_revision(&ns, Some(&stable)).await?;
+            peak_watch.abort();
+            let peak = peak.lock().unwrap().clone();
+            ensure!(
+                peak.len() == 2 && peak.values().all(|p| *p <= GROUPS),
+                "no second copy: no role ever asked for more than its {GROUPS} groups: {peak:?}"
+            );
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                [
+                    "rollouts.kruise.io/stable-revision",
+                    "lws-rollout.x-k8s.io/release-groups",
+                    RELEASE_STYLE
+                ]
+                .iter()
+                .all(|a| !set_now.annotations().contains_key(*a)),
+                "hold, release-groups and release-style lifted: {:?}",
+                set_now.annotations()
+            );
+            let svc_now = ns.api::<Service>().get(SERVICE).await?;
+            ensure!(
+                svc_now.spec.and_then(|s| s.selector) == users_selector,
+                "the user's selector is given back"
+            );
+            if let Some(t) = traffic {
+                let w = t.window(200).await?;
+                let new_prefill = format!("{SET}-0-{new_revision}-prefill");
+                w.assert_all(
+                    "after the release every request reaches the new pair",
+                    |o| o.lws.as_deref() == Some(new_prefill.as_str()),
+                )?;
+                let all = t.stop().await;
+                all.assert_no_failures("the whole release")?;
+                eprintln!("pair partition release under load: {}", all.summary());
+            }
+            Ok(())
+        })
+    })
+}
