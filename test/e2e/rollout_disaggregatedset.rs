@@ -3,7 +3,7 @@
 //! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
 //! the new pair gets its share only once both of its roles are ready, approval finishes the
 //! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
-//! step and a blue-green Rollout of a set are refused at admission; a set scaled to zero,
+//! step is refused at admission; a set scaled to zero,
 //! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
 //! Rollout's message, not a stall.
 
@@ -367,21 +367,6 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
         ensure!(
             why.contains("steps[0].replicas") && why.contains("greater than 0"),
             "the refusal says why: {why}"
-        );
-        // Blue-green of a pair is not built: refused naming the reason.
-        let mut bg = rollout.clone();
-        bg["metadata"]["name"] = json!("pd-bg");
-        bg["spec"]["strategy"] = json!({"blueGreen": {"steps": [{"replicas": "100%"}]}});
-        let why = format!(
-            "{:?}",
-            submit_rollout(&ns, &bg)
-                .await
-                .err()
-                .context("blue-green of a set is refused")?
-        );
-        ensure!(
-            why.contains("blue-green is not supported for a prefill/decode pair"),
-            "{why}"
         );
 
         // A set scaled to zero (every role at 0 replicas: the CRD refuses one role at 0 beside

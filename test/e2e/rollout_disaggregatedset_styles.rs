@@ -1,10 +1,14 @@
-//! A prefill/decode pair released in partition style (examples/rollout-disaggregatedset-partition.yaml,
-//! applied as shipped) against the real control plane, under requests through the proxy when
-//! the traffic layer runs: no second copy of the pair — step 1 moves one group of each role from
-//! the stable pair to the new one, so no role ever asks for more groups than its replicas; the
-//! stable pair's remaining groups are never restarted; the new pair gets its share only once
-//! both of its roles are ready; approval finishes the release with the set's own rolling
-//! update, and not one request fails.
+//! A prefill/decode pair released in partition style and blue-green (the examples
+//! rollout-disaggregatedset-partition.yaml and rollout-disaggregatedset-bluegreen.yaml, applied
+//! as shipped) against the real control plane, under requests through the proxy when the
+//! traffic layer runs, with not one request failing:
+//! - partition style, no second copy of the pair: step 1 moves one group of each role from the
+//!   stable pair to the new one, so no role ever asks for more groups than its replicas; the
+//!   stable pair's remaining groups are never restarted; the new pair gets its share only once
+//!   both of its roles are ready; approval finishes with the set's own rolling update.
+//! - blue-green: a whole second pair beside the stable one, idle at step 1; the switch sends
+//!   it everything only once every role of it is ready at full size; promotion drains the old
+//!   pair together, the stable pair never restarted before.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -215,6 +219,124 @@ fn rollout_disaggregatedset_partition_moves_groups_between_pairs_losing_no_reque
                 let all = t.stop().await;
                 all.assert_no_failures("the whole release")?;
                 eprintln!("pair partition release under load: {}", all.summary());
+            }
+            Ok(())
+        })
+    })
+}
+
+const BLUE_GREEN_EXAMPLE: &str = "examples/rollout-disaggregatedset-bluegreen.yaml";
+
+#[test]
+fn rollout_disaggregatedset_blue_green_switches_to_a_whole_pair_losing_no_request()
+-> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-pd-bluegreen", |ns| async move {
+            let (set, service, rollout) = example_at(BLUE_GREEN_EXAMPLE)?;
+            let set = with_image(&set, "vllm:1");
+            apply_set(&ns, &set).await?;
+            let stable = wait_one_revision(&ns, None).await?;
+            let svc: Service = serde_json::from_value(service)?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &svc)
+                .await?;
+            let users_selector = svc.spec.as_ref().and_then(|s| s.selector.clone());
+            create_route_to(&ns, ROUTE, SERVICE).await?;
+            create_rollout(&ns, &rollout).await?;
+            let traffic = pair_traffic(
+                &ns,
+                &stable,
+                "rollout_disaggregatedset_blue_green (requests)",
+            )
+            .await?;
+            let stable_pods = pods_of(&ns, &stable).await?;
+            let (peak, peak_watch) = watch_peak_groups(&ns);
+
+            // Step 1: the whole second pair beside the stable one, idle.
+            let (guard, first_weight) = first_weight_seen(&ns, stable.clone());
+            apply_set(&ns, &with_image(&set, "vllm:2")).await?;
+            wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+            let lws = pair_lws(&ns).await?;
+            ensure!(
+                lws.len() == 4 && lws.iter().all(|l| l.2 == GROUPS && l.3 == GROUPS),
+                "step 1: both pairs whole, every role at {GROUPS} ready groups: {lws:?}"
+            );
+            let route = ns.api::<HttpRoute>().get(ROUTE).await?;
+            ensure!(canary_weight(&route) == 0, "the idle new pair gets nothing");
+            if let Some(t) = &traffic {
+                let w = t.window(200).await?;
+                let stable_prefill = format!("{SET}-0-{stable}-prefill");
+                w.assert_all("at step 1 every request reaches the stable pair", |o| {
+                    o.lws.as_deref() == Some(stable_prefill.as_str())
+                })?;
+            }
+
+            // Step 2: the switch, to the whole new pair.
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "paused at step 2", paused_at(2)).await?;
+            wait_for(
+                &ns.api::<HttpRoute>(),
+                ROUTE,
+                WAIT,
+                |r: Option<&HttpRoute>| r.is_some_and(|r| canary_weight(r) == 100),
+            )
+            .await?;
+            guard.await?;
+            let at_first_weight = first_weight.lock().unwrap().clone().unwrap_or_default();
+            ensure!(
+                at_first_weight.len() == 2
+                    && at_first_weight.iter().all(|(_, ready)| *ready == GROUPS),
+                "the route gave the new pair weight before every role was whole: \
+                 {at_first_weight:?}"
+            );
+            let left = pods_of(&ns, &stable).await?;
+            ensure!(
+                left == stable_pods,
+                "the stable pair ran untouched until promotion: before {stable_pods:?}, \
+                 now {left:?}"
+            );
+            if let Some(t) = &traffic {
+                t.assert_step(100, 200).await?;
+            }
+
+            // Promotion: the set takes the new revision, finds the new pair whole and drains
+            // the old pair; traffic comes back to the user's Service.
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
+            let new_revision = wait_one_revision(&ns, Some(&stable)).await?;
+            peak_watch.abort();
+            let peak = peak.lock().unwrap().clone();
+            ensure!(
+                peak.len() == 2 && peak.values().all(|p| *p <= 2 * GROUPS),
+                "a second pair, no more: {peak:?}"
+            );
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                [
+                    "rollouts.kruise.io/stable-revision",
+                    "lws-rollout.x-k8s.io/release-groups",
+                    RELEASE_STYLE
+                ]
+                .iter()
+                .all(|a| !set_now.annotations().contains_key(*a)),
+                "hold and release-groups lifted: {:?}",
+                set_now.annotations()
+            );
+            let svc_now = ns.api::<Service>().get(SERVICE).await?;
+            ensure!(
+                svc_now.spec.and_then(|s| s.selector) == users_selector,
+                "the user's selector is given back"
+            );
+            if let Some(t) = traffic {
+                let w = t.window(200).await?;
+                let new_prefill = format!("{SET}-0-{new_revision}-prefill");
+                w.assert_all(
+                    "after the release every request reaches the new pair",
+                    |o| o.lws.as_deref() == Some(new_prefill.as_str()),
+                )?;
+                let all = t.stop().await;
+                all.assert_no_failures("the whole release")?;
+                eprintln!("pair blue-green release under load: {}", all.summary());
             }
             Ok(())
         })

@@ -26,9 +26,8 @@ use crate::k8s::events::Events;
 use crate::k8s::written::Written;
 use plan::{PairPlan, RoleLws, SetObserved};
 
-/// Whether `br` is a release this module runs: a canary-style or partition-style release of
-/// a DisaggregatedSet. Any other style of a set goes to the generic plan, which refuses it
-/// with a clear message.
+/// Whether `br` is a release this module runs: a canary-style, partition-style or blue-green
+/// release of a DisaggregatedSet.
 pub fn releases(br: &BatchRelease) -> bool {
     br.spec.workload_ref.is_disaggregated_set() && style(br).is_some()
 }
@@ -44,9 +43,10 @@ pub fn style(br: &BatchRelease) -> Option<plan::PairStyle> {
         } else {
             RollingStyle::Partition
         }) {
-        RollingStyle::Canary => Some(plan::PairStyle::Beside),
+        // Blue-green's second pair grows beside the stable one as a canary's does; its
+        // promotion (every role whole) is the plan's.
+        RollingStyle::Canary | RollingStyle::BlueGreen => Some(plan::PairStyle::Beside),
         RollingStyle::Partition => Some(plan::PairStyle::InPlace),
-        _ => None,
     }
 }
 

@@ -8,7 +8,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::batchrelease::{BatchRelease, BatchReleaseCanaryStatus, BatchReleaseStatus};
+use crate::api::batchrelease::{
+    BatchRelease, BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy, RollingStyle,
+};
 use crate::batchrelease::draft::{current_batch, note, release_plan_hash};
 use crate::batchrelease::names::{FINALIZER, batch_state, event, phase};
 use crate::batchrelease::plan::BatchReleasePlan;
@@ -274,13 +276,20 @@ pub fn plan(
         });
     }
     let rp = &br.spec.release_plan;
-    if rp.batch_partition.is_none() {
+    let released = common.status.update_revision.clone().unwrap_or_default();
+    // Blue-green's promotion: the new pair grows to every group of every role and stays so
+    // while the set is held — the Rollout switches traffic to it once it is whole, then lifts
+    // the hold, and the set's own rolling update finds it whole and drains the held pair.
+    let promoting = rp.batch_partition.is_none()
+        && rp.rolling_style == Some(RollingStyle::BlueGreen)
+        && rp.finalizing_policy.unwrap_or_default() == FinalizingPolicy::WaitResume
+        && set.hold.as_deref().is_some_and(|h| h != released);
+    if rp.batch_partition.is_none() && !promoting {
         // Finalising: the Rollout lifts the hold and the release-groups in one write, and the
         // set's own rolling update takes the pair from there: nothing is left to undo here.
         common.status.phase = Some(phase::COMPLETED.into());
         return out;
     }
-    let released = common.status.update_revision.clone().unwrap_or_default();
     if set.update_revision != released {
         let msg = format!(
             "the set's template changed during the release (now revision {}, releasing \
@@ -292,6 +301,12 @@ pub fn plan(
     }
     let Some((batch, share)) = current_batch(common, &stored, rp) else {
         return out;
+    };
+    let (batch, share) = if promoting {
+        let last = rp.batches.as_deref().unwrap_or_default().len().max(1) - 1;
+        (last, IntOrString::String("100%".into()))
+    } else {
+        (batch, share)
     };
     // Groups written by an earlier release (a third template restarts the release with a new
     // BatchRelease) are not this release's: only a batch this BatchRelease has recorded keeps

@@ -355,3 +355,46 @@ fn partition_style_refuses_a_batch_that_would_leave_the_stable_pair_half() {
     assert!(msg.contains("without prefill"), "{msg}");
     assert_eq!(p.common.events.len(), 1);
 }
+
+#[test]
+fn blue_green_promotion_grows_every_role_whole_while_held_then_completes() {
+    let now = Timestamp::UNIX_EPOCH;
+    let blue_green = |policy: &str| {
+        let mut b = br(
+            None,
+            json!({"updateRevision": "new", "phase": "Progressing",
+                "canaryStatus": {"currentBatch": 1}}),
+        );
+        b.spec.release_plan.rolling_style = Some(crate::api::batchrelease::RollingStyle::BlueGreen);
+        b.spec.release_plan.enable_extra_workload_for_canary = false;
+        b.spec.release_plan.finalizing_policy = serde_json::from_value(json!(policy)).unwrap();
+        b
+    };
+    let mut observed = set(1, vec![]);
+    observed.roles = roles(&[("prefill", 2), ("decode", 4)]);
+    observed.release_groups = Some(Ok(groups(&[("prefill", 1), ("decode", 1)])));
+    // (policy, held, the groups written, phase)
+    let table = [
+        (
+            "WaitResume",
+            true,
+            Some(groups(&[("prefill", 2), ("decode", 4)])),
+            "Progressing",
+        ),
+        ("WaitResume", false, None, "Completed"),
+        ("Immediate", true, None, "Completed"),
+    ];
+    for (policy, held, written, phase) in table {
+        let mut o = observed.clone();
+        if !held {
+            o.hold = None;
+        }
+        let p = plan(&blue_green(policy), PairStyle::Beside, Some(&o), now);
+        assert_eq!(p.release_groups, written, "{policy} held {held}");
+        assert_eq!(
+            p.common.status.phase.as_deref(),
+            Some(phase),
+            "{policy} held {held}"
+        );
+    }
+}

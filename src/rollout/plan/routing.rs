@@ -176,7 +176,12 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         _ => return None,
     };
     let lws = obs.rollout.spec.workload_ref.name.clone();
-    let second = canary_name(&lws, &canary.canary_revision);
+    let second: Leaders = if workload.kind == WorkloadKind::DisaggregatedSet {
+        // Blue-green of a pair: the new side is the set's new revision, not a second LWS.
+        Leaders::of_set(lws.clone(), Some(canary.canary_revision.clone()))
+    } else {
+        canary_name(&lws, &canary.canary_revision).into()
+    };
     let (stable, new_side): (Leaders, Leaders) = if workload.kind == WorkloadKind::DisaggregatedSet
     {
         // The user's Service selects the set's prefill leaders (the pair's routable entry):
@@ -214,7 +219,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             Leaders::at(lws.clone(), canary.canary_revision.clone()),
         )
     } else {
-        (lws.clone().into(), second.clone().into())
+        (lws.clone().into(), second.clone())
     };
     let release = |route| TrafficIntent::Release {
         stable_lws: stable.clone(),
@@ -234,8 +239,8 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             step_intent(obs, status, workload.replicas, live, &release)
         }
         TrafficStage::ToNew => TrafficIntent::Release {
-            stable_lws: second.clone().into(),
-            canary_lws: second.clone().into(),
+            stable_lws: second.clone(),
+            canary_lws: second.clone(),
             route: CanaryRoute::all(),
         },
         // A step that already runs without the split stays without it.
@@ -255,6 +260,14 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
 /// Whether the second LWS has every group the user's LWS has (`replicas`), all ready: the
 /// condition for sending it everything.
 pub fn new_side_whole(obs: &RolloutObserved, replicas: i32) -> bool {
+    // A pair is whole when every role of its new revision is, not when the pair count is.
+    if let Some(set) = obs
+        .workload
+        .as_ref()
+        .filter(|w| w.kind == WorkloadKind::DisaggregatedSet)
+    {
+        return set.pair_whole;
+    }
     obs.batch_release
         .as_ref()
         .and_then(|br| br.canary.as_ref())

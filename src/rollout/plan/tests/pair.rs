@@ -5,7 +5,6 @@
 use super::at_state;
 use super::world::{World, three_steps};
 use crate::api::rollout::ObjectRef;
-use crate::rollout::names::{condition, reason};
 use crate::rollout::observe::WorkloadKind;
 use crate::rollout::plan::{HoldAction, accept};
 use crate::traffic::intent::{Leaders, TrafficIntent};
@@ -92,7 +91,7 @@ fn a_finished_pair_release_lifts_the_hold_and_waits_for_the_set_to_roll() {
 }
 
 #[test]
-fn a_pair_is_released_canary_style_only() {
+fn a_pair_is_accepted_in_every_style() {
     let mut w = pair_world();
     w.obs
         .rollout
@@ -102,12 +101,10 @@ fn a_pair_is_released_canary_style_only() {
         .as_mut()
         .unwrap()
         .enable_extra_workload_for_canary = false;
-    let (why, message) = accept::not_accepted(&w.obs).expect("refused");
-    assert_eq!(why, reason::UNSUPPORTED_STRATEGY);
-    assert!(message.contains("partition style"), "{message}");
-    w.reconcile();
-    let accepted = crate::rollout::plan::status::condition(&w.status(), condition::ACCEPTED)
-        .cloned()
-        .expect("Accepted condition");
-    assert_eq!(accepted.status, "False");
+    assert_eq!(accept::not_accepted(&w.obs), None, "partition style");
+    w.obs.rollout.spec.strategy = serde_json::from_value(serde_json::json!(
+        {"blueGreen": {"steps": [{"replicas": "100%"}]}}
+    ))
+    .unwrap();
+    assert_eq!(accept::not_accepted(&w.obs), None, "blue-green");
 }
