@@ -15,7 +15,7 @@ use kube::{
     runtime::watcher,
 };
 use lws_rollout::{
-    api::{LeaderWorkerSet, Rollout},
+    api::{DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset::SET_NAME_LABEL},
     batchrelease::names::CANARY_LABEL,
     cli::{
         self, actions,
@@ -229,6 +229,9 @@ async fn watch_status(
         .await
         .with_context(|| format!("rollout {ns}/{name}"))?;
     let workload = first.spec.workload_ref.name.clone();
+    if first.spec.workload_ref.is_disaggregated_set() {
+        return watch_pair_status(client, ns, &first, timeout, watch).await;
+    }
     if !watch {
         let lws = lwss.get_opt(&workload).await?;
         println!("{}", status::line(&first, lws.as_ref()));
@@ -297,6 +300,132 @@ async fn watch_status(
             }
         }
     }
+}
+
+/// `rollout status` of a pair release: the Rollout, its DisaggregatedSet and the set's LWSs
+/// (both sides of every role), judged as [`watch_status`] judges an LWS release.
+async fn watch_pair_status(
+    client: &Client,
+    ns: &str,
+    first: &Rollout,
+    timeout: Option<Duration>,
+    watch: bool,
+) -> anyhow::Result<u8> {
+    let name = first.name_any();
+    let rollouts: Api<Rollout> = Api::namespaced(client.clone(), ns);
+    let sets: Api<DisaggregatedSet> = Api::namespaced(client.clone(), ns);
+    let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
+    let set_name = first.spec.workload_ref.name.clone();
+    let selector = format!("{SET_NAME_LABEL}={set_name}");
+    let judge = |r: Option<&Rollout>, set: Option<&DisaggregatedSet>, lws: &[LeaderWorkerSet]| {
+        let sides = match (r, set) {
+            (Some(r), Some(set)) => Some(status::pair_sides(r, set, lws)),
+            _ => None,
+        };
+        let line = r.map(|r| status::line_of(r, sides.as_ref().map(status::Workload::Pair)));
+        let verdict = status::verdict_of(r, sides.as_ref().map(status::Workload::Pair));
+        (line, verdict)
+    };
+    if !watch {
+        let set = sets.get_opt(&set_name).await?;
+        let lws = lwss
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items;
+        let (line, verdict) = judge(Some(first), set.as_ref(), &lws);
+        println!("{}", line.unwrap_or_default());
+        return Ok(match verdict {
+            Verdict::Failed(why) => {
+                eprintln!("{why}");
+                EXIT_RELEASE_FAILED
+            }
+            _ => 0,
+        });
+    }
+    let mut rollout_events = watcher::watch_object(rollouts, &name).boxed();
+    let mut set_events = watcher::watch_object(sets, &set_name).boxed();
+    let mut lws_events =
+        watcher::watcher(lwss, watcher::Config::default().labels(&selector)).boxed();
+    let mut rollout: Option<Option<Rollout>> = None;
+    let mut set: Option<Option<DisaggregatedSet>> = None;
+    // The set's LWSs by name, complete once the watch's initial list is done.
+    let mut lws = std::collections::BTreeMap::<String, LeaderWorkerSet>::new();
+    let mut initial = std::collections::BTreeMap::<String, LeaderWorkerSet>::new();
+    let mut lws_listed = false;
+    let mut last = String::new();
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    loop {
+        let next = async {
+            tokio::select! {
+                ev = rollout_events.try_next() => ev.map(|o| o.map(|r| PairSeen::Rollout(Box::new(r)))),
+                ev = set_events.try_next() => ev.map(|o| o.map(|s| PairSeen::Set(Box::new(s)))),
+                ev = lws_events.try_next() => ev.map(|o| o.map(|e| PairSeen::Lws(Box::new(e)))),
+            }
+        };
+        let seen = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, next).await {
+                Ok(seen) => seen,
+                Err(_) => {
+                    eprintln!(
+                        "timed out after {:?} waiting for rollout {ns}/{name}",
+                        timeout.unwrap_or_default()
+                    );
+                    return Ok(EXIT_TIMEOUT);
+                }
+            },
+            None => next.await,
+        };
+        match seen.context("watching")? {
+            Some(PairSeen::Rollout(r)) => rollout = Some(*r),
+            Some(PairSeen::Set(s)) => set = Some(*s),
+            Some(PairSeen::Lws(event)) => match *event {
+                watcher::Event::Init => initial.clear(),
+                watcher::Event::InitApply(l) => {
+                    initial.insert(l.name_any(), l);
+                }
+                watcher::Event::InitDone => {
+                    lws = std::mem::take(&mut initial);
+                    lws_listed = true;
+                }
+                watcher::Event::Apply(l) => {
+                    lws.insert(l.name_any(), l);
+                }
+                watcher::Event::Delete(l) => {
+                    lws.remove(&l.name_any());
+                }
+            },
+            None => return Err(anyhow!("the watch ended")),
+        }
+        // Judge only once every object has been seen.
+        let (Some(r), Some(s), true) = (&rollout, &set, lws_listed) else {
+            continue;
+        };
+        let children: Vec<LeaderWorkerSet> = lws.values().cloned().collect();
+        let (line, verdict) = judge(r.as_ref(), s.as_ref(), &children);
+        if let Some(line) = line.filter(|l| *l != last) {
+            println!("{line}");
+            let _ = std::io::stdout().flush();
+            last = line;
+        }
+        match verdict {
+            Verdict::Waiting => {}
+            Verdict::Succeeded => {
+                println!("rollout {ns}/{name} successfully rolled out");
+                return Ok(0);
+            }
+            Verdict::Failed(why) => {
+                eprintln!("rollout {ns}/{name}: {why}");
+                return Ok(EXIT_RELEASE_FAILED);
+            }
+        }
+    }
+}
+
+/// One event of a pair's watches. Boxed, the objects being large.
+enum PairSeen {
+    Rollout(Box<Option<Rollout>>),
+    Set(Box<Option<DisaggregatedSet>>),
+    Lws(Box<watcher::Event<LeaderWorkerSet>>),
 }
 
 /// One watch event: the object as it is now (`None`: deleted). Boxed, the LWS being large.

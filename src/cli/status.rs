@@ -12,7 +12,8 @@ use kube::ResourceExt;
 use super::actions::steps;
 use crate::{
     api::{
-        LeaderWorkerSet, Rollout,
+        DisaggregatedSet, LeaderWorkerSet, Rollout,
+        disaggregatedset::{REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL},
         rollout::{CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState},
     },
     release::groups::desired_groups,
@@ -30,8 +31,138 @@ pub enum Verdict {
     Failed(String),
 }
 
+/// The workload a Rollout releases, as `rollout status` reads it.
+#[derive(Debug, Clone, Copy)]
+pub enum Workload<'a> {
+    /// A LeaderWorkerSet.
+    Lws(&'a LeaderWorkerSet),
+    /// A DisaggregatedSet: a prefill/decode pair, read off the set and its LWSs.
+    Pair(&'a PairSides),
+}
+
+impl Workload<'_> {
+    /// It carries the hold (`rollouts.kruise.io/stable-revision`): a release is not over.
+    fn held(&self) -> bool {
+        match self {
+            Workload::Lws(l) => l
+                .annotations()
+                .get(STABLE_REVISION)
+                .is_some_and(|v| !v.is_empty()),
+            Workload::Pair(p) => p.held,
+        }
+    }
+
+    /// What a step's share is of: an LWS's groups, a pair's complete pairs.
+    fn replicas(&self) -> i32 {
+        match self {
+            Workload::Lws(l) => l.spec.replicas.unwrap_or(1),
+            Workload::Pair(p) => p.pairs,
+        }
+    }
+}
+
+/// Both sides of every role of a pair release: what `rollout status` shows of a
+/// DisaggregatedSet, whose counts no single LWS has.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PairSides {
+    /// The set carries the hold.
+    pub held: bool,
+    /// The set's size in pairs: per slice, the fewest groups any role has, summed over slices.
+    pub pairs: i32,
+    /// Per role, in the set's order.
+    pub roles: Vec<RoleSides>,
+}
+
+/// One role of a pair release, summed over the set's slices.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoleSides {
+    /// The role's name.
+    pub role: String,
+    /// Groups of the stable side (every revision but the new one): ready, then asked.
+    pub stable_ready: i32,
+    pub stable: i32,
+    /// Groups of the new revision: ready, then asked.
+    pub canary_ready: i32,
+    pub canary: i32,
+}
+
+/// Both sides of every role of `set` from its LWSs among `lws`. The new side is the revision
+/// the Rollout releases (`canaryStatus.canaryRevision`), so a rollback still shows the new
+/// pair draining; before any release, the set's template revision.
+pub fn pair_sides(rollout: &Rollout, set: &DisaggregatedSet, lws: &[LeaderWorkerSet]) -> PairSides {
+    let name = set.name_any();
+    let children: Vec<&LeaderWorkerSet> = lws
+        .iter()
+        .filter(|l| l.labels().get(SET_NAME_LABEL) == Some(&name))
+        .collect();
+    let workload = crate::rollout::observe::pair_workload(set, children.iter().copied());
+    let new = rollout
+        .status
+        .as_ref()
+        .and_then(|s| s.canary_status.as_ref())
+        .map(|c| c.canary_revision.clone())
+        .filter(|r| !r.is_empty())
+        .unwrap_or_else(|| workload.update_revision.clone());
+    let roles = set
+        .spec
+        .roles
+        .iter()
+        .map(|role| {
+            let mut sides = RoleSides {
+                role: role.name.clone(),
+                ..RoleSides::default()
+            };
+            for l in children
+                .iter()
+                .filter(|l| l.labels().get(ROLE_LABEL) == Some(&role.name))
+            {
+                let asked = l.spec.replicas.unwrap_or(1);
+                let ready = l
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0);
+                if l.labels().get(REVISION_LABEL) == Some(&new) {
+                    sides.canary += asked;
+                    sides.canary_ready += ready;
+                } else {
+                    sides.stable += asked;
+                    sides.stable_ready += ready;
+                }
+            }
+            sides
+        })
+        .collect();
+    PairSides {
+        held: workload.hold.is_some(),
+        pairs: workload.replicas,
+        roles,
+    }
+}
+
+/// `prefill stable 2/2 canary 1/1 | decode stable 2/2 canary 0/1`: per role, ready/asked
+/// groups of each side.
+pub fn pair_text(sides: &PairSides) -> String {
+    sides
+        .roles
+        .iter()
+        .map(|r| {
+            format!(
+                "{} stable {}/{} canary {}/{}",
+                r.role, r.stable_ready, r.stable, r.canary_ready, r.canary
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" | ")
+}
+
 /// The verdict for the Rollout (`None`: deleted) and its LWS (`None`: missing).
 pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verdict {
+    verdict_of(rollout, lws.map(Workload::Lws))
+}
+
+/// The verdict for the Rollout (`None`: deleted) and its workload (`None`: missing).
+pub fn verdict_of(rollout: Option<&Rollout>, workload: Option<Workload<'_>>) -> Verdict {
     let Some(rollout) = rollout else {
         return Verdict::Failed("the Rollout was deleted".into());
     };
@@ -62,11 +193,7 @@ pub fn verdict(rollout: Option<&Rollout>, lws: Option<&LeaderWorkerSet>) -> Verd
     }) {
         return Verdict::Failed(format!("{}: {}", c.reason, c.message));
     }
-    let held = lws.is_none_or(|l| {
-        l.annotations()
-            .get(STABLE_REVISION)
-            .is_some_and(|v| !v.is_empty())
-    });
+    let held = workload.is_none_or(|w| w.held());
     if *phase != Phase::Healthy || held {
         return Verdict::Waiting;
     }
@@ -111,6 +238,12 @@ pub struct StepView {
 
 /// The current step of the Rollout, with groups resolved against the stable LWS's replicas.
 pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
+    step_view_of(rollout, lws.map(|l| l.spec.replicas.unwrap_or(1)))
+}
+
+/// The current step of the Rollout, with groups resolved against the workload's `replicas`
+/// (`None`: unknown, the workload missing).
+pub fn step_view_of(rollout: &Rollout, stable_replicas: Option<i32>) -> StepView {
     let status = rollout.status.clone().unwrap_or_default();
     let common = status
         .canary_status
@@ -127,7 +260,6 @@ pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
         .current_step_index
         .or(common.map(|c| c.0.current_step_index))
         .unwrap_or(0);
-    let stable_replicas = lws.map(|l| l.spec.replicas.unwrap_or(1));
     let canary_desired = current_step(steps, index).and_then(|s| {
         let replicas = s.replicas.as_ref()?;
         Some(desired_groups(replicas, stable_replicas?))
@@ -182,8 +314,19 @@ fn traffic_applied(state: &str) -> bool {
 /// `Progressing | step 2/3 StepPaused | canary 2/2 groups ready | traffic 50% | <message>`;
 /// between releases (`Healthy`, or never released) only the phase, step and message.
 pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
+    line_of(rollout, lws.map(Workload::Lws))
+}
+
+/// [`line`] for any workload. Of a pair release the canary counts complete pairs, and both
+/// sides of every role follow the traffic (e.g. `... | traffic 20% | prefill stable 2/2
+/// canary 1/1 | decode stable 2/2 canary 0/1 | <message>`).
+pub fn line_of(rollout: &Rollout, workload: Option<Workload<'_>>) -> String {
     let status = rollout.status.clone().unwrap_or_default();
-    let view = step_view(rollout, lws);
+    let view = step_view_of(rollout, workload.map(|w| w.replicas()));
+    let unit = match workload {
+        Some(Workload::Pair(_)) => "pairs",
+        _ => "groups",
+    };
     let phase = if status.phase.is_unset() {
         "<no status>"
     } else {
@@ -213,16 +356,24 @@ pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
             .canary_desired
             .map_or_else(|| "?".to_string(), |d| d.to_string());
         parts.push(format!(
-            "canary {}/{desired} groups ready",
+            "canary {}/{desired} {unit} ready",
             view.canary_ready
         ));
         let t = step_traffic(current_step(steps(rollout), view.index));
-        let traffic = if traffic_applied(&view.state) {
-            t
-        } else {
+        let incomplete_pair =
+            matches!(workload, Some(Workload::Pair(_))) && view.canary_ready == 0 && t != "0%";
+        let traffic = if !traffic_applied(&view.state) {
             format!("-> {t}")
+        } else if incomplete_pair {
+            // The route gives a pair without every role ready nothing, whatever the step says.
+            format!("0% ({t} once the new pair is complete)")
+        } else {
+            t
         };
         parts.push(format!("traffic {traffic}"));
+        if let Some(Workload::Pair(sides)) = workload {
+            parts.push(pair_text(sides));
+        }
     }
     if let Some(msg) = status.message.as_deref().filter(|m| !m.is_empty()) {
         parts.push(msg.to_string());

@@ -166,8 +166,9 @@ pub async fn apply(
         // The hold and the release-groups go in one write, under the one field manager the
         // set's admission lets lift the hold: the set's own rolling update then takes the
         // pair from where the release left it (or, reverted, drains the new pair).
-        // A missed deadline in partition style (`ReturnMoved`) takes the release-groups alone:
-        // the set, still held, gives the held pair its groups back and drains the new pair.
+        // `ReturnMoved` (a missed deadline in partition style, or a restart on a third
+        // template) takes the release-groups alone: the set, still held, gives the held pair
+        // its groups back and drains the new pair.
         use crate::api::disaggregatedset as ds;
         let annotations = match plan.hold {
             HoldAction::Release if workload.hold.is_some() || workload.release_groups => {

@@ -432,6 +432,7 @@ async fn renewed_or_exited(
 ) -> anyhow::Result<Option<std::process::ExitStatus>> {
     let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), "default");
     let held = held_by(manager.identity_suffix());
+    let log = manager.log.clone();
     let renewed = wait_for(
         &leases,
         "lws-rollout",
@@ -445,7 +446,13 @@ async fn renewed_or_exited(
     );
     tokio::select! {
         renewed = renewed => {
-            renewed.context("the manager neither renewed the Lease nor exited after the outage")?;
+            renewed.with_context(|| {
+                format!(
+                    "the manager neither renewed the Lease nor exited after the outage; its log \
+                     ends:\n{}",
+                    crate::isolated::log_tail(&log)
+                )
+            })?;
             Ok(None)
         }
         status = manager.exited(Duration::from_secs(31)) => Ok(Some(status?)),

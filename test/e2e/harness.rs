@@ -24,7 +24,8 @@ pub const KUBECONFIG_ENV: &str = "LWS_E2E_KUBECONFIG";
 /// prints the slowest, so the suite's budget has names to it).
 pub const TIMES_ENV: &str = "LWS_E2E_TIMES";
 
-/// Appends "<seconds>\t<what>\t<test>" to the times file, if one is set. The test's name is
+/// Appends "<seconds>\t<what>\t<test>\t<end, Unix seconds>" to the times file, if one is set
+/// (the end lets whoever trims the suite lay the tests out on a timeline). The test's name is
 /// its thread's, as libtest names each test's thread.
 pub fn record_time(what: &str, started: std::time::Instant) {
     use std::io::Write;
@@ -32,10 +33,14 @@ pub fn record_time(what: &str, started: std::time::Instant) {
         return;
     };
     let thread = std::thread::current();
+    let end = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
     let line = format!(
-        "{:.1}\t{what}\t{}\n",
+        "{:.1}\t{what}\t{}\t{}\n",
         started.elapsed().as_secs_f64(),
-        thread.name().unwrap_or("?")
+        thread.name().unwrap_or("?"),
+        end.as_secs()
     );
     // One short write with O_APPEND: lines of concurrent tests never interleave.
     if let Ok(mut file) = std::fs::OpenOptions::new()
@@ -160,7 +165,9 @@ where
 }
 
 /// Waits until `cond` holds for the named object (watch-based), or fails after `timeout`
-/// saying what it waited for.
+/// saying what it waited for. A watch that fails is started again until the timeout: an
+/// API server that has just restarted refuses a watch from an old resource version or drops
+/// the connection, and the condition may still come true after it.
 pub async fn wait_for<K, C>(
     api: &Api<K>,
     name: &str,
@@ -171,11 +178,28 @@ where
     K: Resource + Clone + DeserializeOwned + Debug + Send + 'static,
     C: Condition<K>,
 {
-    match tokio::time::timeout(timeout, await_condition(api.clone(), name, cond)).await {
-        Ok(result) => Ok(result?),
+    let mut watch_failed = None;
+    let watched = tokio::time::timeout(timeout, async {
+        loop {
+            let cond = |obj: Option<&K>| cond.matches_object(obj);
+            // On the heap: a watch's future is large, and a test's stack holds many waits.
+            match Box::pin(await_condition(api.clone(), name, cond)).await {
+                Ok(obj) => return obj,
+                Err(err) => {
+                    watch_failed = Some(err);
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        }
+    })
+    .await;
+    match watched {
+        Ok(obj) => Ok(obj),
         Err(_) => {
             let now = api.get_opt(name).await.ok().flatten();
-            bail!("timed out after {timeout:?} waiting on {name}; last seen: {now:#?}")
+            let watch =
+                watch_failed.map_or(String::new(), |e| format!("; the watch last failed: {e}"));
+            bail!("timed out after {timeout:?} waiting on {name}{watch}; last seen: {now:#?}")
         }
     }
 }

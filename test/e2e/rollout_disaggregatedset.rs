@@ -15,13 +15,17 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet, Rollout};
+use lws_rollout::api::{DisaggregatedSet, Rollout};
 use serde_json::{Value, json};
 
-use crate::harness::{TestNs, wait_for, wait_for_all, with_ns, yaml_documents};
+use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
+use crate::rollout_support::pair::{
+    GROUPS, REVISION_LABEL, ROLLOUT, ROUTE, SERVICE, SET, apply_set, canary_weight, example,
+    pair_lws, wait_one_revision, with_image,
+};
 use crate::rollout_support::{
     WAIT, approve_named, create_rollout, create_route_to, finished, host, on_big_stack, paused_at,
     submit_rollout, wait_rollout_named,
@@ -30,135 +34,8 @@ use crate::traffic_driver::{
     Outcome, ReleaseTraffic, RequestSpec, traffic_or_skip, wait_until_served,
 };
 
-/// The example's objects' names (every pair example uses them; the other pair tests share
-/// these helpers).
-pub(crate) const SET: &str = "pd";
-pub(crate) const SERVICE: &str = "pd-prefill";
-pub(crate) const ROUTE: &str = "pd";
-pub(crate) const ROLLOUT: &str = "pd";
-/// The set's labels on its LWSs and pods.
-pub(crate) const SET_LABEL: &str = "disaggregatedset.x-k8s.io/name";
-pub(crate) const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
-pub(crate) const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
-/// Groups per role in the example.
-pub(crate) const GROUPS: i32 = 2;
 /// Requests per second through the proxy.
 pub(crate) const RATE: u32 = 50;
-/// Decode pods become ready this long after they start: a new pair's prefill is ready well
-/// before its decode, the moment a release must not send it traffic.
-const DECODE_READY_DELAY: &str = "3s";
-
-/// The example's DisaggregatedSet, Service and Rollout, as shipped.
-fn example() -> anyhow::Result<(Value, Value, Value)> {
-    example_at("examples/rollout-disaggregatedset.yaml")
-}
-
-/// A pair example's DisaggregatedSet, Service and Rollout, as shipped in `path`.
-pub(crate) fn example_at(path: &str) -> anyhow::Result<(Value, Value, Value)> {
-    let docs = yaml_documents(path)?;
-    let kind = |k: &str| {
-        docs.iter()
-            .find(|d| d["kind"] == k)
-            .cloned()
-            .with_context(|| format!("the example has a {k}"))
-    };
-    Ok((
-        kind("DisaggregatedSet")?,
-        kind("Service")?,
-        kind("Rollout")?,
-    ))
-}
-
-/// `set` with every role on `image`, decode pods ready only after [`DECODE_READY_DELAY`].
-pub(crate) fn with_image(set: &Value, image: &str) -> Value {
-    let mut set = set.clone();
-    for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
-        let decode = role["name"] == "decode";
-        let template = &mut role["spec"]["leaderWorkerTemplate"]["workerTemplate"];
-        template["spec"]["containers"][0]["image"] = json!(image);
-        if decode {
-            template["metadata"]["annotations"]["lws-rollout.test/ready-delay"] =
-                json!(DECODE_READY_DELAY);
-        }
-    }
-    set
-}
-
-/// Applies the set as its owner would (server-side apply, the user's field manager).
-pub(crate) async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
-    ns.api::<DisaggregatedSet>()
-        .patch(
-            SET,
-            &PatchParams::apply("e2e-user").force(),
-            &Patch::Apply(set),
-        )
-        .await?;
-    Ok(())
-}
-
-/// The set's LWSs as (role, revision, spec replicas, ready groups), sorted.
-pub(crate) async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
-    let mut out: Vec<_> = ns
-        .api::<LeaderWorkerSet>()
-        .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
-        .await?
-        .items
-        .iter()
-        .map(|l| {
-            (
-                l.labels().get(ROLE_LABEL).cloned().unwrap_or_default(),
-                l.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
-                l.spec.replicas.unwrap_or(1),
-                l.status
-                    .as_ref()
-                    .and_then(|s| s.ready_replicas)
-                    .unwrap_or(0),
-            )
-        })
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
-/// Waits until the set runs one revision, every role at [`GROUPS`] ready groups; returns it.
-pub(crate) async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
-    let lws = wait_for_all(
-        &ns.api::<LeaderWorkerSet>(),
-        &format!("{SET_LABEL}={SET}"),
-        WAIT,
-        |all| {
-            let revisions: std::collections::BTreeSet<_> = all
-                .iter()
-                .filter_map(|l| l.labels().get(REVISION_LABEL))
-                .collect();
-            all.len() == 2
-                && revisions.len() == 1
-                && revisions.iter().all(|r| Some(r.as_str()) != not)
-                && all.iter().all(|l| {
-                    l.spec.replicas == Some(GROUPS)
-                        && l.status.as_ref().is_some_and(|s| {
-                            s.ready_replicas == Some(GROUPS)
-                                && s.observed_generation == l.metadata.generation
-                        })
-                })
-        },
-    )
-    .await
-    .context("the set runs one revision, every role ready")?;
-    Ok(lws[0].labels()[REVISION_LABEL].clone())
-}
-
-/// The canary weight of the route's first rule (0 without a canary backend).
-pub(crate) fn canary_weight(route: &HttpRoute) -> i64 {
-    let route = serde_json::to_value(route).unwrap_or_default();
-    route["spec"]["rules"][0]["backendRefs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|b| b["name"] == format!("{SERVICE}-canary"))
-        .filter_map(|b| b["weight"].as_i64())
-        .sum()
-}
 
 /// The new revision's ready groups per role when the route first gave the canary weight.
 pub(crate) type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;

@@ -25,10 +25,10 @@ use kube::{
 use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet};
 
 use crate::harness::{TestNs, wait_for, with_ns};
-use crate::rollout_disaggregatedset::{
+use crate::rollout_disaggregatedset::{first_weight_seen, pair_traffic};
+use crate::rollout_support::pair::{
     GROUPS, REVISION_LABEL, ROLE_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set,
-    canary_weight, example_at, first_weight_seen, pair_lws, pair_traffic, wait_one_revision,
-    with_image,
+    canary_weight, example_at, pair_lws, wait_one_revision, with_image,
 };
 use crate::rollout_support::{
     WAIT, approve_named, create_rollout, create_route_to, finished, on_big_stack, paused_at,

@@ -633,3 +633,172 @@ pub async fn wait_for_all_canary(
     .context("canary LWS")?;
     Ok(())
 }
+
+/// The prefill/decode pair of examples/rollout-disaggregatedset.yaml as the pair release tests
+/// drive it: the example's objects, the set's LWSs per role and revision, and the route's
+/// canary weight.
+pub mod pair {
+    use anyhow::Context;
+    use gateway_api::apis::standard::httproutes::HttpRoute;
+    use kube::{
+        ResourceExt,
+        api::{ListParams, Patch, PatchParams},
+    };
+    use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet};
+    use serde_json::{Value, json};
+
+    use super::WAIT;
+    use crate::harness::{TestNs, wait_for_all, yaml_documents};
+
+    /// The example's objects' names.
+    pub const SET: &str = "pd";
+    pub const SERVICE: &str = "pd-prefill";
+    pub const ROUTE: &str = "pd";
+    pub const ROLLOUT: &str = "pd";
+    /// The set's labels on its LWSs and pods.
+    pub const SET_LABEL: &str = "disaggregatedset.x-k8s.io/name";
+    pub const ROLE_LABEL: &str = "disaggregatedset.x-k8s.io/role";
+    pub const REVISION_LABEL: &str = "disaggregatedset.x-k8s.io/revision";
+    /// Groups per role in the example.
+    pub const GROUPS: i32 = 2;
+    /// Decode pods become ready this long after they start: a new pair's prefill is ready well
+    /// before its decode, the moment a release must not send it traffic.
+    pub const DECODE_READY_DELAY: &str = "3s";
+
+    /// The example's DisaggregatedSet, Service and Rollout, as shipped.
+    pub fn example() -> anyhow::Result<(Value, Value, Value)> {
+        example_at("examples/rollout-disaggregatedset.yaml")
+    }
+
+    /// A pair example's DisaggregatedSet, Service and Rollout, as shipped in `path` (every
+    /// pair example names its objects as [`example`]'s).
+    pub fn example_at(path: &str) -> anyhow::Result<(Value, Value, Value)> {
+        let docs = yaml_documents(path)?;
+        let kind = |k: &str| {
+            docs.iter()
+                .find(|d| d["kind"] == k)
+                .cloned()
+                .with_context(|| format!("the example has a {k}"))
+        };
+        Ok((
+            kind("DisaggregatedSet")?,
+            kind("Service")?,
+            kind("Rollout")?,
+        ))
+    }
+
+    /// `set` with every role on `image`, decode pods ready only after [`DECODE_READY_DELAY`].
+    pub fn with_image(set: &Value, image: &str) -> Value {
+        let mut set = set.clone();
+        for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
+            let decode = role["name"] == "decode";
+            let template = &mut role["spec"]["leaderWorkerTemplate"]["workerTemplate"];
+            template["spec"]["containers"][0]["image"] = json!(image);
+            if decode {
+                template["metadata"]["annotations"]["lws-rollout.test/ready-delay"] =
+                    json!(DECODE_READY_DELAY);
+            }
+        }
+        set
+    }
+
+    /// Applies the set as its owner would (server-side apply, the user's field manager).
+    pub async fn apply_set(ns: &TestNs, set: &Value) -> anyhow::Result<()> {
+        ns.api::<DisaggregatedSet>()
+            .patch(
+                SET,
+                &PatchParams::apply("e2e-user").force(),
+                &Patch::Apply(set),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The set's LWSs as (role, revision, spec replicas, ready groups), sorted.
+    pub async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
+        let mut out: Vec<_> = ns
+            .api::<LeaderWorkerSet>()
+            .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
+            .await?
+            .items
+            .iter()
+            .map(|l| {
+                (
+                    l.labels().get(ROLE_LABEL).cloned().unwrap_or_default(),
+                    l.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
+                    l.spec.replicas.unwrap_or(1),
+                    l.status
+                        .as_ref()
+                        .and_then(|s| s.ready_replicas)
+                        .unwrap_or(0),
+                )
+            })
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// Waits until the set runs one revision (not `not`), every role at [`GROUPS`] ready
+    /// groups; returns it.
+    pub async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
+        let lws = wait_for_all(
+            &ns.api::<LeaderWorkerSet>(),
+            &format!("{SET_LABEL}={SET}"),
+            WAIT,
+            |all| {
+                let revisions: std::collections::BTreeSet<_> = all
+                    .iter()
+                    .filter_map(|l| l.labels().get(REVISION_LABEL))
+                    .collect();
+                all.len() == 2
+                    && revisions.len() == 1
+                    && revisions.iter().all(|r| Some(r.as_str()) != not)
+                    && all.iter().all(|l| {
+                        l.spec.replicas == Some(GROUPS)
+                            && l.status.as_ref().is_some_and(|s| {
+                                s.ready_replicas == Some(GROUPS)
+                                    && s.observed_generation == l.metadata.generation
+                            })
+                    })
+            },
+        )
+        .await
+        .context("the set runs one revision, every role ready")?;
+        Ok(lws[0].labels()[REVISION_LABEL].clone())
+    }
+
+    /// The canary weight of the route's first rule (0 without a canary backend).
+    pub fn canary_weight(route: &HttpRoute) -> i64 {
+        let route = serde_json::to_value(route).unwrap_or_default();
+        route["spec"]["rules"][0]["backendRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|b| b["name"] == format!("{SERVICE}-canary"))
+            .filter_map(|b| b["weight"].as_i64())
+            .sum()
+    }
+
+    /// The route's canary weight now (0 when the route has none, or is gone).
+    pub async fn canary_weight_now(ns: &TestNs) -> anyhow::Result<i64> {
+        Ok(ns
+            .api::<HttpRoute>()
+            .get_opt(ROUTE)
+            .await?
+            .as_ref()
+            .map_or(0, canary_weight))
+    }
+
+    /// Waits until the route gives the new pair `weight`.
+    pub async fn wait_canary_weight(ns: &TestNs, weight: i64) -> anyhow::Result<()> {
+        crate::harness::wait_for(
+            &ns.api::<HttpRoute>(),
+            ROUTE,
+            WAIT,
+            |r: Option<&HttpRoute>| r.map_or(0, canary_weight) == weight,
+        )
+        .await
+        .with_context(|| format!("the route gives the new pair {weight}"))?;
+        Ok(())
+    }
+}

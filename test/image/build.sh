@@ -82,6 +82,10 @@ done
 curl -sf "http://127.0.0.1:$PORT/v2/" >/dev/null || die "crane registry on 127.0.0.1:$PORT did not answer"
 
 c() { "$CRANE" --insecure "$@" >>"$WORK/crane.log" 2>&1 || die "crane $1 failed: $(tail -n 5 "$WORK/crane.log")"; }
+# Every architecture's binary in one cargo run first (their links side by side); binary_layer
+# then finds each one built.
+# shellcheck disable=SC2086
+"$REPO/test/image/build-binary.sh" $ARCHES >/dev/null
 MANIFESTS=()
 for arch in $ARCHES; do
   mkdir -p "$WORK/$arch"

@@ -147,3 +147,72 @@ fn a_missed_deadline_or_an_automatic_rollback_fails_the_wait() {
         }
     }
 }
+
+/// A pair release paused at step 1: set `pd` (prefill 2, decode 2) held on revision `h`, the
+/// new revision `abc` with one prefill group ready and its decode group not.
+fn pair_at_step_one() -> (Rollout, crate::api::DisaggregatedSet, Vec<LeaderWorkerSet>) {
+    let set: crate::api::DisaggregatedSet = serde_json::from_value(json!({
+        "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+        "metadata": {"name": "pd", "namespace": "demo", "generation": 2,
+            "annotations": {"rollouts.kruise.io/stable-revision": "h"}},
+        "spec": {"roles": [
+            {"name": "prefill", "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "new"}]}}}}},
+            {"name": "decode", "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2,
+                "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "new"}]}}}}}
+        ]}
+    }))
+    .expect("a valid set");
+    let child = |role: &str, revision: &str, replicas: i32, ready: i32| -> LeaderWorkerSet {
+        serde_json::from_value(json!({
+            "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": format!("pd-0-{revision}-{role}"), "namespace": "demo",
+                "generation": 1, "labels": {
+                "disaggregatedset.x-k8s.io/name": "pd", "disaggregatedset.x-k8s.io/role": role,
+                "disaggregatedset.x-k8s.io/revision": revision}},
+            "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 2, "workerTemplate":
+                {"spec": {"containers": [{"name": "c", "image": "x"}]}}}},
+            "status": {"observedGeneration": 1, "replicas": replicas, "readyReplicas": ready}
+        }))
+        .expect("a valid LWS")
+    };
+    let lws = vec![
+        child("prefill", "h", 2, 2),
+        child("decode", "h", 2, 2),
+        child("prefill", "abc", 1, 1),
+        child("decode", "abc", 1, 0),
+    ];
+    (rollout(progressing(1, "StepPaused", 0)), set, lws)
+}
+
+#[test]
+fn a_pair_release_shows_both_sides_of_every_role() {
+    let (r, set, lws) = pair_at_step_one();
+    let sides = pair_sides(&r, &set, &lws);
+    assert!(sides.held);
+    assert_eq!(
+        pair_text(&sides),
+        "prefill stable 2/2 canary 1/1 | decode stable 2/2 canary 0/1"
+    );
+    let line = line_of(&r, Some(Workload::Pair(&sides)));
+    assert!(
+        line.contains("canary 0/1 pairs ready | traffic 0% (20% once the new pair is complete) | prefill stable 2/2 canary 1/1 | decode stable 2/2 canary 0/1"),
+        "{line}"
+    );
+    // Held: not over, whatever the Rollout says.
+    assert_eq!(
+        verdict_of(Some(&healthy(Some("True"))), Some(Workload::Pair(&sides))),
+        Verdict::Waiting
+    );
+    let released = PairSides {
+        held: false,
+        ..sides
+    };
+    assert_eq!(
+        verdict_of(
+            Some(&healthy(Some("True"))),
+            Some(Workload::Pair(&released))
+        ),
+        Verdict::Succeeded
+    );
+}

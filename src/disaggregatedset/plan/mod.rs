@@ -261,6 +261,10 @@ struct Release {
     /// Partition style: the held revision gives up, per role, the groups the template's
     /// revision runs (no second copy of the pair).
     in_place: bool,
+    /// The release-groups annotation is on the set: the release may still route to a revision
+    /// it ran, so no other revision is drained until the release removes it (after moving
+    /// the traffic to the held revision).
+    routing: bool,
 }
 
 /// The release-groups annotation read: groups by role, and what could not be read (a
@@ -376,6 +380,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
                 .get(RELEASE_STYLE_ANNOTATION)
                 .map(String::as_str)
                 == Some(RELEASE_STYLE_IN_PLACE),
+            routing: set.annotations().contains_key(RELEASE_GROUPS_ANNOTATION),
         });
     }
 
@@ -774,7 +779,9 @@ impl Ctx<'_> {
 /// total stays at its replicas); the template's revision `C`, when it differs, runs
 /// each role at the release's groups (capped at the role's replicas), all roles in this one
 /// plan, an LWS created only for groups above 0; any other revision drains, all its roles
-/// together, once `H` is ready at its replicas (no capacity lost to a drain). `H == C` (the
+/// together, once `H` is ready at its replicas (no capacity lost to a drain) and the release
+/// has removed its release-groups (its traffic is on `H` then: a rollback, or a restart on a
+/// third template). `H == C` (the
 /// template reverted) is the same with no release: `C` at the roles' replicas, the rest
 /// drained. No rolling-update step is taken: lifting the hold hands the slice back to
 /// [`rolling_update`], which continues from the sizes left here.
@@ -847,6 +854,9 @@ fn held_slice(ctx: &mut Ctx<'_>, release: &Release, revisions: &BTreeMap<String,
         .iter()
         .filter(|(r, _)| **r != release.held && **r != current);
     for (_, roles) in others {
+        if release.routing {
+            break;
+        }
         if !held_ready {
             ctx.plan.requeue = Some(STABILITY_RECHECK);
             break;

@@ -392,7 +392,11 @@ fn release_values(d: &Draft<'_>, revision: &str) -> ReleaseValues {
         ("workload".to_string(), r.spec.workload_ref.name.clone()),
         (
             "canary-workload".to_string(),
-            if d.style == super::style::Style::Partition {
+            // A pair has no one LWS of the new revision (one per role and slice): the set,
+            // whose pods carry the revision label `canary-revision` names.
+            if d.style == super::style::Style::Partition
+                || r.spec.workload_ref.is_disaggregated_set()
+            {
                 r.spec.workload_ref.name.clone()
             } else {
                 crate::release::names::canary_name(&r.spec.workload_ref.name, revision)

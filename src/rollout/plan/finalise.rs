@@ -58,6 +58,12 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                         .workload
                         .as_ref()
                         .is_some_and(|w| w.release_partition.is_some());
+                // A pair restarted on a third template: its traffic is on the stable pair now,
+                // so the release-groups go (the hold stays): the set drains the second
+                // revision's roles together, and the next release writes its own groups.
+                let moved = moved
+                    || (why == Reason::Continuous
+                        && d.obs.workload.as_ref().is_some_and(|w| w.release_groups));
                 if moved {
                     d.plan.hold = HoldAction::ReturnMoved;
                 }

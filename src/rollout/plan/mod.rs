@@ -105,7 +105,8 @@ pub enum HoldAction {
     /// template by its own rolloutStrategy.
     Release,
     /// Partition style, rolled back after a missed deadline: remove only the release
-    /// partition, so the groups moved in place go back to the held revision.
+    /// partition, so the groups moved in place go back to the held revision. A pair
+    /// restarted on a third template: remove only the release-groups.
     ReturnMoved,
 }
 

@@ -245,7 +245,22 @@ fn a_third_revision_drains_once_the_held_one_is_ready_and_goes_with_its_pair() {
     let middle = pd(2, 2, "v2");
     let third = pd(2, 2, "v3");
     let (m, c) = (rev(&middle), rev(&third));
-    let set = held(third.clone(), &h, Some(r#"{"prefill":1,"decode":1}"#));
+    // While the release-groups are on the set the release may still route to the second
+    // template's pair: it keeps its groups.
+    let routed = held(third.clone(), &h, Some(r#"{"prefill":1,"decode":1}"#));
+    let mut w = World::default();
+    w.lws(&old, &h, "prefill", 2, 2, 10)
+        .lws(&old, &h, "decode", 2, 2, 10)
+        .lws(&middle, &m, "prefill", 1, 1, 20)
+        .lws(&middle, &m, "decode", 1, 1, 20);
+    let p = w.plan(&routed);
+    assert!(
+        scaled(&p).iter().all(|s| !s.0.contains(&m)),
+        "{:?}",
+        scaled(&p)
+    );
+    // The release removed them (its traffic on H): the second template's pair drains.
+    let set = held(third.clone(), &h, None);
 
     // The held revision not ready: the second template's canary stays.
     let mut w = World::default();
@@ -256,6 +271,8 @@ fn a_third_revision_drains_once_the_held_one_is_ready_and_goes_with_its_pair() {
     let p = w.plan(&set);
     assert!(scaled(&p).is_empty());
     assert_eq!(p.requeue, Some(STABILITY_RECHECK));
+    assert!(created(&p).is_empty(), "no groups asked for {c} yet");
+    let p = w.plan(&routed);
     assert_eq!(
         created(&p),
         [
@@ -309,13 +326,18 @@ fn a_third_revision_drains_once_the_held_one_is_ready_and_goes_with_its_pair() {
 #[test]
 fn a_reverted_template_keeps_the_held_revision_and_drains_the_canary() {
     let (old, new, h, c, _) = stable_pair();
-    // The hold stays until the release lifts it; the template is back at H.
+    // The hold stays until the release lifts it; the template is back at H. While the
+    // release-groups are on the set the release may still route to the canary: it stays.
     let set = held(old.clone(), &h, Some(r#"{"prefill":1,"decode":1}"#));
     let mut w = World::default();
     w.lws(&old, &h, "prefill", 2, 2, 10)
         .lws(&old, &h, "decode", 2, 2, 10)
         .lws(&new, &c, "prefill", 1, 1, 20)
         .lws(&new, &c, "decode", 1, 1, 20);
+    let p = w.plan(&set);
+    assert!(scaled(&p).is_empty() && p.create.is_empty() && p.delete.is_empty());
+    // Without them (the traffic is on H), the canary drains, both roles in one plan.
+    let set = held(old.clone(), &h, None);
     let p = w.plan(&set);
     let mut got = scaled(&p);
     got.sort();

@@ -108,3 +108,38 @@ fn a_pair_is_accepted_in_every_style() {
     .unwrap();
     assert_eq!(accept::not_accepted(&w.obs), None, "blue-green");
 }
+
+/// The canary weight of the last traffic the plans asked for (0 for anything but a split).
+fn weight(w: &World) -> i32 {
+    match w.traffic.as_ref() {
+        Some(TrafficIntent::Release { route, .. }) => route.weight.unwrap_or(0),
+        _ => 0,
+    }
+}
+
+#[test]
+fn a_third_template_takes_the_release_groups_back_only_once_the_traffic_is_on_stable() {
+    let mut w = pair_world();
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    assert_eq!(weight(&w), 5);
+    // The set carries the release's groups; a third template arrives.
+    w.obs.workload.as_mut().unwrap().release_groups = true;
+    w.change_template("rev3");
+    w.until("the release-groups taken back", |w| {
+        w.plans
+            .last()
+            .is_some_and(|p| p.hold == HoldAction::ReturnMoved)
+    });
+    assert_eq!(
+        weight(&w),
+        0,
+        "the second revision's pair gets nothing first"
+    );
+    let held = w.obs.workload.as_ref().unwrap().hold.clone();
+    assert_eq!(held.as_deref(), Some("rev1"), "the hold stays");
+    // The release starts over on the third template.
+    w.until("restarted at step 1", |w| {
+        at_state("StepPaused", 1)(w) && w.canary().canary_revision == "rev3"
+    });
+    assert_eq!(weight(&w), 5);
+}

@@ -247,6 +247,12 @@ impl World {
         if p.traffic.is_some() {
             self.traffic = p.traffic.clone();
         }
+        // A set's release-groups go with the hold, or alone when a restart takes them back.
+        if matches!(p.hold, HoldAction::Release | HoldAction::ReturnMoved)
+            && let Some(w) = self.obs.workload.as_mut()
+        {
+            w.release_groups = false;
+        }
         if p.hold == HoldAction::Release
             && let Some(w) = self.obs.workload.as_mut()
         {
