@@ -6,8 +6,10 @@
 //! have passed since the stored step last changed; it then plans the writes for the new status
 //! ([`writes`]), which `apply` carries out. Safety rules: no weight to a canary with no ready
 //! group; while a step's groups are being added the canary keeps the previous step's route
-//! only if the groups that route was given for are still ready; a step without traffic or
-//! matches routes nothing through the split (Kruise restores the Services first).
+//! only if the groups that route was given for are still ready; in partition style a step that
+//! moves every stable group sends everything to the new side before its groups move; a step
+//! without traffic or matches routes nothing through the split (Kruise restores the Services
+//! first).
 
 use crate::api::rollout::{
     CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState, TrafficRoutingRef,
@@ -302,6 +304,14 @@ fn step_intent(
     }
     let ready = canary.canary_ready_replicas;
     let route = match canary.common.current_step_state {
+        // Partition style: a step that moves every stable group (the pair's or the LWS's)
+        // leaves the stable side nothing to serve with. Everything goes to the new side's
+        // ready groups from the moment the step starts, so the last stable groups move only
+        // once no request is sent to them (the step waits for this route and its grace
+        // before its batch), and no share is left to an empty stable side after.
+        _ if style == Style::Partition && empties_stable(step, stable_replicas) => {
+            CanaryRoute::all()
+        }
         StepState::BeforeStepUpgrade | StepState::StepUpgrade => index
             .checked_sub(2)
             .and_then(|prev| steps.get(prev))
@@ -332,6 +342,16 @@ fn step_intent(
     } else {
         route
     })
+}
+
+/// Whether `step` moves every group the stable side has (`stable_replicas`, a pair's complete
+/// pairs): in partition style the stable side is then left with none.
+fn empties_stable(step: &CanaryStep, stable_replicas: i32) -> bool {
+    stable_replicas > 0
+        && step
+            .replicas
+            .as_ref()
+            .is_some_and(|r| desired_groups(r, stable_replicas) >= stable_replicas)
 }
 
 /// Whether the traffic the status being built asks for is in place and has had its grace
