@@ -39,6 +39,13 @@ pub const HELD_REVISION_ANNOTATION: &str = "rollouts.kruise.io/stable-revision";
 /// Annotation on a held set, written by its BatchRelease: the new revision's groups per role and
 /// slice for the current batch, a JSON object of role name to groups.
 pub const RELEASE_GROUPS_ANNOTATION: &str = "lws-rollout.x-k8s.io/release-groups";
+/// Annotation on a held set, written by its BatchRelease with the release-groups: how the new
+/// revision's groups are made room for. Absent (or any other value): beside the held revision,
+/// which keeps the roles' replicas (canary and blue-green). [`RELEASE_STYLE_IN_PLACE`]: in place
+/// of the held revision's groups, which shrinks by the same groups per role (partition style).
+pub const RELEASE_STYLE_ANNOTATION: &str = "lws-rollout.x-k8s.io/release-style";
+/// [`RELEASE_STYLE_ANNOTATION`]'s value for partition style: no second copy of the pair.
+pub const RELEASE_STYLE_IN_PLACE: &str = "in-place";
 
 /// Desired state of a DisaggregatedSet: at least two roles, each an LWS template.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -266,7 +266,9 @@ async fn pair_steps(br: &BatchRelease, ctx: &Context) -> Result<Action, ApiError
         return Ok(Action::requeue(wait));
     }
     let set = super::pair::observe(&ctx.stores.sets, &ctx.stores.lws, br);
-    let plan = super::pair::plan::plan(br, set.as_ref(), k8s_openapi::jiff::Timestamp::now());
+    let style = super::pair::style(br).unwrap_or_default();
+    let plan =
+        super::pair::plan::plan(br, style, set.as_ref(), k8s_openapi::jiff::Timestamp::now());
     super::pair::apply(&ctx.applier, &ctx.events, &ctx.written, br, &plan).await?;
     Ok(Action::await_change())
 }

@@ -67,6 +67,11 @@ pub async fn apply(
             Err(err) => return Err(err),
         }
     }
+    // Groups given up first: a partition-style release swaps the held pair's groups for the
+    // new pair's, and the new ones are asked for only after the old ones were let go.
+    for s in plan.scale.iter().filter(|s| s.replicas < s.from) {
+        scale(applier, events, set, &ns, s).await?;
+    }
     let mut created = false;
     let mut refused: Option<String> = None;
     for c in &plan.create {
@@ -100,24 +105,8 @@ pub async fn apply(
             )
             .await?;
     }
-    for s in &plan.scale {
-        let mut ops = vec![json!({"op": "test", "path": "/spec/replicas", "value": s.from})];
-        if let Some(uid) = &s.uid {
-            ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
-        }
-        ops.push(json!({"op": "replace", "path": "/spec/replicas", "value": s.replicas}));
-        let patch: json_patch::Patch =
-            serde_json::from_value(serde_json::Value::Array(ops)).expect("a JSON patch");
-        match applier
-            .json_patch::<LeaderWorkerSet>(&ns, &s.name, patch)
-            .await
-        {
-            Ok(()) => events.publish(set, &s.event).await,
-            // The LWS moved on (or is another incarnation) since the plan: the next reconcile
-            // plans from what it is now.
-            Err(err) if matches!(err.failure(), Failure::Refused(_) | Failure::NotFound) => {}
-            Err(err) => return Err(err),
-        }
+    for s in plan.scale.iter().filter(|s| s.replicas >= s.from) {
+        scale(applier, events, set, &ns, s).await?;
     }
     let mut deleted = false;
     for d in &plan.delete {
@@ -196,5 +185,33 @@ pub async fn apply(
         }
     }
     events.publish_all(set, &plan.events).await;
+    Ok(())
+}
+
+/// One scale: a JSON patch testing the replicas it was planned from (and the uid).
+async fn scale(
+    applier: &Applier,
+    events: &Events,
+    set: &DisaggregatedSet,
+    ns: &str,
+    s: &super::plan::Scale,
+) -> Result<(), ApiError> {
+    let mut ops = vec![json!({"op": "test", "path": "/spec/replicas", "value": s.from})];
+    if let Some(uid) = &s.uid {
+        ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
+    }
+    ops.push(json!({"op": "replace", "path": "/spec/replicas", "value": s.replicas}));
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::Value::Array(ops)).expect("a JSON patch");
+    match applier
+        .json_patch::<LeaderWorkerSet>(ns, &s.name, patch)
+        .await
+    {
+        Ok(()) => events.publish(set, &s.event).await,
+        // The LWS moved on (or is another incarnation) since the plan: the next reconcile
+        // plans from what it is now.
+        Err(err) if matches!(err.failure(), Failure::Refused(_) | Failure::NotFound) => {}
+        Err(err) => return Err(err),
+    }
     Ok(())
 }

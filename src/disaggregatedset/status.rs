@@ -47,12 +47,16 @@ fn condition(
 /// The status from what was observed; `failure` (reason, message) makes the set Degraded.
 /// `held`: the revision a release holds the set on, when it is not the template's `revision`
 /// (the set then counts as settled once the held revision runs every role at its replicas,
-/// ready: the release's groups of `revision` are the Rollout's to report).
+/// ready: the release's groups of `revision` are the Rollout's to report). `given_up`: per role,
+/// the groups per slice the held revision gives up to the release's (partition style; empty
+/// for a release beside it).
+#[allow(clippy::too_many_arguments)]
 pub fn compute(
     set: &DisaggregatedSet,
     observed: &Observed,
     revision: &str,
     held: Option<&str>,
+    given_up: &std::collections::BTreeMap<String, i32>,
     targets: &std::collections::BTreeMap<String, i32>,
     failure: Option<(&str, &str)>,
     now: &Time,
@@ -116,14 +120,19 @@ pub fn compute(
             }
             None => (current.clone(), updated, current_ready, replicas),
         };
+        let gone = held
+            .and_then(|_| given_up.get(&role.name))
+            .copied()
+            .unwrap_or(0);
+        let (held_per_slice, held_want) = (per_slice - gone, want - gone * slices);
         settled &= serving.len() == slices as usize
             && serving.iter().all(|l| {
-                l.spec.replicas.unwrap_or(1) == per_slice
+                l.spec.replicas.unwrap_or(1) == held_per_slice
                     && status_of(l).observed_generation == l.metadata.generation
             })
-            && serving_groups == want
-            && serving_ready == want
-            && all_groups == want;
+            && serving_groups == held_want
+            && serving_ready == held_want
+            && all_groups == held_want;
         if lws_failure.is_none() {
             lws_failure = of_role(observed, &role.name).find_map(|l| {
                 status_of(l)

@@ -118,9 +118,6 @@ pub fn validate(new: &Rollout, old: Option<&Rollout>, others: &[Rollout]) -> Vec
 /// Everything wrong with a Rollout on its own (spec rules) and among `others` (a conflict).
 fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     let mut out = spec_problems(&r.spec.strategy);
-    if r.spec.workload_ref.is_disaggregated_set() {
-        out.extend(pair_problems(&r.spec.strategy));
-    }
     out.extend(conflict(r, others));
     if let Err(why) = deadline::of(r) {
         out.push(refusal("metadata.annotations", why));
@@ -130,29 +127,6 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     }
     if let Err(why) = analysis::background_of(r) {
         out.push(refusal("metadata.annotations", why));
-    }
-    out
-}
-
-/// What a DisaggregatedSet's release does not run: partition style and blue-green (only the
-/// canary style is built for a pair). A step of 0 groups, which could give a role none, is
-/// refused for every workload by the CRD's own rule.
-fn pair_problems(s: &RolloutStrategy) -> Vec<Refusal> {
-    let mut out = Vec::new();
-    match style(s) {
-        Some(Style::Partition) => out.push(refusal(
-            "spec.strategy.canary.enableExtraWorkloadForCanary",
-            "a DisaggregatedSet is released canary-style only: set \
-             enableExtraWorkloadForCanary: true (partition style is not supported for a \
-             prefill/decode pair)",
-        )),
-        Some(Style::BlueGreen) => out.push(refusal(
-            "spec.strategy.blueGreen",
-            "a DisaggregatedSet is released canary-style only (strategy.canary with \
-             enableExtraWorkloadForCanary: true); blue-green is not supported for a \
-             prefill/decode pair",
-        )),
-        Some(Style::Canary) | None => {}
     }
     out
 }
@@ -579,7 +553,7 @@ mod tests {
     }
 
     #[test]
-    fn a_disaggregated_set_is_refused_partition_and_blue_green() {
+    fn a_disaggregated_set_is_released_in_every_style() {
         let set = json!({"spec": {"workloadRef": {"apiVersion": "disaggregatedset.x-k8s.io/v1",
             "kind": "DisaggregatedSet", "name": "pd"}}});
         let with = |extra: Value| {
@@ -590,18 +564,10 @@ mod tests {
         assert_eq!(messages(&with(json!({}))), "");
         let partition = with(json!({"spec": {"strategy": {"canary": {
             "enableExtraWorkloadForCanary": false}}}}));
-        assert!(
-            messages(&partition).contains("partition style is not supported"),
-            "{}",
-            messages(&partition)
-        );
+        assert_eq!(messages(&partition), "");
         let bg = with(json!({"spec": {"strategy": {"canary": null,
             "blueGreen": {"steps": [{"replicas": "100%"}]}}}}));
-        assert!(
-            messages(&bg).contains("spec.strategy.blueGreen: a DisaggregatedSet is released"),
-            "{}",
-            messages(&bg)
-        );
+        assert_eq!(messages(&bg), "");
     }
 
     /// CREATE: each case is one refusal (path, a piece of its message), or none.

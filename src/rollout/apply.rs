@@ -166,15 +166,22 @@ pub async fn apply(
         // The hold and the release-groups go in one write, under the one field manager the
         // set's admission lets lift the hold: the set's own rolling update then takes the
         // pair from where the release left it (or, reverted, drains the new pair).
+        // `ReturnMoved` (a missed deadline in partition style, or a restart on a third
+        // template) takes the release-groups alone: the set, still held, gives the held pair
+        // its groups back and drains the new pair.
         use crate::api::disaggregatedset as ds;
         let annotations = match plan.hold {
-            HoldAction::Release if workload.hold.is_some() || workload.release_groups => Some(
-                json!({ds::HELD_REVISION_ANNOTATION: null, ds::RELEASE_GROUPS_ANNOTATION: null}),
-            ),
-            // A restart on a third template: the groups go, the hold stays.
-            HoldAction::ReturnMoved if workload.release_groups => {
-                Some(json!({ds::RELEASE_GROUPS_ANNOTATION: null}))
+            HoldAction::Release if workload.hold.is_some() || workload.release_groups => {
+                Some(json!({
+                    ds::HELD_REVISION_ANNOTATION: null,
+                    ds::RELEASE_GROUPS_ANNOTATION: null,
+                    ds::RELEASE_STYLE_ANNOTATION: null,
+                }))
             }
+            HoldAction::ReturnMoved if workload.release_groups => Some(json!({
+                ds::RELEASE_GROUPS_ANNOTATION: null,
+                ds::RELEASE_STYLE_ANNOTATION: null,
+            })),
             _ => None,
         };
         if let Some(annotations) = annotations {

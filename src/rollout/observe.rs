@@ -98,6 +98,9 @@ pub struct StableWorkload {
     pub pair_rolled: Option<bool>,
     /// A DisaggregatedSet: the release-groups annotation is on it (lifted with the hold).
     pub release_groups: bool,
+    /// A DisaggregatedSet: every role of every slice runs `update_revision` at its full
+    /// replicas, all ready (whatever else runs): the new pair a blue-green switch may go to.
+    pub pair_whole: bool,
 }
 
 /// The kinds of workload a Rollout releases.
@@ -447,6 +450,7 @@ fn stable_workload(
         kind: WorkloadKind::LeaderWorkerSet,
         pair_rolled: None,
         release_groups: false,
+        pair_whole: false,
     }
 }
 
@@ -481,6 +485,7 @@ pub fn pair_workload<'a>(
     let slices = set.spec.slices().max(1);
     let (mut replicas, mut updated, mut ready) = (0, 0, 0);
     let mut rolled = children.iter().all(|l| caught_up(l));
+    let mut whole = true;
     for slice in 0..slices {
         let (mut want, mut up, mut ok) = (i32::MAX, i32::MAX, i32::MAX);
         for role in &set.spec.roles {
@@ -493,8 +498,10 @@ pub fn pair_workload<'a>(
             want = want.min(role.replicas());
             up = up.min(status.replicas.unwrap_or(0));
             ok = ok.min(status.ready_replicas.unwrap_or(0));
-            rolled &= status.ready_replicas.unwrap_or(0) >= role.replicas()
+            let full = status.ready_replicas.unwrap_or(0) >= role.replicas()
                 && status.replicas.unwrap_or(0) >= role.replicas();
+            rolled &= full;
+            whole &= full && new.is_some_and(|l| caught_up(l));
         }
         if !set.spec.roles.is_empty() {
             replicas += want;
@@ -539,5 +546,6 @@ pub fn pair_workload<'a>(
             .cloned(),
         kind: WorkloadKind::DisaggregatedSet,
         pair_rolled: Some(rolled),
+        pair_whole: whole && !set.spec.roles.is_empty(),
     }
 }

@@ -3,7 +3,7 @@
 //! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
 //! the new pair gets its share only once both of its roles are ready, approval finishes the
 //! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
-//! step and a blue-green Rollout of a set are refused at admission; a set scaled to zero,
+//! step is refused at admission; a set scaled to zero,
 //! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
 //! Rollout's message, not a stall.
 
@@ -35,14 +35,14 @@ use crate::traffic_driver::{
 };
 
 /// Requests per second through the proxy.
-const RATE: u32 = 50;
+pub(crate) const RATE: u32 = 50;
 
 /// The new revision's ready groups per role when the route first gave the canary weight.
-type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;
+pub(crate) type ReadyAtFirstWeight = Arc<Mutex<Option<Vec<(String, i32)>>>>;
 
 /// Watches the route; the first time it gives the canary any weight, records the new
 /// revision's ready groups per role at that moment (role, ready).
-fn first_weight_seen(
+pub(crate) fn first_weight_seen(
     ns: &TestNs,
     stable: String,
 ) -> (tokio::task::JoinHandle<()>, ReadyAtFirstWeight) {
@@ -75,7 +75,29 @@ fn first_weight_seen(
     (task, seen)
 }
 
-type PairTraffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+pub(crate) type PairTraffic = ReleaseTraffic<Box<dyn Fn(&Outcome) -> bool + Send + Sync>>;
+
+/// Requests through the proxy to the stable pair's prefill leaders (`stable` is its revision),
+/// once they are served; a request reaching another prefill LWS of the set counts as new.
+/// `None` (one SKIPPED line naming `what`) when the traffic layer does not run.
+pub(crate) async fn pair_traffic(
+    ns: &TestNs,
+    stable: &str,
+    what: &str,
+) -> anyhow::Result<Option<PairTraffic>> {
+    let Some(t) = traffic_or_skip(what) else {
+        return Ok(None);
+    };
+    let stable_prefill = format!("{SET}-0-{stable}-prefill");
+    let plain = RequestSpec::new(&host(ns));
+    wait_until_served(&t, &plain, |o| o.lws.clone(), &[&stable_prefill], WAIT).await?;
+    let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> = Box::new(move |o: &Outcome| {
+        o.lws
+            .as_deref()
+            .is_some_and(|l| l.starts_with(&format!("{SET}-0-")) && l != stable_prefill)
+    });
+    Ok(Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new)))
+}
 
 #[test]
 fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_request()
@@ -94,25 +116,7 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
             create_route_to(&ns, ROUTE, SERVICE).await?;
             create_rollout(&ns, &rollout).await?;
 
-            // Requests flow through the proxy to the stable prefill leaders.
-            let stable_prefill = format!("{SET}-0-{stable}-prefill");
-            let traffic: Option<PairTraffic> =
-                match traffic_or_skip("rollout_disaggregatedset (requests)") {
-                    Some(t) => {
-                        let plain = RequestSpec::new(&host(&ns));
-                        wait_until_served(&t, &plain, |o| o.lws.clone(), &[&stable_prefill], WAIT)
-                            .await?;
-                        let old = stable_prefill.clone();
-                        let is_new: Box<dyn Fn(&Outcome) -> bool + Send + Sync> =
-                            Box::new(move |o: &Outcome| {
-                                o.lws.as_deref().is_some_and(|l| {
-                                    l.starts_with(&format!("{SET}-0-")) && l != old
-                                })
-                            });
-                        Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new))
-                    }
-                    None => None,
-                };
+            let traffic = pair_traffic(&ns, &stable, "rollout_disaggregatedset (requests)").await?;
 
             // The template change: step 1, one new group of each role, the stable pair whole.
             let (guard, first_weight) = first_weight_seen(&ns, stable.clone());
@@ -241,18 +245,6 @@ async fn rollout_disaggregatedset_bad_input_is_refused_or_reported() -> anyhow::
             why.contains("steps[0].replicas") && why.contains("greater than 0"),
             "the refusal says why: {why}"
         );
-        // Blue-green of a pair is not built: refused naming the reason.
-        let mut bg = rollout.clone();
-        bg["metadata"]["name"] = json!("pd-bg");
-        bg["spec"]["strategy"] = json!({"blueGreen": {"steps": [{"replicas": "100%"}]}});
-        let why = format!(
-            "{:?}",
-            submit_rollout(&ns, &bg)
-                .await
-                .err()
-                .context("blue-green of a set is refused")?
-        );
-        ensure!(why.contains("canary-style only"), "{why}");
 
         // A set scaled to zero (every role at 0 replicas: the CRD refuses one role at 0 beside
         // others that are not): no step can give a role a group. The batch does not start; the

@@ -674,7 +674,13 @@ pub mod pair {
 
     /// The example's DisaggregatedSet, Service and Rollout, as shipped.
     pub fn example() -> anyhow::Result<(Value, Value, Value)> {
-        let docs = yaml_documents("examples/rollout-disaggregatedset.yaml")?;
+        example_at("examples/rollout-disaggregatedset.yaml")
+    }
+
+    /// A pair example's DisaggregatedSet, Service and Rollout, as shipped in `path` (every
+    /// pair example names its objects as [`example`]'s).
+    pub fn example_at(path: &str) -> anyhow::Result<(Value, Value, Value)> {
+        let docs = yaml_documents(path)?;
         let kind = |k: &str| {
             docs.iter()
                 .find(|d| d["kind"] == k)

@@ -16,8 +16,9 @@ use kube::ResourceExt;
 use serde_json::json;
 
 use crate::api::disaggregatedset::{
-    DisaggregatedSet, HELD_REVISION_ANNOTATION, RELEASE_GROUPS_ANNOTATION, REVISION_LABEL,
-    ROLE_LABEL, SET_NAME_LABEL, SLICE_LABEL,
+    DisaggregatedSet, HELD_REVISION_ANNOTATION, RELEASE_GROUPS_ANNOTATION,
+    RELEASE_STYLE_ANNOTATION, RELEASE_STYLE_IN_PLACE, REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL,
+    SLICE_LABEL,
 };
 use crate::api::{BatchRelease, LeaderWorkerSet};
 use crate::k8s::apply::{ApiError, Applier};
@@ -25,19 +26,28 @@ use crate::k8s::events::Events;
 use crate::k8s::written::Written;
 use plan::{PairPlan, RoleLws, SetObserved};
 
-/// Whether `br` is a release this module runs: a canary-style release of a DisaggregatedSet.
-/// Any other style of a set goes to the generic plan, which refuses it with a clear message.
+/// Whether `br` is a release this module runs: a canary-style, partition-style or blue-green
+/// release of a DisaggregatedSet.
 pub fn releases(br: &BatchRelease) -> bool {
+    br.spec.workload_ref.is_disaggregated_set() && style(br).is_some()
+}
+
+/// How `br` makes room for the new pair, when it is a style this module runs.
+pub fn style(br: &BatchRelease) -> Option<plan::PairStyle> {
+    use crate::api::batchrelease::RollingStyle;
     let rp = &br.spec.release_plan;
-    br.spec.workload_ref.is_disaggregated_set()
-        && rp
-            .rolling_style
-            .unwrap_or(if rp.enable_extra_workload_for_canary {
-                crate::api::batchrelease::RollingStyle::Canary
-            } else {
-                crate::api::batchrelease::RollingStyle::Partition
-            })
-            == crate::api::batchrelease::RollingStyle::Canary
+    match rp
+        .rolling_style
+        .unwrap_or(if rp.enable_extra_workload_for_canary {
+            RollingStyle::Canary
+        } else {
+            RollingStyle::Partition
+        }) {
+        // Blue-green's second pair grows beside the stable one as a canary's does; its
+        // promotion (every role whole) is the plan's.
+        RollingStyle::Canary | RollingStyle::BlueGreen => Some(plan::PairStyle::Beside),
+        RollingStyle::Partition => Some(plan::PairStyle::InPlace),
+    }
 }
 
 /// The set `br` releases, as the plan reads it; `None` when it does not exist.
@@ -83,6 +93,10 @@ pub fn set_observed<'a>(
         release_groups: annotations
             .get(RELEASE_GROUPS_ANNOTATION)
             .map(|raw| serde_json::from_str(raw).map_err(|_| raw.clone())),
+        in_place: annotations
+            .get(RELEASE_STYLE_ANNOTATION)
+            .map(String::as_str)
+            == Some(RELEASE_STYLE_IN_PLACE),
         children: lws
             .into_iter()
             .filter(|l| l.labels().get(SET_NAME_LABEL) == Some(&name))
@@ -109,8 +123,9 @@ fn role_lws(lws: &LeaderWorkerSet) -> RoleLws {
     }
 }
 
-/// Carries `plan` out: the release-groups annotation (one write for every role), then the
-/// status, events and finalizer as for an LWS release.
+/// Carries `plan` out: the release-groups and release-style annotations (one write for every
+/// role, so the set never scales the new pair by one without the other), then the status,
+/// events and finalizer as for an LWS release.
 pub async fn apply(
     applier: &Applier,
     events: &Events,
@@ -121,11 +136,17 @@ pub async fn apply(
     if let Some(groups) = &plan.release_groups {
         let ns = br.namespace().unwrap_or_default();
         let value = serde_json::to_string(groups).unwrap_or_default();
+        // Canary style writes no style: the annotation contract of a release beside the stable
+        // pair is unchanged (absent = beside).
+        let style = (plan.style == plan::PairStyle::InPlace).then_some(RELEASE_STYLE_IN_PLACE);
         applier
             .merge_patch::<DisaggregatedSet>(
                 &ns,
                 &br.spec.workload_ref.name,
-                &json!({"metadata": {"annotations": {RELEASE_GROUPS_ANNOTATION: value}}}),
+                &json!({"metadata": {"annotations": {
+                    RELEASE_GROUPS_ANNOTATION: value,
+                    RELEASE_STYLE_ANNOTATION: style,
+                }}}),
             )
             .await?;
     }

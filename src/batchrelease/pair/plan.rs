@@ -8,7 +8,9 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use crate::api::batchrelease::{BatchRelease, BatchReleaseCanaryStatus, BatchReleaseStatus};
+use crate::api::batchrelease::{
+    BatchRelease, BatchReleaseCanaryStatus, BatchReleaseStatus, FinalizingPolicy, RollingStyle,
+};
 use crate::batchrelease::draft::{current_batch, note, release_plan_hash};
 use crate::batchrelease::names::{FINALIZER, batch_state, event, phase};
 use crate::batchrelease::plan::BatchReleasePlan;
@@ -34,8 +36,20 @@ pub struct SetObserved {
     /// The release-groups annotation as written: `None` when absent; `Err` with the raw value
     /// when it is not a JSON object of role to groups.
     pub release_groups: Option<Result<Groups, String>>,
+    /// The release-style annotation says partition style (the held pair gives up the groups).
+    pub in_place: bool,
     /// Its LeaderWorkerSets (every revision).
     pub children: Vec<RoleLws>,
+}
+
+/// Where a pair release puts the new revision's groups.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PairStyle {
+    /// Beside the held pair, which keeps every group (canary style).
+    #[default]
+    Beside,
+    /// In place of the held pair's groups, role by role (partition style: no second copy).
+    InPlace,
 }
 
 /// One LeaderWorkerSet of the set, reduced to the batch's needs.
@@ -96,6 +110,29 @@ pub fn batch_groups(
         out.insert(role.clone(), groups.max(kept));
     }
     Ok(out)
+}
+
+/// Partition style: why batch `batch` (0-based) cannot run, when it would move every group of
+/// one role but not of another — the stable pair would be left serving without that role.
+pub fn half_held_pair(groups: &Groups, roles: &[(String, i32)], batch: usize) -> Option<String> {
+    let (whole, part): (Vec<_>, Vec<_>) = roles
+        .iter()
+        .partition(|(role, replicas)| groups.get(role).copied().unwrap_or(0) >= *replicas);
+    let (moved, kept) = (whole.first()?, part.first()?);
+    Some(format!(
+        "partition style: batch {} moves every {} group ({} of {}) but only {} of {} {} groups, \
+         which would leave the stable pair without {}; use steps that move a share every \
+         role keeps a group of (or 100%), or the canary style \
+         (enableExtraWorkloadForCanary: true)",
+        batch + 1,
+        moved.0,
+        moved.1,
+        moved.1,
+        groups.get(&kept.0).copied().unwrap_or(0),
+        kept.1,
+        kept.0,
+        moved.0
+    ))
 }
 
 /// A pair batch's state and counts.
@@ -188,13 +225,21 @@ pub fn pair_progress(
 pub struct PairPlan {
     /// The status, events and finalizer, as for an LWS release.
     pub common: BatchReleasePlan,
-    /// Write this release-groups annotation on the set.
+    /// Write this release-groups annotation on the set (with the style's annotation).
     pub release_groups: Option<Groups>,
+    /// The release's style (written with the release-groups).
+    pub style: PairStyle,
 }
 
-/// Decides one reconcile of a BatchRelease of a DisaggregatedSet (canary style: the set's own
-/// controller scales the new revision's LWSs to the release-groups annotation this writes).
-pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> PairPlan {
+/// Decides one reconcile of a BatchRelease of a DisaggregatedSet in `style` (the set's own
+/// controller scales the new revision's LWSs to the release-groups annotation this writes and,
+/// in place, the held revision's down by as many).
+pub fn plan(
+    br: &BatchRelease,
+    style: PairStyle,
+    set: Option<&SetObserved>,
+    now: Timestamp,
+) -> PairPlan {
     let stored = br.status.clone().unwrap_or_default();
     let mut out = PairPlan {
         common: BatchReleasePlan {
@@ -202,6 +247,7 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
             ..BatchReleasePlan::default()
         },
         release_groups: None,
+        style,
     };
     let common = &mut out.common;
     common.status.observed_generation = br.metadata.generation;
@@ -230,13 +276,20 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
         });
     }
     let rp = &br.spec.release_plan;
-    if rp.batch_partition.is_none() {
+    let released = common.status.update_revision.clone().unwrap_or_default();
+    // Blue-green's promotion: the new pair grows to every group of every role and stays so
+    // while the set is held — the Rollout switches traffic to it once it is whole, then lifts
+    // the hold, and the set's own rolling update finds it whole and drains the held pair.
+    let promoting = rp.batch_partition.is_none()
+        && rp.rolling_style == Some(RollingStyle::BlueGreen)
+        && rp.finalizing_policy.unwrap_or_default() == FinalizingPolicy::WaitResume
+        && set.hold.as_deref().is_some_and(|h| h != released);
+    if rp.batch_partition.is_none() && !promoting {
         // Finalising: the Rollout lifts the hold and the release-groups in one write, and the
         // set's own rolling update takes the pair from there: nothing is left to undo here.
         common.status.phase = Some(phase::COMPLETED.into());
         return out;
     }
-    let released = common.status.update_revision.clone().unwrap_or_default();
     if set.update_revision != released {
         let msg = format!(
             "the set's template changed during the release (now revision {}, releasing \
@@ -248,6 +301,12 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
     }
     let Some((batch, share)) = current_batch(common, &stored, rp) else {
         return out;
+    };
+    let (batch, share) = if promoting {
+        let last = rp.batches.as_deref().unwrap_or_default().len().max(1) - 1;
+        (last, IntOrString::String("100%".into()))
+    } else {
+        (batch, share)
     };
     // Groups written by an earlier release (a third template restarts the release with a new
     // BatchRelease) are not this release's: only a batch this BatchRelease has recorded keeps
@@ -279,6 +338,12 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
             return out;
         }
     };
+    if style == PairStyle::InPlace
+        && let Some(msg) = half_held_pair(&groups, &set.roles, batch)
+    {
+        note(common, &stored, true, event::UNSUPPORTED, msg);
+        return out;
+    }
     let held = set.hold.as_deref().is_some_and(|h| h != released);
     if !held {
         // The set's controller scales the new revision by this annotation only while held: a
@@ -291,7 +356,9 @@ pub fn plan(br: &BatchRelease, set: Option<&SetObserved>, now: Timestamp) -> Pai
         note(common, &stored, false, event::PROGRESSING, msg);
         return out;
     }
-    if written != Some(&groups) {
+    // The style rides with the groups: a set that lost its style annotation (or a release
+    // that changed style) gets both written again.
+    if written != Some(&groups) || set.in_place != (style == PairStyle::InPlace) {
         out.release_groups = Some(groups.clone());
     }
     let mut p = pair_progress(set, &released, &groups, rp.failure_threshold.as_ref());

@@ -92,6 +92,7 @@ fn set(slices: i32, children: Vec<RoleLws>) -> SetObserved {
         update_revision: "new".into(),
         hold: Some("old".into()),
         release_groups: None,
+        in_place: false,
         children,
     }
 }
@@ -210,7 +211,12 @@ fn br(partition: Option<i32>, status: serde_json::Value) -> BatchRelease {
 fn the_plan_writes_all_roles_in_one_annotation_and_only_while_held() {
     let now = Timestamp::UNIX_EPOCH;
     let observed = set(1, vec![]);
-    let p = plan(&br(Some(0), json!({})), Some(&observed), now);
+    let p = plan(
+        &br(Some(0), json!({})),
+        PairStyle::Beside,
+        Some(&observed),
+        now,
+    );
     assert_eq!(
         p.release_groups,
         Some(groups(&[("prefill", 1), ("decode", 1)]))
@@ -227,22 +233,32 @@ fn the_plan_writes_all_roles_in_one_annotation_and_only_while_held() {
     let ours = json!({"updateRevision": "new", "canaryStatus": {"currentBatch": 0}});
     let mut written = observed.clone();
     written.release_groups = Some(Ok(groups(&[("prefill", 1), ("decode", 1)])));
-    let p = plan(&br(Some(0), ours.clone()), Some(&written), now);
+    let p = plan(
+        &br(Some(0), ours.clone()),
+        PairStyle::Beside,
+        Some(&written),
+        now,
+    );
     assert_eq!(p.release_groups, None);
     // More groups written by this release (a jump back) are kept; the same groups left by
     // an earlier release (a third template restarting) are not this release's.
     let mut more = observed.clone();
     more.release_groups = Some(Ok(groups(&[("prefill", 2), ("decode", 2)])));
     assert_eq!(
-        plan(&br(Some(0), ours), Some(&more), now).release_groups,
+        plan(&br(Some(0), ours), PairStyle::Beside, Some(&more), now).release_groups,
         None
     );
     assert_eq!(
-        plan(&br(Some(0), json!({})), Some(&more), now).release_groups,
+        plan(&br(Some(0), json!({})), PairStyle::Beside, Some(&more), now).release_groups,
         Some(groups(&[("prefill", 1), ("decode", 1)]))
     );
     // The last batch: every group of every role.
-    let p = plan(&br(Some(1), json!({})), Some(&written), now);
+    let p = plan(
+        &br(Some(1), json!({})),
+        PairStyle::Beside,
+        Some(&written),
+        now,
+    );
     assert_eq!(
         p.release_groups,
         Some(groups(&[("prefill", 2), ("decode", 2)]))
@@ -250,7 +266,7 @@ fn the_plan_writes_all_roles_in_one_annotation_and_only_while_held() {
     // Not held (the hold was lifted, or not set yet): nothing written.
     let mut free = observed.clone();
     free.hold = None;
-    let p = plan(&br(Some(0), json!({})), Some(&free), now);
+    let p = plan(&br(Some(0), json!({})), PairStyle::Beside, Some(&free), now);
     assert_eq!(p.release_groups, None);
     assert!(
         p.common
@@ -262,12 +278,123 @@ fn the_plan_writes_all_roles_in_one_annotation_and_only_while_held() {
     // A role without replicas: a clear message and Event, nothing written.
     let mut empty = observed.clone();
     empty.roles = roles(&[("prefill", 2), ("decode", 0)]);
-    let p = plan(&br(Some(0), json!({})), Some(&empty), now);
+    let p = plan(
+        &br(Some(0), json!({})),
+        PairStyle::Beside,
+        Some(&empty),
+        now,
+    );
     assert_eq!(p.release_groups, None);
     assert!(p.common.status.message.unwrap().contains("role decode"));
     assert_eq!(p.common.events.len(), 1);
     // Finalising: Completed, nothing written (the Rollout lifts hold and groups together).
-    let p = plan(&br(None, json!({})), Some(&written), now);
+    let p = plan(&br(None, json!({})), PairStyle::Beside, Some(&written), now);
     assert_eq!(p.release_groups, None);
     assert_eq!(p.common.status.phase.as_deref(), Some("Completed"));
+}
+
+#[test]
+fn partition_style_writes_its_style_with_the_groups_and_again_when_it_is_lost() {
+    let now = Timestamp::UNIX_EPOCH;
+    let ours = json!({"updateRevision": "new", "canaryStatus": {"currentBatch": 0}});
+    // (style, the set's style annotation says in place, groups already written, write?)
+    let table = [
+        (PairStyle::InPlace, false, false, true),
+        (PairStyle::InPlace, false, true, true),
+        (PairStyle::InPlace, true, true, false),
+        (PairStyle::Beside, true, true, true),
+        (PairStyle::Beside, false, true, false),
+    ];
+    for (style, in_place, written, write) in table {
+        let mut observed = set(1, vec![]);
+        observed.in_place = in_place;
+        if written {
+            observed.release_groups = Some(Ok(groups(&[("prefill", 1), ("decode", 1)])));
+        }
+        let p = plan(&br(Some(0), ours.clone()), style, Some(&observed), now);
+        assert_eq!(
+            p.release_groups,
+            write.then(|| groups(&[("prefill", 1), ("decode", 1)])),
+            "{style:?}, in place {in_place}, written {written}"
+        );
+        assert_eq!(p.style, style);
+    }
+}
+
+#[test]
+fn partition_style_refuses_a_batch_that_would_leave_the_stable_pair_half() {
+    // (prefill, decode replicas, share, refused)
+    let table = [
+        (2, 2, pct("50%"), false),
+        (2, 2, pct("100%"), false),
+        (1, 4, pct("25%"), true),
+        (1, 4, pct("100%"), false),
+        (2, 4, pct("75%"), true),
+        (2, 4, pct("50%"), false),
+    ];
+    for (prefill, decode, share, refused) in table {
+        let r = roles(&[("prefill", prefill), ("decode", decode)]);
+        let g = batch_groups(&share, &r, None).unwrap();
+        let why = half_held_pair(&g, &r, 0);
+        assert_eq!(
+            why.is_some(),
+            refused,
+            "{prefill}/{decode} {share:?}: {why:?}"
+        );
+    }
+    let mut observed = set(1, vec![]);
+    observed.roles = roles(&[("prefill", 1), ("decode", 4)]);
+    let p = plan(
+        &br(Some(0), json!({})),
+        PairStyle::InPlace,
+        Some(&observed),
+        Timestamp::UNIX_EPOCH,
+    );
+    assert_eq!(p.release_groups, None, "nothing moves");
+    let msg = p.common.status.message.unwrap();
+    assert!(msg.contains("without prefill"), "{msg}");
+    assert_eq!(p.common.events.len(), 1);
+}
+
+#[test]
+fn blue_green_promotion_grows_every_role_whole_while_held_then_completes() {
+    let now = Timestamp::UNIX_EPOCH;
+    let blue_green = |policy: &str| {
+        let mut b = br(
+            None,
+            json!({"updateRevision": "new", "phase": "Progressing",
+                "canaryStatus": {"currentBatch": 1}}),
+        );
+        b.spec.release_plan.rolling_style = Some(crate::api::batchrelease::RollingStyle::BlueGreen);
+        b.spec.release_plan.enable_extra_workload_for_canary = false;
+        b.spec.release_plan.finalizing_policy = serde_json::from_value(json!(policy)).unwrap();
+        b
+    };
+    let mut observed = set(1, vec![]);
+    observed.roles = roles(&[("prefill", 2), ("decode", 4)]);
+    observed.release_groups = Some(Ok(groups(&[("prefill", 1), ("decode", 1)])));
+    // (policy, held, the groups written, phase)
+    let table = [
+        (
+            "WaitResume",
+            true,
+            Some(groups(&[("prefill", 2), ("decode", 4)])),
+            "Progressing",
+        ),
+        ("WaitResume", false, None, "Completed"),
+        ("Immediate", true, None, "Completed"),
+    ];
+    for (policy, held, written, phase) in table {
+        let mut o = observed.clone();
+        if !held {
+            o.hold = None;
+        }
+        let p = plan(&blue_green(policy), PairStyle::Beside, Some(&o), now);
+        assert_eq!(p.release_groups, written, "{policy} held {held}");
+        assert_eq!(
+            p.common.status.phase.as_deref(),
+            Some(phase),
+            "{policy} held {held}"
+        );
+    }
 }

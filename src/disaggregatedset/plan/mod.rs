@@ -50,8 +50,8 @@ use crate::{
     api::{
         disaggregatedset::{
             DisaggregatedRoleSpec, DisaggregatedSet, DisaggregatedSetStatus,
-            INITIAL_REPLICAS_ANNOTATION, RELEASE_GROUPS_ANNOTATION, REVISION_LABEL, ROLE_LABEL,
-            SET_NAME_LABEL,
+            INITIAL_REPLICAS_ANNOTATION, RELEASE_GROUPS_ANNOTATION, RELEASE_STYLE_ANNOTATION,
+            RELEASE_STYLE_IN_PLACE, REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL,
         },
         disaggregatedset_role_scaler::{
             self as role_scaler, DisaggregatedSetRoleScaler, DisaggregatedSetRoleScalerSpec,
@@ -258,6 +258,9 @@ struct Release {
     held: String,
     /// Groups per slice of the template's revision, by role (a role not named: 0).
     groups: BTreeMap<String, i32>,
+    /// Partition style: the held revision gives up, per role, the groups the template's
+    /// revision runs (no second copy of the pair).
+    in_place: bool,
     /// The release-groups annotation is on the set: the release may still route to a revision
     /// it ran, so no other revision is drained until the release removes it (after moving
     /// the traffic to the held revision).
@@ -340,6 +343,7 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
                     "",
                     None,
                     &BTreeMap::new(),
+                    &BTreeMap::new(),
                     Some((reasons::INVALID_SPEC, message.as_str())),
                     now,
                 ),
@@ -371,6 +375,11 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         ctx.release = Some(Release {
             held: held.to_string(),
             groups,
+            in_place: set
+                .annotations()
+                .get(RELEASE_STYLE_ANNOTATION)
+                .map(String::as_str)
+                == Some(RELEASE_STYLE_IN_PLACE),
             routing: set.annotations().contains_key(RELEASE_GROUPS_ANNOTATION),
         });
     }
@@ -418,11 +427,30 @@ pub fn plan(set: &DisaggregatedSet, observed: &Observed, now: &Time) -> Plan {
         .as_ref()
         .map(|r| r.held.as_str())
         .filter(|h| *h != revision);
+    // Partition style: the held revision runs the roles' replicas less the release's groups.
+    let given_up: BTreeMap<String, i32> = release
+        .as_ref()
+        .filter(|r| r.in_place)
+        .map(|r| {
+            set.spec
+                .roles
+                .iter()
+                .map(|role| {
+                    let want = targets
+                        .get(&role.name)
+                        .copied()
+                        .unwrap_or_else(|| role.replicas());
+                    (role.name.clone(), release_share(r, &role.name, want))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
     plan.status = status::compute(
         set,
         observed,
         &revision,
         held,
+        &given_up,
         &targets,
         degraded.as_ref().map(|(reason, m)| (*reason, m.as_str())),
         now,
@@ -746,7 +774,9 @@ impl Ctx<'_> {
 }
 
 /// One slice of a held set. The held revision `H` keeps the roles' replicas (canary style runs
-/// beside stable, never in place of it); the template's revision `C`, when it differs, runs
+/// beside stable, never in place of it) or, in partition style, the roles' replicas less the
+/// release's groups (the new pair takes the held pair's place group for group: every role's
+/// total stays at its replicas); the template's revision `C`, when it differs, runs
 /// each role at the release's groups (capped at the role's replicas), all roles in this one
 /// plan, an LWS created only for groups above 0; any other revision drains, all its roles
 /// together, once `H` is ready at its replicas (no capacity lost to a drain) and the release
@@ -760,13 +790,30 @@ fn held_slice(ctx: &mut Ctx<'_>, release: &Release, revisions: &BTreeMap<String,
     let empty = Revision::new();
     let held = revisions.get(&release.held).unwrap_or(&empty);
     let reverted = release.held == ctx.revision;
+    let in_place = release.in_place && !reverted;
+    let keeps: Vec<i32> = set
+        .spec
+        .roles
+        .iter()
+        .map(|role| {
+            let want = ctx.want(role);
+            if in_place {
+                want - release_share(release, &role.name, want)
+            } else {
+                want
+            }
+        })
+        .collect();
+    // Never half a held pair: a role moved whole takes the held pair's other roles with it.
+    let whole = in_place && keeps.contains(&0);
     let mut held_ready = true;
-    for role in &set.spec.roles {
+    for (role, keep) in set.spec.roles.iter().zip(keeps) {
         let want = ctx.want(role);
+        let keep = if whole { 0 } else { keep };
         match held.get(&role.name) {
             Some(lws) => {
-                ctx.scale_to(&role.name, lws, want);
-                held_ready &= replicas(lws) == want && stable(lws);
+                ctx.scale_to(&role.name, lws, keep);
+                held_ready &= replicas(lws) == keep && stable(lws);
                 // What the set's own rolling update starts from once the hold is lifted: the
                 // replicas the held revision runs, not a value left by an earlier update.
                 let recorded = lws
@@ -794,12 +841,7 @@ fn held_slice(ctx: &mut Ctx<'_>, release: &Release, revisions: &BTreeMap<String,
     if !reverted {
         let current = revisions.get(&ctx.revision).unwrap_or(&empty);
         for role in &set.spec.roles {
-            let groups = release
-                .groups
-                .get(&role.name)
-                .copied()
-                .unwrap_or(0)
-                .clamp(0, ctx.want(role).max(0));
+            let groups = release_share(release, &role.name, ctx.want(role));
             match current.get(&role.name) {
                 Some(lws) => ctx.scale_to(&role.name, lws, groups),
                 None if groups > 0 => ctx.create(role, groups),
@@ -823,6 +865,17 @@ fn held_slice(ctx: &mut Ctx<'_>, release: &Release, revisions: &BTreeMap<String,
             ctx.scale_to(role, lws, 0);
         }
     }
+}
+
+/// The template's revision's groups of `role` the release asks for, capped at the role's
+/// replicas `want`.
+fn release_share(release: &Release, role: &str, want: i32) -> i32 {
+    release
+        .groups
+        .get(role)
+        .copied()
+        .unwrap_or(0)
+        .clamp(0, want.max(0))
 }
 
 fn rolling_update(ctx: &mut Ctx<'_>, old: &[(&String, &Revision)], target: &Revision) {

@@ -32,15 +32,8 @@ pub fn releasing(status: &RolloutStatus) -> bool {
 /// Why this controller will not run the Rollout, as (reason, message).
 pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
     let r = &obs.rollout.spec;
-    match super::style::of(&obs.rollout) {
-        Err(why) => return Some((reason::UNSUPPORTED_STRATEGY, why)),
-        // Admission refuses these too; a Rollout stored before that rule is refused here.
-        Ok(style)
-            if r.workload_ref.is_disaggregated_set() && style != super::style::Style::Canary =>
-        {
-            return Some((reason::UNSUPPORTED_STRATEGY, pair_style_refusal(style)));
-        }
-        Ok(_) => {}
+    if let Err(why) = super::style::of(&obs.rollout) {
+        return Some((reason::UNSUPPORTED_STRATEGY, why));
     }
     obs.conflicting_rollout.as_ref().map(|other| {
         (
@@ -52,22 +45,6 @@ pub fn not_accepted(obs: &RolloutObserved) -> Option<(&'static str, String)> {
             ),
         )
     })
-}
-
-/// Why a DisaggregatedSet is not released in `style`: only the canary style (a new pair
-/// grown beside the stable one, `enableExtraWorkloadForCanary: true`) is built for a pair.
-pub fn pair_style_refusal(style: super::style::Style) -> String {
-    let asked = match style {
-        super::style::Style::Partition => {
-            "partition style (strategy.canary without enableExtraWorkloadForCanary)"
-        }
-        super::style::Style::BlueGreen => "blue-green (strategy.blueGreen)",
-        super::style::Style::Canary => "canary",
-    };
-    format!(
-        "a DisaggregatedSet is released canary-style only (strategy.canary with \
-         enableExtraWorkloadForCanary: true); {asked} is not supported for a prefill/decode pair"
-    )
 }
 
 /// Accepted=False, phase Initial, and a Warning event when that is news.

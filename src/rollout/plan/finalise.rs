@@ -122,7 +122,15 @@ fn route_traffic_to_new(d: &mut Draft<'_>) -> bool {
             obs.batch_release
                 .as_ref()
                 .and_then(|b| b.canary.as_ref())
-                .map_or(0, |c| c.ready),
+                .map_or(
+                    // A pair has no canary LWS: its complete new pairs ready.
+                    if workload.pair_rolled.is_some() {
+                        workload.ready_replicas
+                    } else {
+                        0
+                    },
+                    |c| c.ready,
+                ),
             workload.replicas,
         );
         let message = format!(

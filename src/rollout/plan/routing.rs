@@ -6,8 +6,10 @@
 //! have passed since the stored step last changed; it then plans the writes for the new status
 //! ([`writes`]), which `apply` carries out. Safety rules: no weight to a canary with no ready
 //! group; while a step's groups are being added the canary keeps the previous step's route
-//! only if the groups that route was given for are still ready; a step without traffic or
-//! matches routes nothing through the split (Kruise restores the Services first).
+//! only if the groups that route was given for are still ready; in partition style a step that
+//! moves every stable group sends everything to the new side before its groups move; a step
+//! without traffic or matches routes nothing through the split (Kruise restores the Services
+//! first).
 
 use crate::api::rollout::{
     CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState, TrafficRoutingRef,
@@ -176,7 +178,12 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         _ => return None,
     };
     let lws = obs.rollout.spec.workload_ref.name.clone();
-    let second = canary_name(&lws, &canary.canary_revision);
+    let second: Leaders = if workload.kind == WorkloadKind::DisaggregatedSet {
+        // Blue-green of a pair: the new side is the set's new revision, not a second LWS.
+        Leaders::of_set(lws.clone(), Some(canary.canary_revision.clone()))
+    } else {
+        canary_name(&lws, &canary.canary_revision).into()
+    };
     let (stable, new_side): (Leaders, Leaders) = if workload.kind == WorkloadKind::DisaggregatedSet
     {
         // The user's Service selects the set's prefill leaders (the pair's routable entry):
@@ -214,7 +221,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             Leaders::at(lws.clone(), canary.canary_revision.clone()),
         )
     } else {
-        (lws.clone().into(), second.clone().into())
+        (lws.clone().into(), second.clone())
     };
     let release = |route| TrafficIntent::Release {
         stable_lws: stable.clone(),
@@ -234,8 +241,8 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
             step_intent(obs, status, workload.replicas, live, &release)
         }
         TrafficStage::ToNew => TrafficIntent::Release {
-            stable_lws: second.clone().into(),
-            canary_lws: second.clone().into(),
+            stable_lws: second.clone(),
+            canary_lws: second.clone(),
             route: CanaryRoute::all(),
         },
         // A step that already runs without the split stays without it.
@@ -255,6 +262,14 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
 /// Whether the second LWS has every group the user's LWS has (`replicas`), all ready: the
 /// condition for sending it everything.
 pub fn new_side_whole(obs: &RolloutObserved, replicas: i32) -> bool {
+    // A pair is whole when every role of its new revision is, not when the pair count is.
+    if let Some(set) = obs
+        .workload
+        .as_ref()
+        .filter(|w| w.kind == WorkloadKind::DisaggregatedSet)
+    {
+        return set.pair_whole;
+    }
     obs.batch_release
         .as_ref()
         .and_then(|br| br.canary.as_ref())
@@ -289,6 +304,14 @@ fn step_intent(
     }
     let ready = canary.canary_ready_replicas;
     let route = match canary.common.current_step_state {
+        // Partition style: a step that moves every stable group (the pair's or the LWS's)
+        // leaves the stable side nothing to serve with. Everything goes to the new side's
+        // ready groups from the moment the step starts, so the last stable groups move only
+        // once no request is sent to them (the step waits for this route and its grace
+        // before its batch), and no share is left to an empty stable side after.
+        _ if style == Style::Partition && empties_stable(step, stable_replicas) => {
+            CanaryRoute::all()
+        }
         StepState::BeforeStepUpgrade | StepState::StepUpgrade => index
             .checked_sub(2)
             .and_then(|prev| steps.get(prev))
@@ -319,6 +342,16 @@ fn step_intent(
     } else {
         route
     })
+}
+
+/// Whether `step` moves every group the stable side has (`stable_replicas`, a pair's complete
+/// pairs): in partition style the stable side is then left with none.
+fn empties_stable(step: &CanaryStep, stable_replicas: i32) -> bool {
+    stable_replicas > 0
+        && step
+            .replicas
+            .as_ref()
+            .is_some_and(|r| desired_groups(r, stable_replicas) >= stable_replicas)
 }
 
 /// Whether the traffic the status being built asks for is in place and has had its grace

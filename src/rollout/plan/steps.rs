@@ -158,7 +158,10 @@ pub fn batch_progress(d: &Draft<'_>, br: &BatchReleaseSummary) -> Option<(i32, B
 }
 
 /// Partition style has no canary LWS to read: the batch's progress is the BatchRelease's own
-/// (read off the moved groups' pods), once its status describes the current spec and batch.
+/// (read off the moved groups' pods). Its state counts once its status describes the current
+/// spec and batch; its counts are the new revision's groups, whatever the batch: a batch's
+/// spec just written does not make the groups moved before unready (the traffic share they
+/// carry stays with them while the next batch moves).
 fn moved_in_place(br: &BatchReleaseSummary, batch: i32) -> BatchProgress {
     let brs = br.status.canary_status.clone().unwrap_or_default();
     let current =
@@ -170,12 +173,8 @@ fn moved_in_place(br: &BatchReleaseSummary, batch: i32) -> BatchProgress {
     };
     BatchProgress {
         state,
-        updated: if current { brs.updated_replicas } else { 0 },
-        ready: if current {
-            brs.updated_ready_replicas
-        } else {
-            0
-        },
+        updated: brs.updated_replicas,
+        ready: brs.updated_ready_replicas,
     }
 }
 

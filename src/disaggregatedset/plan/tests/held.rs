@@ -472,3 +472,150 @@ fn a_hold_naming_a_revision_the_slice_does_not_run_holds_nothing() {
         "the running pair is not taken to the release's groups"
     );
 }
+
+/// `s` held on `h` in partition style (`lws-rollout.x-k8s.io/release-style: in-place`).
+fn held_in_place(s: DisaggregatedSet, h: &str, groups: &str) -> DisaggregatedSet {
+    let mut s = held(s, h, Some(groups));
+    s.annotations_mut().insert(
+        crate::api::disaggregatedset::RELEASE_STYLE_ANNOTATION.into(),
+        crate::api::disaggregatedset::RELEASE_STYLE_IN_PLACE.into(),
+    );
+    s
+}
+
+#[test]
+fn partition_style_moves_groups_from_the_held_pair_to_the_new_one_role_by_role() {
+    let (old, new, h, c, _) = stable_pair();
+    let hs = |role: &str, from: i32, to: i32| (format!("pd-0-{h}-{role}"), from, to);
+    let cs = |role: &str, from: i32, to: i32| (format!("pd-0-{c}-{role}"), from, to);
+    // (what, H p/d replicas, C p/d replicas (None: no LWS yet), release-groups) →
+    // (creates, scales): every role's total stays at its replicas (2), all roles in one plan.
+    type Case = (
+        &'static str,
+        [i32; 2],
+        Option<[i32; 2]>,
+        &'static str,
+        Vec<(String, i32)>,
+        Vec<(String, i32, i32)>,
+    );
+    let cases: Vec<Case> = vec![
+        (
+            "batch 1: one group of each role moves",
+            [2, 2],
+            None,
+            r#"{"prefill":1,"decode":1}"#,
+            vec![
+                (format!("pd-0-{c}-prefill"), 1),
+                (format!("pd-0-{c}-decode"), 1),
+            ],
+            vec![hs("prefill", 2, 1), hs("decode", 2, 1)],
+        ),
+        (
+            "at the batch: nothing",
+            [1, 1],
+            Some([1, 1]),
+            r#"{"prefill":1,"decode":1}"#,
+            vec![],
+            vec![],
+        ),
+        (
+            "batch 2 (100%): the held pair goes to 0 together",
+            [1, 1],
+            Some([1, 1]),
+            r#"{"prefill":2,"decode":2}"#,
+            vec![],
+            vec![
+                hs("prefill", 1, 0),
+                hs("decode", 1, 0),
+                cs("prefill", 1, 2),
+                cs("decode", 1, 2),
+            ],
+        ),
+        (
+            "a role moved whole (capped): the held pair goes to 0 together, never half",
+            [2, 2],
+            Some([0, 0]),
+            r#"{"prefill":9,"decode":1}"#,
+            vec![],
+            vec![
+                hs("prefill", 2, 0),
+                hs("decode", 2, 0),
+                cs("prefill", 0, 2),
+                cs("decode", 0, 1),
+            ],
+        ),
+        (
+            "the release-groups taken away (a missed deadline): groups go back",
+            [1, 1],
+            Some([1, 1]),
+            r#"{}"#,
+            vec![],
+            vec![
+                hs("prefill", 1, 2),
+                hs("decode", 1, 2),
+                cs("prefill", 1, 0),
+                cs("decode", 1, 0),
+            ],
+        ),
+    ];
+    for (name, held_replicas, canary, groups, creates, scales) in cases {
+        let mut w = World::default();
+        w.lws(&old, &h, "prefill", held_replicas[0], held_replicas[0], 10)
+            .lws(&old, &h, "decode", held_replicas[1], held_replicas[1], 10);
+        if let Some([p, d]) = canary {
+            w.lws(&new, &c, "prefill", p, p, 20)
+                .lws(&new, &c, "decode", d, d, 20);
+        }
+        let p = w.plan(&held_in_place(new.clone(), &h, groups));
+        let mut got = created(&p);
+        got.sort();
+        let mut want = creates;
+        want.sort();
+        assert_eq!(got, want, "{name}: creates");
+        let mut got = scaled(&p);
+        got.sort();
+        let mut want = scales;
+        want.sort();
+        assert_eq!(got, want, "{name}: scales");
+        assert!(p.delete.is_empty(), "{name}: nothing deleted while held");
+        assert!(p.on_created.is_empty(), "{name}: no rolling update started");
+        // What the set's own rolling update resumes from is the roles' replicas.
+        assert!(
+            p.annotate.iter().all(|a| a.replicas == 2),
+            "{name}: {:?}",
+            p.annotate.iter().map(|a| a.replicas).collect::<Vec<_>>()
+        );
+    }
+    // Settled where the release wants it: the held pair at 1/1 beside the new 1/1 is not
+    // Progressing (Argo CD reads the held set Healthy), as for a canary beside it.
+    let mut w = World::default();
+    w.lws(&old, &h, "prefill", 1, 1, 10)
+        .lws(&old, &h, "decode", 1, 1, 10)
+        .lws(&new, &c, "prefill", 1, 1, 20)
+        .lws(&new, &c, "decode", 1, 1, 20);
+    let p = w.plan(&held_in_place(
+        new.clone(),
+        &h,
+        r#"{"prefill":1,"decode":1}"#,
+    ));
+    let progressing = cond(&p, status::PROGRESSING);
+    assert_eq!(
+        (progressing.status.as_str(), progressing.reason.as_str()),
+        ("False", status::HELD_BY_ROLLOUT),
+        "{}",
+        progressing.message
+    );
+    // A reverted template (H == C) ignores the style: the held pair back at its replicas.
+    let mut w = World::default();
+    w.lws(&old, &h, "prefill", 1, 1, 10)
+        .lws(&old, &h, "decode", 1, 1, 10)
+        .lws(&new, &c, "prefill", 1, 1, 20)
+        .lws(&new, &c, "decode", 1, 1, 20);
+    let mut got = scaled(&w.plan(&held_in_place(
+        old.clone(),
+        &h,
+        r#"{"prefill":1,"decode":1}"#,
+    )));
+    got.sort();
+    assert_eq!(got, [hs("decode", 1, 2), hs("prefill", 1, 2)]);
+}

@@ -2,12 +2,13 @@
 //! leaders told apart by its revision label, the new pair's share follows the complete pairs
 //! its BatchRelease reports, and finalising lifts the hold only through the set.
 
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+
 use super::at_state;
-use super::world::{World, three_steps};
+use super::world::{World, pct, step, three_steps};
 use crate::api::rollout::ObjectRef;
-use crate::rollout::names::{condition, reason};
 use crate::rollout::observe::WorkloadKind;
-use crate::rollout::plan::{HoldAction, accept};
+use crate::rollout::plan::{BatchReleaseAction, HoldAction, accept};
 use crate::traffic::intent::{Leaders, TrafficIntent};
 
 /// The three steps, releasing the set `vllm` (the world's workload, as a set).
@@ -92,7 +93,7 @@ fn a_finished_pair_release_lifts_the_hold_and_waits_for_the_set_to_roll() {
 }
 
 #[test]
-fn a_pair_is_released_canary_style_only() {
+fn a_pair_is_accepted_in_every_style() {
     let mut w = pair_world();
     w.obs
         .rollout
@@ -102,14 +103,12 @@ fn a_pair_is_released_canary_style_only() {
         .as_mut()
         .unwrap()
         .enable_extra_workload_for_canary = false;
-    let (why, message) = accept::not_accepted(&w.obs).expect("refused");
-    assert_eq!(why, reason::UNSUPPORTED_STRATEGY);
-    assert!(message.contains("partition style"), "{message}");
-    w.reconcile();
-    let accepted = crate::rollout::plan::status::condition(&w.status(), condition::ACCEPTED)
-        .cloned()
-        .expect("Accepted condition");
-    assert_eq!(accepted.status, "False");
+    assert_eq!(accept::not_accepted(&w.obs), None, "partition style");
+    w.obs.rollout.spec.strategy = serde_json::from_value(serde_json::json!(
+        {"blueGreen": {"steps": [{"replicas": "100%"}]}}
+    ))
+    .unwrap();
+    assert_eq!(accept::not_accepted(&w.obs), None, "blue-green");
 }
 
 /// The canary weight of the last traffic the plans asked for (0 for anything but a split).
@@ -145,4 +144,101 @@ fn a_third_template_takes_the_release_groups_back_only_once_the_traffic_is_on_st
         at_state("StepPaused", 1)(w) && w.canary().canary_revision == "rev3"
     });
     assert_eq!(weight(&w), 5);
+}
+
+/// The partition example's steps (one group of each role at 50%, then everything at 100%),
+/// partition style: the new pair takes the stable pair's groups.
+fn partition_pair_world() -> World {
+    let mut w = pair_world();
+    let canary = w.obs.rollout.spec.strategy.canary.as_mut().unwrap();
+    canary.enable_extra_workload_for_canary = false;
+    canary.steps = vec![
+        step(IntOrString::Int(1), Some("50%"), None),
+        step(pct("100%"), Some("100%"), None),
+    ];
+    w
+}
+
+/// The BatchRelease's current batch (0-based) as the last plan left its spec.
+fn batch(w: &World) -> Option<i32> {
+    w.obs
+        .batch_release
+        .as_ref()
+        .and_then(|b| b.spec.release_plan.batch_partition)
+}
+
+#[test]
+fn a_partition_step_moving_the_stable_pairs_last_groups_sends_it_nothing_first() {
+    let mut w = partition_pair_world();
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    assert_eq!(weight(&w), 50);
+    assert_eq!(batch(&w), Some(0));
+    // Step 2 moves every stable group: the new pair (one ready group of each role) gets
+    // everything before the BatchRelease asks for the stable pair's last groups.
+    w.approve();
+    let mut moved_at_weight = None;
+    for _ in 0..20 {
+        let before = weight(&w);
+        let p = w.reconcile();
+        if let BatchReleaseAction::Apply(br) = &p.batch_release
+            && br.spec.release_plan.batch_partition == Some(1)
+        {
+            moved_at_weight = Some(before);
+            break;
+        }
+        if let Some(d) = p.requeue_after {
+            w.advance(i64::try_from(d.as_secs().max(1)).unwrap());
+        }
+    }
+    assert_eq!(
+        moved_at_weight,
+        Some(100),
+        "the last stable groups move only once the route sends them nothing"
+    );
+    // The BatchRelease's status still describes the batch before (it has not seen the new
+    // spec): the new pair's ready groups are still ready, the route stays.
+    let br = w.obs.batch_release.as_mut().unwrap();
+    br.status.observed_generation = Some(br.generation - 1);
+    let c = br.status.canary_status.as_mut().unwrap();
+    c.current_batch = 0;
+    c.updated_replicas = 1;
+    c.updated_ready_replicas = 1;
+    br.status.observed_generation = Some(br.generation - 1);
+    w.reconcile();
+    assert_eq!(
+        weight(&w),
+        100,
+        "a BatchRelease status that has not caught up is no reason to go back"
+    );
+    // Until the step is done the new pair keeps everything.
+    while w.canary().common.current_step_state != "Completed" {
+        let p = w.reconcile();
+        assert_eq!(weight(&w), 100, "at {:?}", w.at());
+        if let Some(d) = p.requeue_after {
+            w.advance(i64::try_from(d.as_secs().max(1)).unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_partition_step_leaving_the_stable_pair_a_group_keeps_the_previous_split_while_it_moves() {
+    let mut w = partition_pair_world();
+    w.obs.rollout.spec.strategy.canary.as_mut().unwrap().steps = vec![
+        step(IntOrString::Int(1), Some("25%"), None),
+        step(pct("50%"), Some("50%"), None),
+        step(pct("100%"), Some("100%"), None),
+    ];
+    w.until("step 1 paused", at_state("StepPaused", 1));
+    w.approve();
+    w.reconcile();
+    assert_eq!(
+        w.canary().common.current_step_index,
+        2,
+        "on to step 2 at once"
+    );
+    assert_eq!(
+        weight(&w),
+        25,
+        "the stable pair keeps groups: the previous split"
+    );
 }
