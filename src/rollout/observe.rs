@@ -98,6 +98,8 @@ pub struct StableWorkload {
     pub pair_rolled: Option<bool>,
     /// A DisaggregatedSet: the release-groups annotation is on it (lifted with the hold).
     pub release_groups: bool,
+    /// A DisaggregatedSet: its roles' names in spec order (empty for an LWS).
+    pub roles: Vec<String>,
 }
 
 /// The kinds of workload a Rollout releases.
@@ -447,6 +449,7 @@ fn stable_workload(
         kind: WorkloadKind::LeaderWorkerSet,
         pair_rolled: None,
         release_groups: false,
+        roles: Vec::new(),
     }
 }
 
@@ -539,5 +542,6 @@ pub fn pair_workload<'a>(
             .cloned(),
         kind: WorkloadKind::DisaggregatedSet,
         pair_rolled: Some(rolled),
+        roles: set.spec.roles.iter().map(|r| r.name.clone()).collect(),
     }
 }
