@@ -649,17 +649,23 @@ mod tests {
         // (new, old, what admission reads)
         let lws = rollout("r", json!({}));
         let mut no_routing = pair("x");
-        no_routing.spec.strategy.canary.as_mut().unwrap().traffic_routings = None;
+        no_routing
+            .spec
+            .strategy
+            .canary
+            .as_mut()
+            .unwrap()
+            .traffic_routings = None;
         let mut deleting = pair("pd-prefill");
-        deleting.metadata.deletion_timestamp = Some(
-            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
-            ),
-        );
+            ));
+        let (prefill, old_name) = (pair("pd-prefill"), pair("pd-old"));
         let table: Vec<(&Rollout, Option<&Rollout>, Option<(String, String)>)> = vec![
-            (&pair("pd-prefill"), None, wanted.clone()),
-            (&pair("pd-prefill"), Some(&pair("pd-old")), wanted.clone()),
-            (&pair("pd-prefill"), Some(&pair("pd-prefill")), None),
+            (&prefill, None, wanted.clone()),
+            (&prefill, Some(&old_name), wanted.clone()),
+            (&prefill, Some(&prefill), None),
             (&lws, None, None),
             (&no_routing, None, None),
             (&deleting, None, None),

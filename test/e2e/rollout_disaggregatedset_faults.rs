@@ -772,9 +772,8 @@ fn rollout_disaggregatedset_a_service_of_no_role_of_the_set_is_refused_or_report
             ns.api::<Service>()
                 .create(&PostParams::default(), &role_service("pd-embed", "embed")?)
                 .await?;
-            let why = refusal(
-                crate::rollout_support::submit_rollout(&ns, &naming("pd-embed")).await,
-            )?;
+            let why =
+                refusal(crate::rollout_support::submit_rollout(&ns, &naming("pd-embed")).await)?;
             for part in [
                 "trafficRoutings[0].service",
                 "Service pd-embed",
@@ -792,20 +791,25 @@ fn rollout_disaggregatedset_a_service_of_no_role_of_the_set_is_refused_or_report
                 .await?;
             create_route_to(&ns, crate::rollout_support::pair::ROUTE, "pd-late").await?;
             apply_set(&ns, &with_image(&base, "vllm:2")).await?;
-            wait_rollout_named(&ns, ROLLOUT, "says the Service has no role", |r: &Rollout| {
-                r.status
-                    .as_ref()
-                    .and_then(|s| s.message.as_deref())
-                    .is_some_and(|m| m.contains("pd-late") && m.contains("role embed"))
-            })
+            wait_rollout_named(
+                &ns,
+                ROLLOUT,
+                "says the Service has no role",
+                |r: &Rollout| {
+                    r.status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .is_some_and(|m| m.contains("pd-late") && m.contains("role embed"))
+                },
+            )
             .await?;
             wait_for_all(&ns.api::<Event>(), "", WAIT, |events| {
                 events.iter().any(|e| {
                     e.involved_object.name.as_deref() == Some(ROLLOUT)
                         && e.reason.as_deref() == Some("TrafficRoutingInvalid")
-                        && e.message.as_deref().is_some_and(|m| {
-                            m.contains("pd-late") && m.contains("prefill, decode")
-                        })
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("pd-late") && m.contains("prefill, decode"))
                 })
             })
             .await
@@ -820,7 +824,10 @@ fn rollout_disaggregatedset_a_service_of_no_role_of_the_set_is_refused_or_report
                 late.spec
             );
             ensure!(
-                ns.api::<Service>().get_opt("pd-late-canary").await?.is_none(),
+                ns.api::<Service>()
+                    .get_opt("pd-late-canary")
+                    .await?
+                    .is_none(),
                 "no canary Service is made from it"
             );
             ensure!(
@@ -864,7 +871,9 @@ fn decode_scaling(set: &Value, mode: Option<&str>) -> Value {
             match mode {
                 Some(mode) => role["scaling"] = json!({"mode": mode}),
                 None => {
-                    role.as_object_mut().map(|r| r.remove("scaling"));
+                    if let Some(r) = role.as_object_mut() {
+                        r.remove("scaling");
+                    }
                 }
             }
         }

@@ -354,8 +354,10 @@ fn hold_for_external_roles(
         .as_deref()
         .is_some_and(|m| m.starts_with(why.as_str()))
     {
-        out.events
-            .push(EventSpec::warning(event::ROLE_SCALED_EXTERNALLY, why.clone()));
+        out.events.push(EventSpec::warning(
+            event::ROLE_SCALED_EXTERNALLY,
+            why.clone(),
+        ));
     }
     out.status.message = Some(match progress {
         Some(p) if !p.is_empty() => format!("{why}; {p}"),

@@ -295,10 +295,25 @@ fn a_role_scaled_externally_mid_release_holds_the_batch_and_says_so() {
     // (batchPartition, decode's new groups ready, what the status must say)
     type Case = (i32, i32, &'static [&'static str]);
     let table: [Case; 3] = [
-        (1, 1, &["role decode is scaled externally", "holds at batch 1", "Static"]),
+        (
+            1,
+            1,
+            &[
+                "role decode is scaled externally",
+                "holds at batch 1",
+                "Static",
+            ],
+        ),
         (0, 1, &["role decode is scaled externally", "batch 1"]),
         // The new pair loses decode meanwhile: still read, still said.
-        (1, 0, &["role decode is scaled externally", "role decode has no ready group"]),
+        (
+            1,
+            0,
+            &[
+                "role decode is scaled externally",
+                "role decode has no ready group",
+            ],
+        ),
     ];
     for (partition, decode_ready, says) in table {
         let mut obs = observed.clone();
@@ -313,8 +328,10 @@ fn a_role_scaled_externally_mid_release_holds_the_batch_and_says_so() {
             assert!(message.contains(part), "{message} lacks {part}");
         }
         assert!(
-            p.common.events.iter().any(|e| e.reason == "RoleScaledExternally"
-                && e.note.contains("role decode")),
+            p.common
+                .events
+                .iter()
+                .any(|e| e.reason == "RoleScaledExternally" && e.note.contains("role decode")),
             "{:?}",
             p.common.events
         );

@@ -60,6 +60,8 @@ pub fn problem(service: &Service, set: &str, roles: &[String]) -> Option<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::disaggregatedset::REVISION_LABEL;
+    use crate::traffic::names::ORIGINAL_SELECTOR;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use serde_json::json;
 
@@ -80,7 +82,7 @@ mod tests {
         let n = SET_NAME_LABEL;
         let r = ROLE_LABEL;
         // (selector, what the problem must say; None = accepted)
-        let cases: Vec<(serde_json::Value, Option<&[&str]>)> = vec![
+        let cases: Vec<(serde_json::Value, Option<Vec<&str>>)> = vec![
             // The example's Service, with or without the set's name and a worker index.
             (json!({n: "pd", r: "prefill"}), None),
             (
@@ -91,24 +93,28 @@ mod tests {
             // A role the set does not have.
             (
                 json!({n: "pd", r: "embed"}),
-                Some(&["role embed", "does not have", "prefill, decode"]),
+                Some(vec!["role embed", "does not have", "prefill, decode"]),
             ),
             // Another set's pods.
             (
                 json!({n: "other", r: "prefill"}),
-                Some(&["DisaggregatedSet other", "not of pd", "prefill, decode"]),
+                Some(vec![
+                    "DisaggregatedSet other",
+                    "not of pd",
+                    "prefill, decode",
+                ]),
             ),
             // No role: prefill and decode leaders alike.
             (
                 json!({n: "pd"}),
-                Some(&["no one role", "prefill, decode"]),
+                Some(vec!["no one role", "prefill, decode"]),
             ),
-            (json!({"app": "vllm"}), Some(&["no one role"])),
-            (json!({}), Some(&["has no selector", "prefill, decode"])),
+            (json!({"app": "vllm"}), Some(vec!["no one role"])),
+            (json!({}), Some(vec!["has no selector", "prefill, decode"])),
         ];
         for (selector, want) in cases {
             let got = problem(&service(selector.clone()), "pd", &roles());
-            match (want, &got) {
+            match (&want, &got) {
                 (None, None) => {}
                 (Some(parts), Some(msg)) => {
                     assert!(msg.contains("Service pd-prefill"), "{msg}");
@@ -125,11 +131,11 @@ mod tests {
     fn a_pinned_service_is_judged_by_the_selector_its_user_wrote() {
         // Mid-release the selector carries the held revision; the recorded one is the user's.
         let mut svc = service(json!({SET_NAME_LABEL: "pd", ROLE_LABEL: "prefill",
-            crate::api::disaggregatedset::REVISION_LABEL: "h",
+            REVISION_LABEL: "h",
             "leaderworkerset.sigs.k8s.io/worker-index": "0"}));
         svc.metadata.annotations = Some(
             [(
-                crate::traffic::names::ORIGINAL_SELECTOR.to_string(),
+                ORIGINAL_SELECTOR.to_string(),
                 json!({SET_NAME_LABEL: "pd", ROLE_LABEL: "prefill"}).to_string(),
             )]
             .into(),

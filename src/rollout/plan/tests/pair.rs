@@ -45,13 +45,20 @@ fn a_service_the_set_has_no_role_for_holds_the_release_with_a_message_and_an_eve
     let before = w.obs.traffic.clone();
     let p = w.reconcile();
     let message = w.status().message.unwrap_or_default();
-    for part in ["Service", "role embed", "DisaggregatedSet vllm", "prefill, decode"] {
+    for part in [
+        "Service",
+        "role embed",
+        "DisaggregatedSet vllm",
+        "prefill, decode",
+    ] {
         assert!(message.contains(part), "{message} lacks {part}");
     }
     assert!(
-        p.events.iter().any(|e| e.severity == crate::k8s::events::Severity::Warning
-            && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
-            && e.note.contains("role embed")),
+        p.events
+            .iter()
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
+                && e.note.contains("role embed")),
         "{:?}",
         p.events
     );
@@ -61,8 +68,11 @@ fn a_service_the_set_has_no_role_for_holds_the_release_with_a_message_and_an_eve
         w.advance(5);
         let p = w.reconcile();
         assert!(p.traffic_writes.is_empty(), "{:?}", p.traffic_writes);
-        assert!(p.events.iter().all(|e| e.reason
-            != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID));
+        assert!(
+            p.events
+                .iter()
+                .all(|e| e.reason != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID)
+        );
         assert_eq!(
             p.batch_release,
             crate::rollout::plan::BatchReleaseAction::Keep
