@@ -22,7 +22,6 @@ pub mod deadline;
 pub mod events;
 pub mod finalise;
 pub mod hash;
-pub mod pair_service;
 pub mod partition;
 pub mod phase;
 pub mod reason;
