@@ -146,8 +146,9 @@ if [ -s "$E2E_TIMES" ]; then
 fi
 [ "$TESTS_RC" = 0 ] || exit "$TESTS_RC"
 # 5. Least privilege, over the whole suite's requests (so not when a filter ran only some).
+#    --workspace as above: the same features, so nothing is compiled again.
 if [ $# -eq 0 ]; then
   log "checking the chart's RBAC against the requests the manager made"
-  LWS_E2E_AUDIT_LOG="$STATE/logs/audit.log" cargo test --locked --test e2e rbac:: -- --ignored
+  LWS_E2E_AUDIT_LOG="$STATE/logs/audit.log" cargo test --locked --workspace --test e2e rbac:: -- --ignored
 fi
 log "all tests passed in $((SECONDS - START))s"
