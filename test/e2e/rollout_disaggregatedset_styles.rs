@@ -201,6 +201,28 @@ async fn release_lifted(
     Ok(())
 }
 
+/// After a promotion: every request reaches the new pair's prefill leaders, and none failed over
+/// the whole release (`what` names it in the summary line).
+async fn all_on_the_new_pair(
+    traffic: Option<crate::rollout_disaggregatedset::PairTraffic>,
+    new_revision: &str,
+    what: &str,
+) -> anyhow::Result<()> {
+    let Some(t) = traffic else {
+        return Ok(());
+    };
+    let w = t.window(200).await?;
+    let new_prefill = format!("{SET}-0-{new_revision}-prefill");
+    w.assert_all(
+        "after the release every request reaches the new pair",
+        |o| o.lws.as_deref() == Some(new_prefill.as_str()),
+    )?;
+    let all = t.stop().await;
+    all.assert_no_failures("the whole release")?;
+    eprintln!("{what} under load: {}", all.summary());
+    Ok(())
+}
+
 /// The revision a Rollout releases.
 fn canary_revision(r: &lws_rollout::api::Rollout) -> anyhow::Result<String> {
     let status = r.status.as_ref().context("status")?;
@@ -320,34 +342,8 @@ fn rollout_disaggregatedset_partition_moves_groups_between_pairs_losing_no_reque
                 peak.len() == 2 && peak.values().all(|p| *p <= GROUPS),
                 "no second copy: no role ever asked for more than its {GROUPS} groups: {peak:?}"
             );
-            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
-            ensure!(
-                [
-                    "rollouts.kruise.io/stable-revision",
-                    "lws-rollout.x-k8s.io/release-groups",
-                    RELEASE_STYLE
-                ]
-                .iter()
-                .all(|a| !set_now.annotations().contains_key(*a)),
-                "hold, release-groups and release-style lifted: {:?}",
-                set_now.annotations()
-            );
-            let svc_now = ns.api::<Service>().get(SERVICE).await?;
-            ensure!(
-                svc_now.spec.and_then(|s| s.selector) == users_selector,
-                "the user's selector is given back"
-            );
-            if let Some(t) = traffic {
-                let w = t.window(200).await?;
-                let new_prefill = format!("{SET}-0-{new_revision}-prefill");
-                w.assert_all(
-                    "after the release every request reaches the new pair",
-                    |o| o.lws.as_deref() == Some(new_prefill.as_str()),
-                )?;
-                let all = t.stop().await;
-                all.assert_no_failures("the whole release")?;
-                eprintln!("pair partition release under load: {}", all.summary());
-            }
+            release_lifted(&ns, &users_selector).await?;
+            all_on_the_new_pair(traffic, &new_revision, "pair partition release").await?;
             Ok(())
         })
     })
@@ -438,34 +434,8 @@ fn rollout_disaggregatedset_blue_green_switches_to_a_whole_pair_losing_no_reques
                 peak.len() == 2 && peak.values().all(|p| *p <= 2 * GROUPS),
                 "a second pair, no more: {peak:?}"
             );
-            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
-            ensure!(
-                [
-                    "rollouts.kruise.io/stable-revision",
-                    "lws-rollout.x-k8s.io/release-groups",
-                    RELEASE_STYLE
-                ]
-                .iter()
-                .all(|a| !set_now.annotations().contains_key(*a)),
-                "hold and release-groups lifted: {:?}",
-                set_now.annotations()
-            );
-            let svc_now = ns.api::<Service>().get(SERVICE).await?;
-            ensure!(
-                svc_now.spec.and_then(|s| s.selector) == users_selector,
-                "the user's selector is given back"
-            );
-            if let Some(t) = traffic {
-                let w = t.window(200).await?;
-                let new_prefill = format!("{SET}-0-{new_revision}-prefill");
-                w.assert_all(
-                    "after the release every request reaches the new pair",
-                    |o| o.lws.as_deref() == Some(new_prefill.as_str()),
-                )?;
-                let all = t.stop().await;
-                all.assert_no_failures("the whole release")?;
-                eprintln!("pair blue-green release under load: {}", all.summary());
-            }
+            release_lifted(&ns, &users_selector).await?;
+            all_on_the_new_pair(traffic, &new_revision, "pair blue-green release").await?;
             Ok(())
         })
     })
