@@ -45,7 +45,7 @@ export GOTOOLCHAIN=$ARGOCD_GOTOOLCHAIN CGO_ENABLED=0 GOFLAGS=-mod=readonly
 run() { (cd "$DIR/src" && "$@") >>"$LOG" 2>&1 || { tail -n 15 "$LOG" >&2; die "step failed: $* (full log: $LOG). If the module proxy is unreachable, $HINT"; }; }
 run go mod download
 log "compiling (cold: ~6 minutes)"
-run go build -trimpath -ldflags "-s -w" -o "$OUT.tmp" .
+run go build -trimpath "${GO_CLI_GCFLAGS[@]}" -ldflags "-s -w" -o "$OUT.tmp" .
 mv -f "$OUT.tmp" "$OUT"
 echo "argocd-health, Argo CD $ARGOCD_VERSION, $(cd "$DIR/src" && go env GOVERSION)" >"$STAMP"
 log "argocd-health ready: $OUT"

@@ -61,7 +61,7 @@ run go mod edit -replace=golang.org/x/net=golang.org/x/net@v0.33.0 \
 run go mod tidy -e
 V=k8s.io/component-base/version
 log "compiling github.com/openkruise/kruise-tools/cmd/plugin (cold: ~3 minutes)"
-run go build -trimpath -o "$OUT.tmp" \
+run go build -trimpath "${GO_CLI_GCFLAGS[@]}" -o "$OUT.tmp" \
   -ldflags "-s -w -X $V.gitVersion=$KRUISE_TOOLS_VERSION -X $V.gitCommit=$KRUISE_TOOLS_VERSION -X $V.buildDate=1970-01-01T00:00:00Z" \
   github.com/openkruise/kruise-tools/cmd/plugin
 mv -f "$OUT.tmp" "$OUT"

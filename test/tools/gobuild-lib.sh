@@ -29,7 +29,7 @@ go_tool_build() {
     # shellcheck disable=SC2086
     (cd "$src" && GOFLAGS=-mod=mod $step) >>"$logf" 2>&1 || { tail -n 10 "$logf" >&2; die "$name $version: '$step' failed; full log: $logf"; }
   done
-  (cd "$src" && GOFLAGS=-mod=mod go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg") >>"$logf" 2>&1 \
+  (cd "$src" && GOFLAGS=-mod=mod go build -trimpath "${GO_CLI_GCFLAGS[@]}" -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg") >>"$logf" 2>&1 \
     || { tail -n 10 "$logf" >&2; die "$name $version: go build $pkg failed; full log: $logf"; }
   mv -f "$out.tmp" "$out"
   echo "$module $version, $(go env GOVERSION)" >"$stamp"

@@ -38,7 +38,7 @@ if [ ! -x "$CG" ]; then
   printf '//go:build tools\n\npackage tools\n\nimport _ "sigs.k8s.io/controller-tools/cmd/controller-gen"\n' >"$CG_DIR/src/tools.go"
   (cd "$CG_DIR/src" && run env GOFLAGS=-mod=mod go mod edit "-require=sigs.k8s.io/controller-tools@$CONTROLLER_TOOLS_VERSION")
   (cd "$CG_DIR/src" && run env GOFLAGS=-mod=mod go mod tidy)
-  (cd "$CG_DIR/src" && run env GOFLAGS=-mod=mod go build -trimpath -o "$CG.tmp" sigs.k8s.io/controller-tools/cmd/controller-gen)
+  (cd "$CG_DIR/src" && run env GOFLAGS=-mod=mod go build -trimpath "${GO_CLI_GCFLAGS[@]}" -o "$CG.tmp" sigs.k8s.io/controller-tools/cmd/controller-gen)
   mv -f "$CG.tmp" "$CG"
 fi
 
