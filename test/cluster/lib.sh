@@ -13,13 +13,13 @@ log() { echo "[cluster $(date +%H:%M:%S)] $*" >&2; }
 
 CP_BINARIES="etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok"
 
-# Compiler flags for the Go tools the tests only call — Helm, kubectl-kruise, Argo CD's health
-# code, crane, actionlint, controller-gen, the upstream reference tool: no optimisation and no
-# inlining. Each call lasts moments either way, and the optimiser is a good part of their cold
-# compile. The standard library keeps the default flags, so its compiled packages are shared
-# in Go's build cache with the builds that stay optimised: the parts the suite loads for its
-# whole length (the control plane, Traefik, Kueue) and upstream LWS, which the benchmark
-# measures.
+# Compiler flags for the Go tools the tests call briefly — Helm, kubectl-kruise, Argo CD's
+# health code, crane, actionlint, controller-gen: no optimisation and no inlining. Each call
+# lasts moments either way, and the optimiser is a good part of their cold compile. The
+# standard library keeps the default flags, so its compiled packages are shared in Go's build
+# cache with the builds that stay optimised: the parts the suite loads for its whole length
+# (the control plane, Traefik, Kueue), the reference tool the tests run on many inputs, and
+# upstream LWS, which the benchmark measures.
 GO_CLI_GCFLAGS=(-gcflags='all=-N -l' -gcflags=std=)
 
 # gateway_crds_dir prints a directory holding the Gateway API standard-channel CRDs:

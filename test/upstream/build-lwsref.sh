@@ -20,7 +20,7 @@ exec 9>"$DIR/.lock"
 flock 9
 if [ -x "$OUT" ] && [ -f "$DIR/.complete" ]; then echo "$OUT"; exit 0; fi
 log "building the upstream reference tool (test/lwsref; cold: a few minutes; log: $DIR/build.log)"
-(cd "$SRC" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -trimpath "${GO_CLI_GCFLAGS[@]}" -o "$OUT.tmp" .) >"$DIR/build.log" 2>&1 \
+(cd "$SRC" && GOTOOLCHAIN=local GOFLAGS=-mod=readonly go build -o "$OUT.tmp" .) >"$DIR/build.log" 2>&1 \
   || { tail -n 10 "$DIR/build.log" >&2; die "go build of test/lwsref failed; full log: $DIR/build.log"; }
 mv -f "$OUT.tmp" "$OUT"
 touch "$DIR/.complete"
