@@ -33,14 +33,12 @@ lane cp=test/cluster/build.sh upstream=test/upstream/build.sh lwsref=test/upstre
   kruise=test/tools/build-kruise.sh helm=test/tools/build-helm.sh
 # Lane two: Argo CD's health check; Kueue v0.19.2, run out of cluster beside the suite's
 # cluster (docs/kueue.md; skipped with LWS_CLUSTER_KUEUE=0); the traffic layer's proxy,
-# Traefik; Prometheus for the release-analysis tests (Debian's package, unpacked in seconds);
-# Volcano's CRDs, generated with a pinned controller-gen and installed by the Volcano
-# gang-scheduling e2e tests on clusters of their own.
+# Traefik; Prometheus for the release-analysis tests (Debian's package, unpacked in seconds).
 KUEUE="${LWS_CLUSTER_KUEUE:-1}"
 KUEUE_BUILD=kueue=test/kueue/build.sh
 [ "$KUEUE" = 1 ] || KUEUE_BUILD=kueue=true
 lane argocd=test/tools/build-argocd-health.sh "$KUEUE_BUILD" traefik=test/cluster/build-traefik.sh \
-  prometheus=test/cluster/build-prometheus.sh volcano=test/volcano/crds.sh
+  prometheus=test/cluster/build-prometheus.sh
 # The Rust lane: the manager image for amd64 and arm64, built without a container engine as an
 # OCI layout (two release builds, one of them cross, linked side by side); the manager every
 # e2e test runs is the image's amd64 binary, the release build users run (built by the image;
@@ -77,7 +75,9 @@ fi
 # reason; without Prometheus the analysis tests do.
 built traefik >/dev/null || log "Traefik not built: the traffic tests will be skipped"
 built prometheus >/dev/null || log "Prometheus not available: the analysis e2e tests will be skipped"
-VOLCANO_CRDS=$(built volcano) || { log "Volcano's CRDs not generated: the Volcano e2e tests will fail"; VOLCANO_CRDS=""; }
+# Volcano's CRDs, which the Volcano gang-scheduling e2e tests install on clusters of their own
+# (checked in, generated from pinned versions by test/volcano/regen.sh).
+VOLCANO_CRDS=$(test/volcano/crds.sh)
 stop_lanes
 trap - EXIT
 
