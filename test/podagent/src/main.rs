@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::watcher;
 use kube::{Api, Client};
@@ -113,35 +113,26 @@ async fn run(args: Args) -> anyhow::Result<()> {
     let mut ready = false;
     let mut last_targets: Option<String> = None;
     let mut events = watcher(api, watcher::Config::default()).boxed();
-    // Drains end on time even when no pod event arrives.
+    // Drains end, and failed binds are tried again, on time even when no pod event arrives.
     let mut tick = tokio::time::interval(Duration::from_millis(100));
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     loop {
-        tokio::select! {
+        let changed = tokio::select! {
             _ = term.recv() => return Ok(()),
             _ = tokio::signal::ctrl_c() => return Ok(()),
-            _ = tick.tick() => {}
+            _ = tick.tick() => server.time_bound(),
             ev = events.next() => {
-                match ev {
-                    None => bail!("pod watch ended"),
-                    Some(Err(e)) => { eprintln!("pod watch: {e}"); continue; }
-                    Some(Ok(watcher::Event::Init)) => { relist = Some(HashMap::new()); continue; }
-                    Some(Ok(watcher::Event::InitApply(p))) => {
-                        if let (Some(r), Some(uid)) = (relist.as_mut(), p.metadata.uid.clone()) { r.insert(uid, p); }
-                        continue;
-                    }
-                    Some(Ok(watcher::Event::InitDone)) => {
-                        if let Some(r) = relist.take() { pods = r; }
-                        listed = true;
-                    }
-                    Some(Ok(watcher::Event::Apply(p))) => {
-                        if let Some(uid) = p.metadata.uid.clone() { pods.insert(uid, p); }
-                    }
-                    Some(Ok(watcher::Event::Delete(p))) => {
-                        if let Some(uid) = &p.metadata.uid { pods.remove(uid); }
-                    }
+                let mut changed = watched(ev, &mut pods, &mut relist, &mut listed)?;
+                // A burst of events (a namespace deleted, a release step) is one table change:
+                // the table is rebuilt from every pod, once per burst rather than per event.
+                while let Some(ev) = events.next().now_or_never() {
+                    changed |= watched(ev, &mut pods, &mut relist, &mut listed)?;
                 }
+                changed
             }
+        };
+        if !changed {
+            continue;
         }
         let next = table::next(
             &server.table(),
@@ -164,6 +155,52 @@ async fn run(args: Args) -> anyhow::Result<()> {
         if listed && !ready {
             std::fs::write(&args.ready_file, b"ready\n").context("writing the ready file")?;
             ready = true;
+        }
+    }
+}
+
+/// Applies one pod watch event to `pods`; true when the pods may serve differently after it (a
+/// relist counts once it is complete).
+fn watched(
+    ev: Option<Result<watcher::Event<Pod>, watcher::Error>>,
+    pods: &mut HashMap<String, Pod>,
+    relist: &mut Option<HashMap<String, Pod>>,
+    listed: &mut bool,
+) -> anyhow::Result<bool> {
+    match ev {
+        None => bail!("pod watch ended"),
+        Some(Err(e)) => {
+            eprintln!("pod watch: {e}");
+            Ok(false)
+        }
+        Some(Ok(watcher::Event::Init)) => {
+            *relist = Some(HashMap::new());
+            Ok(false)
+        }
+        Some(Ok(watcher::Event::InitApply(p))) => {
+            if let (Some(r), Some(uid)) = (relist.as_mut(), p.metadata.uid.clone()) {
+                r.insert(uid, p);
+            }
+            Ok(false)
+        }
+        Some(Ok(watcher::Event::InitDone)) => {
+            if let Some(r) = relist.take() {
+                *pods = r;
+            }
+            *listed = true;
+            Ok(true)
+        }
+        Some(Ok(watcher::Event::Apply(p))) => {
+            if let Some(uid) = p.metadata.uid.clone() {
+                pods.insert(uid, p);
+            }
+            Ok(true)
+        }
+        Some(Ok(watcher::Event::Delete(p))) => {
+            if let Some(uid) = &p.metadata.uid {
+                pods.remove(uid);
+            }
+            Ok(true)
         }
     }
 }

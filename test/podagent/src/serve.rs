@@ -48,6 +48,18 @@ impl Server {
         self.table.lock().unwrap().clone()
     }
 
+    /// True while the listeners can change with the time alone: an address drains until its
+    /// drain time, or a listener that failed to bind is to be tried again.
+    pub fn time_bound(&self) -> bool {
+        !self.bind_failed.is_empty()
+            || self
+                .table
+                .lock()
+                .unwrap()
+                .values()
+                .any(|e| e.drain_until.is_some())
+    }
+
     /// Makes the listeners match `next`: new addresses start answering, addresses no longer in
     /// the table stop accepting (requests in flight still complete).
     pub async fn apply(&mut self, next: Table) {
