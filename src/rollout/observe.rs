@@ -101,6 +101,8 @@ pub struct StableWorkload {
     /// A DisaggregatedSet: every role of every slice runs `update_revision` at its full
     /// replicas, all ready (whatever else runs): the new pair a blue-green switch may go to.
     pub pair_whole: bool,
+    /// A DisaggregatedSet: its roles' names in spec order (empty for an LWS).
+    pub roles: Vec<String>,
 }
 
 /// The kinds of workload a Rollout releases.
@@ -451,6 +453,7 @@ fn stable_workload(
         pair_rolled: None,
         release_groups: false,
         pair_whole: false,
+        roles: Vec::new(),
     }
 }
 
@@ -547,5 +550,6 @@ pub fn pair_workload<'a>(
         kind: WorkloadKind::DisaggregatedSet,
         pair_rolled: Some(rolled),
         pair_whole: whole && !set.spec.roles.is_empty(),
+        roles: set.spec.roles.iter().map(|r| r.name.clone()).collect(),
     }
 }

@@ -22,11 +22,67 @@ fn pair_world() -> World {
     let s = w.obs.workload.as_mut().unwrap();
     s.kind = WorkloadKind::DisaggregatedSet;
     s.pair_rolled = Some(true);
+    s.roles = vec!["prefill".into(), "decode".into()];
+    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
     w.reconcile();
     assert_eq!(w.status().phase.as_str(), "Healthy");
     w.change_template("rev2");
     w.obs.workload.as_mut().unwrap().pair_rolled = Some(false);
     w
+}
+
+/// The user's Service selecting the set `vllm`'s leaders of `role`.
+fn role_service(role: &str) -> k8s_openapi::api::core::v1::Service {
+    crate::traffic::fixtures::service(serde_json::json!({
+        "disaggregatedset.x-k8s.io/name": "vllm",
+        "disaggregatedset.x-k8s.io/role": role,
+    }))
+}
+
+#[test]
+fn a_service_the_set_has_no_role_for_holds_the_release_with_a_message_and_an_event() {
+    let mut w = pair_world();
+    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("embed"));
+    let before = w.obs.traffic.clone();
+    let p = w.reconcile();
+    let message = w.status().message.unwrap_or_default();
+    for part in [
+        "Service",
+        "role embed",
+        "DisaggregatedSet vllm",
+        "prefill, decode",
+    ] {
+        assert!(message.contains(part), "{message} lacks {part}");
+    }
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
+                && e.note.contains("role embed")),
+        "{:?}",
+        p.events
+    );
+    // Nothing moves and nothing is written to the Service, however often it is reconciled;
+    // the Warning is not repeated.
+    for _ in 0..3 {
+        w.advance(5);
+        let p = w.reconcile();
+        assert!(p.traffic_writes.is_empty(), "{:?}", p.traffic_writes);
+        assert!(
+            p.events
+                .iter()
+                .all(|e| e.reason != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID)
+        );
+        assert_eq!(
+            p.batch_release,
+            crate::rollout::plan::BatchReleaseAction::Keep
+        );
+    }
+    assert_eq!(w.obs.traffic, before);
+    // The Service fixed: the release goes on.
+    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
+    w.until("step 1 paused", at_state("StepPaused", 1));
 }
 
 /// (stable side, new side, canary weight) of the last traffic the plans asked for.
