@@ -131,17 +131,42 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     out
 }
 
-/// What a pair Rollout's admission reads from the cluster to check its Service: the set's
-/// name and the `trafficRoutings[0].service`, on CREATE or when either changed (a Rollout
-/// stored before stays editable); `None` for anything else.
-pub fn pair_service_to_check(new: &Rollout, old: Option<&Rollout>) -> Option<(String, String)> {
-    fn named(r: &Rollout) -> Option<(String, String)> {
+/// What a pair Rollout's admission reads from the cluster to check its Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairServiceCheck {
+    /// The DisaggregatedSet the Rollout releases.
+    pub set: String,
+    /// The Service its first trafficRouting names.
+    pub service: String,
+    /// Where that Service is named: the canary or the blue-green strategy's trafficRoutings.
+    pub field: &'static str,
+}
+
+/// The check of a pair Rollout's `trafficRoutings[0].service` (canary or blue-green, the one
+/// the release routes through), on CREATE or when the set or the Service named changed (a
+/// Rollout stored before stays editable); `None` for anything else.
+pub fn pair_service_to_check(new: &Rollout, old: Option<&Rollout>) -> Option<PairServiceCheck> {
+    fn named(r: &Rollout) -> Option<PairServiceCheck> {
         if !r.spec.workload_ref.is_disaggregated_set() {
             return None;
         }
-        let canary = r.spec.strategy.canary.as_ref()?;
-        let service = canary.traffic_routings.as_ref()?.first()?.service.clone();
-        Some((r.spec.workload_ref.name.clone(), service))
+        let strategy = &r.spec.strategy;
+        let (routings, field) = match (&strategy.canary, &strategy.blue_green) {
+            (Some(c), _) => (
+                c.traffic_routings.as_ref(),
+                "spec.strategy.canary.trafficRoutings[0].service",
+            ),
+            (None, Some(b)) => (
+                b.traffic_routings.as_ref(),
+                "spec.strategy.blueGreen.trafficRoutings[0].service",
+            ),
+            (None, None) => return None,
+        };
+        Some(PairServiceCheck {
+            set: r.spec.workload_ref.name.clone(),
+            service: routings?.first()?.service.clone(),
+            field,
+        })
     }
     if new.metadata.deletion_timestamp.is_some() {
         return None;
@@ -150,16 +175,17 @@ pub fn pair_service_to_check(new: &Rollout, old: Option<&Rollout>) -> Option<(St
     (old.and_then(named).as_ref() != Some(&wanted)).then_some(wanted)
 }
 
-/// The refusal of a pair Rollout whose `trafficRoutings[0].service` (`service`, read at
-/// admission) is not a role Service of `set` ([`crate::rollout::plan::pair_service`]).
+/// The refusal of a pair Rollout whose Service (`service`, read at admission, named at
+/// `field`) is not a role Service of `set` ([`crate::rollout::plan::pair_service`]).
 pub fn pair_service_refusal(
+    field: &str,
     set: &crate::api::disaggregatedset::DisaggregatedSet,
     service: &k8s_openapi::api::core::v1::Service,
 ) -> Option<Refusal> {
     let roles: Vec<String> = set.spec.roles.iter().map(|r| r.name.clone()).collect();
     let name = set.metadata.name.as_deref().unwrap_or_default();
     crate::rollout::plan::pair_service::problem(service, name, &roles)
-        .map(|why| refusal("spec.strategy.canary.trafficRoutings[0].service", why))
+        .map(|why| refusal(field, why))
 }
 
 /// Kruise: a second Rollout naming the same workload is refused.
@@ -611,8 +637,14 @@ mod tests {
                     "strategy": {"canary": {"trafficRoutings": [{"service": service}]}}}}),
             )
         };
-        let wanted = Some(("pd".to_string(), "pd-prefill".to_string()));
-        // (new, old, what admission reads)
+        let canary_field = "spec.strategy.canary.trafficRoutings[0].service";
+        let wanted = |service: &str, field| {
+            Some(PairServiceCheck {
+                set: "pd".into(),
+                service: service.into(),
+                field,
+            })
+        };
         let lws = rollout("r", json!({}));
         let mut no_routing = pair("x");
         no_routing
@@ -627,12 +659,31 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
                 k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
             ));
+        // Blue-green routes through its own strategy's trafficRoutings.
+        let mut blue_green = pair("x");
+        blue_green.spec.strategy = serde_json::from_value(json!({"blueGreen": {
+            "steps": [{"replicas": "100%"}], "trafficRoutings": [{"service": "pd-decode"}]}}))
+        .unwrap();
         let (prefill, old_name) = (pair("pd-prefill"), pair("pd-old"));
-        type Case<'a> = (&'a Rollout, Option<&'a Rollout>, Option<(String, String)>);
+        // (new, old, what admission reads)
+        type Case<'a> = (&'a Rollout, Option<&'a Rollout>, Option<PairServiceCheck>);
         let table: Vec<Case> = vec![
-            (&prefill, None, wanted.clone()),
-            (&prefill, Some(&old_name), wanted.clone()),
+            (&prefill, None, wanted("pd-prefill", canary_field)),
+            (
+                &prefill,
+                Some(&old_name),
+                wanted("pd-prefill", canary_field),
+            ),
             (&prefill, Some(&prefill), None),
+            (
+                &blue_green,
+                None,
+                wanted(
+                    "pd-decode",
+                    "spec.strategy.blueGreen.trafficRoutings[0].service",
+                ),
+            ),
+            (&blue_green, Some(&blue_green), None),
             (&lws, None, None),
             (&no_routing, None, None),
             (&deleting, None, None),
@@ -656,8 +707,9 @@ mod tests {
                     "disaggregatedset.x-k8s.io/role": role}}}))
             .unwrap()
         };
-        assert_eq!(pair_service_refusal(&set, &service("decode")), None);
-        let refused = pair_service_refusal(&set, &service("embed")).expect("refused");
+        let field = "spec.strategy.canary.trafficRoutings[0].service";
+        assert_eq!(pair_service_refusal(field, &set, &service("decode")), None);
+        let refused = pair_service_refusal(field, &set, &service("embed")).expect("refused");
         assert_eq!(
             refused.path,
             "spec.strategy.canary.trafficRoutings[0].service"

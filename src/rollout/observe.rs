@@ -103,6 +103,9 @@ pub struct StableWorkload {
     pub pair_whole: bool,
     /// A DisaggregatedSet: its roles' names in spec order (empty for an LWS).
     pub roles: Vec<String>,
+    /// A DisaggregatedSet: its roles with `scaling.mode: External`, in spec order (the pair
+    /// release holds while there are any; the Rollout's message says so).
+    pub external_roles: Vec<String>,
 }
 
 /// The kinds of workload a Rollout releases.
@@ -454,6 +457,7 @@ fn stable_workload(
         release_groups: false,
         pair_whole: false,
         roles: Vec::new(),
+        external_roles: Vec::new(),
     }
 }
 
@@ -551,5 +555,12 @@ pub fn pair_workload<'a>(
         pair_rolled: Some(rolled),
         pair_whole: whole && !set.spec.roles.is_empty(),
         roles: set.spec.roles.iter().map(|r| r.name.clone()).collect(),
+        external_roles: set
+            .spec
+            .roles
+            .iter()
+            .filter(|r| r.external())
+            .map(|r| r.name.clone())
+            .collect(),
     }
 }

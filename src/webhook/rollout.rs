@@ -78,10 +78,13 @@ async fn pair_service(
     old: Option<&Rollout>,
     namespace: &str,
 ) -> Option<admission::Refusal> {
-    let (set, service) = admission::pair_service_to_check(new, old)?;
+    let check = admission::pair_service_to_check(new, old)?;
     let sets = kube::Api::<DisaggregatedSet>::namespaced(cluster.client.clone(), namespace);
     let services = kube::Api::<Service>::namespaced(cluster.client.clone(), namespace);
-    let (set, service) = match (sets.get_opt(&set).await, services.get_opt(&service).await) {
+    let (set, service) = match (
+        sets.get_opt(&check.set).await,
+        services.get_opt(&check.service).await,
+    ) {
         (Ok(Some(set)), Ok(Some(service))) => (set, service),
         (Err(err), _) | (_, Err(err)) => {
             warn!(error = %err, "cannot read a pair Rollout's set or Service for admission");
@@ -89,7 +92,7 @@ async fn pair_service(
         }
         _ => return None,
     };
-    admission::pair_service_refusal(&set, &service)
+    admission::pair_service_refusal(check.field, &set, &service)
 }
 
 /// The answer for `new` (pure).

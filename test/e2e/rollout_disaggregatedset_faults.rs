@@ -782,6 +782,24 @@ fn rollout_disaggregatedset_a_service_of_no_role_of_the_set_is_refused_or_report
             ] {
                 ensure!(why.contains(part), "the refusal says {part}: {why}");
             }
+            // Blue-green routes through its own strategy's trafficRoutings: checked the same.
+            let mut blue_green = naming("pd-embed");
+            let routings = blue_green["spec"]["strategy"]["canary"]["trafficRoutings"].clone();
+            blue_green["spec"]["strategy"] = json!({"blueGreen": {
+                "steps": [{"replicas": "100%", "traffic": "0%", "pause": {}},
+                    {"replicas": "100%", "traffic": "100%", "pause": {}}],
+                "trafficRoutings": routings}});
+            let why = refusal(crate::rollout_support::submit_rollout(&ns, &blue_green).await)?;
+            for part in [
+                "spec.strategy.blueGreen.trafficRoutings[0].service",
+                "Service pd-embed",
+                "role embed",
+            ] {
+                ensure!(
+                    why.contains(part),
+                    "the blue-green refusal says {part}: {why}"
+                );
+            }
 
             // The Service made after the Rollout: a Warning and the Rollout's message, the
             // release held before anything is made, and nothing written to the Service.
@@ -895,8 +913,16 @@ fn rollout_disaggregatedset_a_role_scaled_externally_mid_release_holds_the_step(
             // Decode handed to an HPA mid-release: the step's share of it no longer means
             // anything, so the release holds and says so.
             apply_set(&ns, &decode_scaling(&v2, Some("External"))).await?;
+            // Both the release's message and the one `kubectl get rollout` shows.
             wait_rollout_named(&ns, ROLLOUT, "names the External role", |r| {
                 canary_message(r).contains("role decode is scaled externally")
+                    && r.status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .is_some_and(|m| {
+                            m.contains("manually confirm")
+                                && m.contains("role decode is scaled externally")
+                        })
             })
             .await?;
             wait_for_all(&ns.api::<Event>(), "", WAIT, |events| {

@@ -385,7 +385,11 @@ pub fn external_roles_message(external: &[String], batch: usize) -> String {
         ("roles", "are")
     };
     format!(
-        "{noun} {} {verb} scaled externally (scaling.mode: External): a pair's step is a share          of every role's spec.replicas, which an External role does not follow (its          DisaggregatedSetRoleScaler, driven by an HPA, counts the new pair's groups too), so          the release holds at batch {} with the groups it has; set scaling.mode: Static on the          role to go on, or roll back",
+        "{noun} {} {verb} scaled externally (scaling.mode: External): a pair's step is a share \
+         of every role's spec.replicas, which an External role does not follow (its \
+         DisaggregatedSetRoleScaler, driven by an HPA, counts the new pair's groups too), so \
+         the release holds at batch {} with the groups it has; set scaling.mode: Static on the \
+         role to go on, or roll back",
         external.join(", "),
         batch + 1
     )

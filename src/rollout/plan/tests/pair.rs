@@ -13,7 +13,11 @@ use crate::traffic::intent::{Leaders, TrafficIntent};
 
 /// The issue's three steps, releasing the set `vllm` (the world's workload, as a set).
 fn pair_world() -> World {
-    let mut w = World::new(three_steps());
+    as_pair(World::new(three_steps()))
+}
+
+/// `w`'s release, of the set `vllm` (the world's workload, as a set), its template changed.
+fn as_pair(mut w: World) -> World {
     w.obs.rollout.spec.workload_ref = ObjectRef {
         api_version: "disaggregatedset.x-k8s.io/v1".into(),
         kind: "DisaggregatedSet".into(),
@@ -297,4 +301,68 @@ fn a_partition_step_leaving_the_stable_pair_a_group_keeps_the_previous_split_whi
         25,
         "the stable pair keeps groups: the previous split"
     );
+}
+
+#[test]
+fn a_paused_pair_release_names_a_role_scaled_externally_in_every_style() {
+    // What the BatchRelease says while it holds (`batchrelease::pair`), shortened.
+    let holds = "role decode is scaled externally (scaling.mode: External): ... so the \
+                 release holds at batch 1 with the groups it has; batch 1 (decode 1, prefill 1) \
+                 is Ready";
+    let blue_green = as_pair(World::blue_green(vec![
+        step(IntOrString::Int(1), Some("0%"), None),
+        step(pct("100%"), Some("100%"), None),
+    ]));
+    // (style, its world)
+    let table = [
+        ("canary", pair_world()),
+        ("partition", partition_pair_world()),
+        ("blue-green", blue_green),
+    ];
+    for (style, mut w) in table {
+        w.until("step 1 paused", at_state("StepPaused", 1));
+        // Decode handed to an HPA while the step waits for approval: the Rollout sees the set
+        // first, then the BatchRelease's status message (nothing else of it) changes.
+        w.obs.workload.as_mut().unwrap().external_roles = vec!["decode".into()];
+        w.reconcile();
+        let paused = w.status();
+        w.obs.batch_release.as_mut().unwrap().status.message = Some(holds.into());
+        let p = crate::rollout::plan::plan(&w.obs, w.now);
+        let field = crate::rollout::plan::style::in_flight(&w.obs.rollout).status_field();
+        let c = crate::rollout::plan::substatus::working(p.status.clone(), field)
+            .canary_status
+            .unwrap();
+        assert_eq!(
+            (
+                c.common.current_step_index,
+                c.common.current_step_state.as_str()
+            ),
+            (1, "StepPaused"),
+            "{style}: the step still waits"
+        );
+        let sub = c.common.message.unwrap_or_default();
+        assert!(
+            sub.contains("role decode is scaled externally"),
+            "{style}: the sub-status message is the BatchRelease's: {sub}"
+        );
+        let top = p.status.message.clone().unwrap_or_default();
+        assert!(
+            top.starts_with("Rollout is in step(1/") && top.contains("manually confirm"),
+            "{style}: still Kruise's pause: {top}"
+        );
+        assert!(
+            top.contains("role decode is scaled externally"),
+            "{style}: kubectl get's MESSAGE says why: {top}"
+        );
+        assert_ne!(
+            p.status, paused,
+            "{style}: the BatchRelease's news is written at once"
+        );
+        // Static again: the message is Kruise's alone.
+        w.obs.workload.as_mut().unwrap().external_roles.clear();
+        w.obs.batch_release.as_mut().unwrap().status.message = None;
+        w.reconcile();
+        let top = w.status().message.unwrap_or_default();
+        assert!(!top.contains("scaled externally"), "{style}: {top}");
+    }
 }
