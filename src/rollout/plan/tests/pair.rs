@@ -45,48 +45,61 @@ fn role_service(role: &str) -> k8s_openapi::api::core::v1::Service {
 
 #[test]
 fn a_service_the_set_has_no_role_for_holds_the_release_with_a_message_and_an_event() {
-    let mut w = pair_world();
-    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("embed"));
-    let before = w.obs.traffic.clone();
-    let p = w.reconcile();
-    let message = w.status().message.unwrap_or_default();
-    for part in [
-        "Service",
-        "role embed",
-        "DisaggregatedSet vllm",
-        "prefill, decode",
-    ] {
-        assert!(message.contains(part), "{message} lacks {part}");
-    }
-    assert!(
-        p.events
-            .iter()
-            .any(|e| e.severity == crate::k8s::events::Severity::Warning
-                && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
-                && e.note.contains("role embed")),
-        "{:?}",
-        p.events
-    );
-    // Nothing moves and nothing is written to the Service, however often it is reconciled;
-    // the Warning is not repeated.
-    for _ in 0..3 {
-        w.advance(5);
+    // (style, its world)
+    let table = [
+        ("canary", pair_world()),
+        ("partition", partition_pair_world()),
+        ("blue-green", blue_green_pair_world()),
+    ];
+    for (style, mut w) in table {
+        w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("embed"));
+        let before = w.obs.traffic.clone();
         let p = w.reconcile();
-        assert!(p.traffic_writes.is_empty(), "{:?}", p.traffic_writes);
+        let message = w.status().message.unwrap_or_default();
+        for part in [
+            "Service",
+            "role embed",
+            "DisaggregatedSet vllm",
+            "prefill, decode",
+        ] {
+            assert!(message.contains(part), "{style}: {message} lacks {part}");
+        }
         assert!(
             p.events
                 .iter()
-                .all(|e| e.reason != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID)
+                .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                    && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
+                    && e.note.contains("role embed")),
+            "{style}: {:?}",
+            p.events
         );
-        assert_eq!(
-            p.batch_release,
-            crate::rollout::plan::BatchReleaseAction::Keep
-        );
+        // Nothing moves and nothing is written to the Service, however often it is
+        // reconciled; the Warning is not repeated.
+        for _ in 0..3 {
+            w.advance(5);
+            let p = w.reconcile();
+            assert!(
+                p.traffic_writes.is_empty(),
+                "{style}: {:?}",
+                p.traffic_writes
+            );
+            assert!(
+                p.events
+                    .iter()
+                    .all(|e| e.reason != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID),
+                "{style}"
+            );
+            assert_eq!(
+                p.batch_release,
+                crate::rollout::plan::BatchReleaseAction::Keep,
+                "{style}"
+            );
+        }
+        assert_eq!(w.obs.traffic, before, "{style}");
+        // The Service fixed: the release goes on.
+        w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
+        w.until("step 1 paused", at_state("StepPaused", 1));
     }
-    assert_eq!(w.obs.traffic, before);
-    // The Service fixed: the release goes on.
-    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
-    w.until("step 1 paused", at_state("StepPaused", 1));
 }
 
 /// (stable side, new side, canary weight) of the last traffic the plans asked for.
@@ -219,6 +232,14 @@ fn partition_pair_world() -> World {
     w
 }
 
+/// The blue-green example's steps: every group of each role at 0%, then the switch to 100%.
+fn blue_green_pair_world() -> World {
+    as_pair(World::blue_green(vec![
+        step(pct("100%"), Some("0%"), None),
+        step(pct("100%"), Some("100%"), None),
+    ]))
+}
+
 /// The BatchRelease's current batch (0-based) as the last plan left its spec.
 fn batch(w: &World) -> Option<i32> {
     w.obs
@@ -309,15 +330,11 @@ fn a_paused_pair_release_names_a_role_scaled_externally_in_every_style() {
     let holds = "role decode is scaled externally (scaling.mode: External): ... so the \
                  release holds at batch 1 with the groups it has; batch 1 (decode 1, prefill 1) \
                  is Ready";
-    let blue_green = as_pair(World::blue_green(vec![
-        step(IntOrString::Int(1), Some("0%"), None),
-        step(pct("100%"), Some("100%"), None),
-    ]));
     // (style, its world)
     let table = [
         ("canary", pair_world()),
         ("partition", partition_pair_world()),
-        ("blue-green", blue_green),
+        ("blue-green", blue_green_pair_world()),
     ];
     for (style, mut w) in table {
         w.until("step 1 paused", at_state("StepPaused", 1));
