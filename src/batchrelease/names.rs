@@ -23,6 +23,8 @@ pub mod event {
     pub const UNSUPPORTED: &str = "Unsupported";
     /// A role of the new pair lost its last ready group: the pair is out of traffic.
     pub const PAIR_INCOMPLETE: &str = "PairIncomplete";
+    /// A role of a released pair is scaled externally: the release holds (ours).
+    pub const ROLE_SCALED_EXTERNALLY: &str = "RoleScaledExternally";
     /// Finished.
     pub const COMPLETED: &str = "Completed";
     /// The workload was scaled mid-release (a user or an HPA): batch sizes follow.

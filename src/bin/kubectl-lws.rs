@@ -6,13 +6,13 @@ use std::{io::Write, path::PathBuf, process::ExitCode, time::Duration};
 
 use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use k8s_openapi::api::{apps::v1::ControllerRevision, networking::v1::Ingress};
 use kube::{
     Api, Client, ResourceExt,
     api::{DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams},
     discovery::ApiResource,
-    runtime::watcher,
+    runtime::{reflector, watcher},
 };
 use lws_rollout::{
     api::{DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset::SET_NAME_LABEL},
@@ -234,76 +234,43 @@ async fn watch_status(
     }
     if !watch {
         let lws = lwss.get_opt(&workload).await?;
-        println!("{}", status::line(&first, lws.as_ref()));
-        return Ok(match status::verdict(Some(&first), lws.as_ref()) {
-            Verdict::Failed(why) => {
-                eprintln!("{why}");
-                EXIT_RELEASE_FAILED
-            }
-            _ => 0,
-        });
+        return Ok(once(
+            Some(status::line(&first, lws.as_ref())),
+            status::verdict(Some(&first), lws.as_ref()),
+        ));
     }
     // Two object watches (a watch per name, resumed by the watcher on errors); each event
-    // replaces what we know of that object, then the pair is judged.
-    let mut rollout_events = watcher::watch_object(rollouts, name).boxed();
-    let mut lws_events = watcher::watch_object(lwss, &workload).boxed();
+    // replaces what we know of that object, then the pair is judged once both were seen.
+    let events = futures::stream::select_all([
+        watcher::watch_object(rollouts, name)
+            .map_ok(|r| Seen::Rollout(Box::new(r)))
+            .boxed(),
+        watcher::watch_object(lwss, &workload)
+            .map_ok(|l| Seen::Lws(Box::new(l)))
+            .boxed(),
+    ]);
     let mut rollout: Option<Option<Rollout>> = None;
     let mut lws: Option<Option<LeaderWorkerSet>> = None;
-    let mut last = String::new();
-    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
-    loop {
-        let next = async {
-            tokio::select! {
-                ev = rollout_events.try_next() => ev.map(|o| o.map(|r| Seen::Rollout(Box::new(r)))),
-                ev = lws_events.try_next() => ev.map(|o| o.map(|l| Seen::Lws(Box::new(l)))),
-            }
-        };
-        let seen = match deadline {
-            Some(d) => match tokio::time::timeout_at(d, next).await {
-                Ok(seen) => seen,
-                Err(_) => {
-                    eprintln!(
-                        "timed out after {:?} waiting for rollout {ns}/{name}",
-                        timeout.unwrap_or_default()
-                    );
-                    return Ok(EXIT_TIMEOUT);
-                }
-            },
-            None => next.await,
-        };
-        match seen.context("watching")? {
-            Some(Seen::Rollout(r)) => rollout = Some(*r),
-            Some(Seen::Lws(l)) => lws = Some(*l),
-            None => return Err(anyhow!("the watch ended")),
+    watch_until_done(ns, name, timeout, events, |seen| {
+        match seen {
+            Seen::Rollout(r) => rollout = Some(*r),
+            Seen::Lws(l) => lws = Some(*l),
+            Seen::Set(_) | Seen::SetLws { .. } => {}
         }
-        // Judge only once both objects have been seen.
         let (Some(r), Some(l)) = (&rollout, &lws) else {
-            continue;
+            return None;
         };
-        if let Some(r) = r {
-            let line = status::line(r, l.as_ref());
-            if line != last {
-                println!("{line}");
-                let _ = std::io::stdout().flush();
-                last = line;
-            }
-        }
-        match status::verdict(r.as_ref(), l.as_ref()) {
-            Verdict::Waiting => {}
-            Verdict::Succeeded => {
-                println!("rollout {ns}/{name} successfully rolled out");
-                return Ok(0);
-            }
-            Verdict::Failed(why) => {
-                eprintln!("rollout {ns}/{name}: {why}");
-                return Ok(EXIT_RELEASE_FAILED);
-            }
-        }
-    }
+        Some((
+            r.as_ref().map(|r| status::line(r, l.as_ref())),
+            status::verdict(r.as_ref(), l.as_ref()),
+        ))
+    })
+    .await
 }
 
 /// `rollout status` of a pair release: the Rollout, its DisaggregatedSet and the set's LWSs
-/// (both sides of every role), judged as [`watch_status`] judges an LWS release.
+/// (both sides of every role, kept in a reflector's store), judged as [`watch_status`] judges
+/// an LWS release.
 async fn watch_pair_status(
     client: &Client,
     ns: &str,
@@ -333,35 +300,85 @@ async fn watch_pair_status(
             .await?
             .items;
         let (line, verdict) = judge(Some(first), set.as_ref(), &lws);
-        println!("{}", line.unwrap_or_default());
-        return Ok(match verdict {
-            Verdict::Failed(why) => {
-                eprintln!("{why}");
-                EXIT_RELEASE_FAILED
-            }
-            _ => 0,
-        });
+        return Ok(once(line, verdict));
     }
-    let mut rollout_events = watcher::watch_object(rollouts, &name).boxed();
-    let mut set_events = watcher::watch_object(sets, &set_name).boxed();
-    let mut lws_events =
-        watcher::watcher(lwss, watcher::Config::default().labels(&selector)).boxed();
+    let (store, writer) = reflector::store();
+    let set_lws = reflector(
+        writer,
+        watcher::watcher(lwss, watcher::Config::default().labels(&selector)),
+    )
+    .map_ok(|event| Seen::SetLws {
+        listed: matches!(event, watcher::Event::InitDone),
+    });
+    let events = futures::stream::select_all([
+        watcher::watch_object(rollouts, &name)
+            .map_ok(|r| Seen::Rollout(Box::new(r)))
+            .boxed(),
+        watcher::watch_object(sets, &set_name)
+            .map_ok(|s| Seen::Set(Box::new(s)))
+            .boxed(),
+        set_lws.boxed(),
+    ]);
     let mut rollout: Option<Option<Rollout>> = None;
     let mut set: Option<Option<DisaggregatedSet>> = None;
-    // The set's LWSs by name, complete once the watch's initial list is done.
-    let mut lws = std::collections::BTreeMap::<String, LeaderWorkerSet>::new();
-    let mut initial = std::collections::BTreeMap::<String, LeaderWorkerSet>::new();
     let mut lws_listed = false;
+    watch_until_done(ns, &name, timeout, events, |seen| {
+        match seen {
+            Seen::Rollout(r) => rollout = Some(*r),
+            Seen::Set(s) => set = Some(*s),
+            Seen::SetLws { listed } => lws_listed |= listed,
+            Seen::Lws(_) => {}
+        }
+        let (Some(r), Some(s), true) = (&rollout, &set, lws_listed) else {
+            return None;
+        };
+        let children: Vec<LeaderWorkerSet> =
+            store.state().iter().map(|l| l.as_ref().clone()).collect();
+        Some(judge(r.as_ref(), s.as_ref(), &children))
+    })
+    .await
+}
+
+/// One watch event. Boxed, the objects being large.
+enum Seen {
+    /// The Rollout as it is now (`None`: deleted).
+    Rollout(Box<Option<Rollout>>),
+    /// The released LWS as it is now.
+    Lws(Box<Option<LeaderWorkerSet>>),
+    /// The released DisaggregatedSet as it is now.
+    Set(Box<Option<DisaggregatedSet>>),
+    /// The set's LWSs changed (they are in the reflector's store); `listed` once the watch's
+    /// first list is complete.
+    SetLws { listed: bool },
+}
+
+/// The exit code of a one-shot `rollout status` (`--watch=false`), after printing its line.
+fn once(line: Option<String>, verdict: Verdict) -> u8 {
+    println!("{}", line.unwrap_or_default());
+    match verdict {
+        Verdict::Failed(why) => {
+            eprintln!("{why}");
+            EXIT_RELEASE_FAILED
+        }
+        _ => 0,
+    }
+}
+
+/// The wait and the tail every `rollout status --watch` shares: each event of `events` goes
+/// to `judge`, which answers (once it has seen enough) the status line and the verdict; a
+/// changed line is printed, and a verdict other than Waiting ends the watch with its exit
+/// code, as does `timeout` passing first ([`EXIT_TIMEOUT`]).
+async fn watch_until_done<T>(
+    ns: &str,
+    name: &str,
+    timeout: Option<Duration>,
+    mut events: impl Stream<Item = Result<T, watcher::Error>> + Unpin,
+    mut judge: impl FnMut(T) -> Option<(Option<String>, Verdict)>,
+) -> anyhow::Result<u8> {
     let mut last = String::new();
     let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
     loop {
-        let next = async {
-            tokio::select! {
-                ev = rollout_events.try_next() => ev.map(|o| o.map(|r| PairSeen::Rollout(Box::new(r)))),
-                ev = set_events.try_next() => ev.map(|o| o.map(|s| PairSeen::Set(Box::new(s)))),
-                ev = lws_events.try_next() => ev.map(|o| o.map(|e| PairSeen::Lws(Box::new(e)))),
-            }
-        };
+        let next = events.try_next();
         let seen = match deadline {
             Some(d) => match tokio::time::timeout_at(d, next).await {
                 Ok(seen) => seen,
@@ -375,33 +392,12 @@ async fn watch_pair_status(
             },
             None => next.await,
         };
-        match seen.context("watching")? {
-            Some(PairSeen::Rollout(r)) => rollout = Some(*r),
-            Some(PairSeen::Set(s)) => set = Some(*s),
-            Some(PairSeen::Lws(event)) => match *event {
-                watcher::Event::Init => initial.clear(),
-                watcher::Event::InitApply(l) => {
-                    initial.insert(l.name_any(), l);
-                }
-                watcher::Event::InitDone => {
-                    lws = std::mem::take(&mut initial);
-                    lws_listed = true;
-                }
-                watcher::Event::Apply(l) => {
-                    lws.insert(l.name_any(), l);
-                }
-                watcher::Event::Delete(l) => {
-                    lws.remove(&l.name_any());
-                }
-            },
-            None => return Err(anyhow!("the watch ended")),
-        }
-        // Judge only once every object has been seen.
-        let (Some(r), Some(s), true) = (&rollout, &set, lws_listed) else {
+        let Some(seen) = seen.context("watching")? else {
+            return Err(anyhow!("the watch ended"));
+        };
+        let Some((line, verdict)) = judge(seen) else {
             continue;
         };
-        let children: Vec<LeaderWorkerSet> = lws.values().cloned().collect();
-        let (line, verdict) = judge(r.as_ref(), s.as_ref(), &children);
         if let Some(line) = line.filter(|l| *l != last) {
             println!("{line}");
             let _ = std::io::stdout().flush();
@@ -419,19 +415,6 @@ async fn watch_pair_status(
             }
         }
     }
-}
-
-/// One event of a pair's watches. Boxed, the objects being large.
-enum PairSeen {
-    Rollout(Box<Option<Rollout>>),
-    Set(Box<Option<DisaggregatedSet>>),
-    Lws(Box<watcher::Event<LeaderWorkerSet>>),
-}
-
-/// One watch event: the object as it is now (`None`: deleted). Boxed, the LWS being large.
-enum Seen {
-    Rollout(Box<Option<Rollout>>),
-    Lws(Box<Option<LeaderWorkerSet>>),
 }
 
 /// `undo` without --fast: writes the held stable revision's template back into the LWS and

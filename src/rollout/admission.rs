@@ -131,6 +131,63 @@ fn problems(r: &Rollout, others: &[Rollout]) -> Vec<Refusal> {
     out
 }
 
+/// What a pair Rollout's admission reads from the cluster to check its Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PairServiceCheck {
+    /// The DisaggregatedSet the Rollout releases.
+    pub set: String,
+    /// The Service its first trafficRouting names.
+    pub service: String,
+    /// Where that Service is named: the canary or the blue-green strategy's trafficRoutings.
+    pub field: &'static str,
+}
+
+/// The check of a pair Rollout's `trafficRoutings[0].service` (canary or blue-green, the one
+/// the release routes through), on CREATE or when the set or the Service named changed (a
+/// Rollout stored before stays editable); `None` for anything else.
+pub fn pair_service_to_check(new: &Rollout, old: Option<&Rollout>) -> Option<PairServiceCheck> {
+    fn named(r: &Rollout) -> Option<PairServiceCheck> {
+        if !r.spec.workload_ref.is_disaggregated_set() {
+            return None;
+        }
+        let strategy = &r.spec.strategy;
+        let (routings, field) = match (&strategy.canary, &strategy.blue_green) {
+            (Some(c), _) => (
+                c.traffic_routings.as_ref(),
+                "spec.strategy.canary.trafficRoutings[0].service",
+            ),
+            (None, Some(b)) => (
+                b.traffic_routings.as_ref(),
+                "spec.strategy.blueGreen.trafficRoutings[0].service",
+            ),
+            (None, None) => return None,
+        };
+        Some(PairServiceCheck {
+            set: r.spec.workload_ref.name.clone(),
+            service: routings?.first()?.service.clone(),
+            field,
+        })
+    }
+    if new.metadata.deletion_timestamp.is_some() {
+        return None;
+    }
+    let wanted = named(new)?;
+    (old.and_then(named).as_ref() != Some(&wanted)).then_some(wanted)
+}
+
+/// The refusal of a pair Rollout whose Service (`service`, read at admission, named at
+/// `field`) is not a role Service of `set` ([`crate::rollout::plan::pair_service`]).
+pub fn pair_service_refusal(
+    field: &str,
+    set: &crate::api::disaggregatedset::DisaggregatedSet,
+    service: &k8s_openapi::api::core::v1::Service,
+) -> Option<Refusal> {
+    let roles: Vec<String> = set.spec.roles.iter().map(|r| r.name.clone()).collect();
+    let name = set.metadata.name.as_deref().unwrap_or_default();
+    crate::rollout::plan::pair_service::problem(service, name, &roles)
+        .map(|why| refusal(field, why))
+}
+
 /// Kruise: a second Rollout naming the same workload is refused.
 fn conflict(r: &Rollout, others: &[Rollout]) -> Option<Refusal> {
     let other = others.iter().find(|o| {
@@ -568,6 +625,98 @@ mod tests {
         let bg = with(json!({"spec": {"strategy": {"canary": null,
             "blueGreen": {"steps": [{"replicas": "100%"}]}}}}));
         assert_eq!(messages(&bg), "");
+    }
+
+    #[test]
+    fn a_pair_rollouts_service_is_read_on_create_and_when_it_changes() {
+        let pair = |service: &str| {
+            rollout(
+                "r",
+                json!({"spec": {"workloadRef": {"apiVersion": "disaggregatedset.x-k8s.io/v1",
+                    "kind": "DisaggregatedSet", "name": "pd"},
+                    "strategy": {"canary": {"trafficRoutings": [{"service": service}]}}}}),
+            )
+        };
+        let canary_field = "spec.strategy.canary.trafficRoutings[0].service";
+        let wanted = |service: &str, field| {
+            Some(PairServiceCheck {
+                set: "pd".into(),
+                service: service.into(),
+                field,
+            })
+        };
+        let lws = rollout("r", json!({}));
+        let mut no_routing = pair("x");
+        no_routing
+            .spec
+            .strategy
+            .canary
+            .as_mut()
+            .unwrap()
+            .traffic_routings = None;
+        let mut deleting = pair("pd-prefill");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        // Blue-green routes through its own strategy's trafficRoutings.
+        let mut blue_green = pair("x");
+        blue_green.spec.strategy = serde_json::from_value(json!({"blueGreen": {
+            "steps": [{"replicas": "100%"}], "trafficRoutings": [{"service": "pd-decode"}]}}))
+        .unwrap();
+        let (prefill, old_name) = (pair("pd-prefill"), pair("pd-old"));
+        // (new, old, what admission reads)
+        type Case<'a> = (&'a Rollout, Option<&'a Rollout>, Option<PairServiceCheck>);
+        let table: Vec<Case> = vec![
+            (&prefill, None, wanted("pd-prefill", canary_field)),
+            (
+                &prefill,
+                Some(&old_name),
+                wanted("pd-prefill", canary_field),
+            ),
+            (&prefill, Some(&prefill), None),
+            (
+                &blue_green,
+                None,
+                wanted(
+                    "pd-decode",
+                    "spec.strategy.blueGreen.trafficRoutings[0].service",
+                ),
+            ),
+            (&blue_green, Some(&blue_green), None),
+            (&lws, None, None),
+            (&no_routing, None, None),
+            (&deleting, None, None),
+        ];
+        for (new, old, want) in table {
+            assert_eq!(pair_service_to_check(new, old), want, "{:?}", new.spec);
+        }
+    }
+
+    #[test]
+    fn a_pair_rollouts_service_selecting_no_role_of_the_set_is_refused() {
+        let set: crate::api::disaggregatedset::DisaggregatedSet = serde_json::from_value(json!({
+            "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+            "metadata": {"name": "pd", "namespace": "ns"},
+            "spec": {"roles": [{"name": "prefill"}, {"name": "decode"}]}
+        }))
+        .unwrap();
+        let service = |role: &str| -> k8s_openapi::api::core::v1::Service {
+            serde_json::from_value(json!({"metadata": {"name": "pd-x"},
+                "spec": {"selector": {"disaggregatedset.x-k8s.io/name": "pd",
+                    "disaggregatedset.x-k8s.io/role": role}}}))
+            .unwrap()
+        };
+        let field = "spec.strategy.canary.trafficRoutings[0].service";
+        assert_eq!(pair_service_refusal(field, &set, &service("decode")), None);
+        let refused = pair_service_refusal(field, &set, &service("embed")).expect("refused");
+        assert_eq!(
+            refused.path,
+            "spec.strategy.canary.trafficRoutings[0].service"
+        );
+        for part in ["Service pd-x", "role embed", "prefill, decode"] {
+            assert!(refused.message.contains(part), "{refused}");
+        }
     }
 
     /// CREATE: each case is one refusal (path, a piece of its message), or none.

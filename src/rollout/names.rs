@@ -113,6 +113,8 @@ pub mod event {
     pub const CANARY_NOT_READY: &str = "CanaryNotReady";
     /// A trafficRoutings object does not exist.
     pub const TRAFFIC_ROUTING_NOT_FOUND: &str = "TrafficRoutingNotFound";
+    /// A pair's trafficRoutings Service does not select one role of the set (ours).
+    pub const TRAFFIC_ROUTING_INVALID: &str = "TrafficRoutingInvalid";
     /// The referenced workload does not exist.
     pub const WORKLOAD_NOT_FOUND: &str = "WorkloadNotFound";
     /// Unsupported workload, style, or a second Rollout for one workload.

@@ -101,6 +101,11 @@ pub struct StableWorkload {
     /// A DisaggregatedSet: every role of every slice runs `update_revision` at its full
     /// replicas, all ready (whatever else runs): the new pair a blue-green switch may go to.
     pub pair_whole: bool,
+    /// A DisaggregatedSet: its roles' names in spec order (empty for an LWS).
+    pub roles: Vec<String>,
+    /// A DisaggregatedSet: its roles with `scaling.mode: External`, in spec order (the pair
+    /// release holds while there are any; the Rollout's message says so).
+    pub external_roles: Vec<String>,
 }
 
 /// The kinds of workload a Rollout releases.
@@ -451,6 +456,8 @@ fn stable_workload(
         pair_rolled: None,
         release_groups: false,
         pair_whole: false,
+        roles: Vec::new(),
+        external_roles: Vec::new(),
     }
 }
 
@@ -547,5 +554,13 @@ pub fn pair_workload<'a>(
         kind: WorkloadKind::DisaggregatedSet,
         pair_rolled: Some(rolled),
         pair_whole: whole && !set.spec.roles.is_empty(),
+        roles: set.spec.roles.iter().map(|r| r.name.clone()).collect(),
+        external_roles: set
+            .spec
+            .roles
+            .iter()
+            .filter(|r| r.external())
+            .map(|r| r.name.clone())
+            .collect(),
     }
 }

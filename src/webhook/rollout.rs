@@ -13,7 +13,11 @@ use kube::{
 use tracing::warn;
 
 use super::review::{Review, request, typed};
-use crate::{api::rollout::Rollout, rollout::admission};
+use crate::{
+    api::{disaggregatedset::DisaggregatedSet, rollout::Rollout},
+    rollout::admission,
+};
+use k8s_openapi::api::core::v1::Service;
 
 /// Path of the Rollout validating endpoint.
 pub const VALIDATE_PATH: &str = "/validate-rollout";
@@ -56,7 +60,39 @@ pub async fn validate(
             );
         }
     };
-    Json(response(&request, &new, old.as_ref(), &others).into_review())
+    let mut answer = response(&request, &new, old.as_ref(), &others);
+    if answer.allowed
+        && let Some(refusal) = pair_service(&cluster, &new, old.as_ref(), &namespace).await
+    {
+        answer = AdmissionResponse::from(&request).deny(refusal.to_string());
+    }
+    Json(answer.into_review())
+}
+
+/// A pair Rollout naming a Service that is not a role Service of its set, when both exist
+/// now (two reads; the Rollout's controller reports what is created or changed later, and
+/// what cannot be read here).
+async fn pair_service(
+    cluster: &super::Cluster,
+    new: &Rollout,
+    old: Option<&Rollout>,
+    namespace: &str,
+) -> Option<admission::Refusal> {
+    let check = admission::pair_service_to_check(new, old)?;
+    let sets = kube::Api::<DisaggregatedSet>::namespaced(cluster.client.clone(), namespace);
+    let services = kube::Api::<Service>::namespaced(cluster.client.clone(), namespace);
+    let (set, service) = match (
+        sets.get_opt(&check.set).await,
+        services.get_opt(&check.service).await,
+    ) {
+        (Ok(Some(set)), Ok(Some(service))) => (set, service),
+        (Err(err), _) | (_, Err(err)) => {
+            warn!(error = %err, "cannot read a pair Rollout's set or Service for admission");
+            return None;
+        }
+        _ => return None,
+    };
+    admission::pair_service_refusal(check.field, &set, &service)
 }
 
 /// The answer for `new` (pure).

@@ -4,7 +4,9 @@
 //! template (the release starts over, the second revision's roles drained together), one role
 //! of the new pair losing its groups (out of traffic at once, the step held, the role named),
 //! the manager SIGKILLed at each phase (nothing created twice), and what Argo CD's own health
-//! evaluator and `kubectl lws rollout status` say of it.
+//! evaluator and `kubectl lws rollout status` say of it; bad input: a Service selecting no role
+//! of the set (refused, or reported with nothing written to it), a role scaled externally
+//! mid-release (the step held, the role named).
 
 use std::{
     collections::BTreeMap,
@@ -736,4 +738,240 @@ async fn crash_at_every_phase() -> anyhow::Result<()> {
     drop(watched);
     cc.finish();
     Ok(())
+}
+
+/// The message a refused write came back with.
+fn refusal(result: anyhow::Result<String>) -> anyhow::Result<String> {
+    match result {
+        Ok(name) => anyhow::bail!("Rollout {name} was admitted"),
+        Err(err) => Ok(format!("{err:?}")),
+    }
+}
+
+#[test]
+fn rollout_disaggregatedset_a_service_of_no_role_of_the_set_is_refused_or_reported()
+-> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("pd-svc-role", |ns| async move {
+            let (base, service, rollout) = example()?;
+            apply_set(&ns, &with_image(&base, "vllm:1")).await?;
+            let stable = wait_one_revision(&ns, None).await?;
+            let role_service = |name: &str, role: &str| -> anyhow::Result<Service> {
+                let mut svc = service.clone();
+                svc["metadata"]["name"] = json!(name);
+                svc["spec"]["selector"][ROLE_LABEL] = json!(role);
+                Ok(serde_json::from_value(svc)?)
+            };
+            let naming = |svc: &str| {
+                let mut r = rollout.clone();
+                r["spec"]["strategy"]["canary"]["trafficRoutings"][0]["service"] = json!(svc);
+                r
+            };
+
+            // The set and the Service exist: refused at admission, naming both and the roles.
+            ns.api::<Service>()
+                .create(&PostParams::default(), &role_service("pd-embed", "embed")?)
+                .await?;
+            let why =
+                refusal(crate::rollout_support::submit_rollout(&ns, &naming("pd-embed")).await)?;
+            for part in [
+                "trafficRoutings[0].service",
+                "Service pd-embed",
+                "role embed",
+                "prefill, decode",
+            ] {
+                ensure!(why.contains(part), "the refusal says {part}: {why}");
+            }
+            // Blue-green routes through its own strategy's trafficRoutings: checked the same.
+            let mut blue_green = naming("pd-embed");
+            let routings = blue_green["spec"]["strategy"]["canary"]["trafficRoutings"].clone();
+            blue_green["spec"]["strategy"] = json!({"blueGreen": {
+                "steps": [{"replicas": "100%", "traffic": "0%", "pause": {}},
+                    {"replicas": "100%", "traffic": "100%", "pause": {}}],
+                "trafficRoutings": routings}});
+            let why = refusal(crate::rollout_support::submit_rollout(&ns, &blue_green).await)?;
+            for part in [
+                "spec.strategy.blueGreen.trafficRoutings[0].service",
+                "Service pd-embed",
+                "role embed",
+            ] {
+                ensure!(
+                    why.contains(part),
+                    "the blue-green refusal says {part}: {why}"
+                );
+            }
+
+            // The Service made after the Rollout: a Warning and the Rollout's message, the
+            // release held before anything is made, and nothing written to the Service.
+            create_rollout(&ns, &naming("pd-late")).await?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &role_service("pd-late", "embed")?)
+                .await?;
+            create_route_to(&ns, crate::rollout_support::pair::ROUTE, "pd-late").await?;
+            apply_set(&ns, &with_image(&base, "vllm:2")).await?;
+            wait_rollout_named(
+                &ns,
+                ROLLOUT,
+                "says the Service has no role",
+                |r: &Rollout| {
+                    r.status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .is_some_and(|m| m.contains("pd-late") && m.contains("role embed"))
+                },
+            )
+            .await?;
+            wait_for_all(&ns.api::<Event>(), "", WAIT, |events| {
+                events.iter().any(|e| {
+                    e.involved_object.name.as_deref() == Some(ROLLOUT)
+                        && e.reason.as_deref() == Some("TrafficRoutingInvalid")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("pd-late") && m.contains("prefill, decode"))
+                })
+            })
+            .await
+            .context("a TrafficRoutingInvalid Event naming the Service and the roles")?;
+            let late = ns.api::<Service>().get("pd-late").await?;
+            ensure!(
+                late.spec.as_ref().and_then(|s| s.selector.clone())
+                    == role_service("pd-late", "embed")?
+                        .spec
+                        .and_then(|s| s.selector),
+                "the Service is not pinned: {:?}",
+                late.spec
+            );
+            ensure!(
+                ns.api::<Service>()
+                    .get_opt("pd-late-canary")
+                    .await?
+                    .is_none(),
+                "no canary Service is made from it"
+            );
+            ensure!(
+                pair_lws(&ns)
+                    .await?
+                    .iter()
+                    .all(|(_, revision, _, _)| *revision == stable),
+                "nothing of the new revision: {:?}",
+                pair_lws(&ns).await?
+            );
+
+            // The Service fixed to select the prefill role: the release goes on.
+            ns.api::<Service>()
+                .patch(
+                    "pd-late",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"selector": {ROLE_LABEL: "prefill"}}})),
+                )
+                .await?;
+            wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+            Ok(())
+        })
+    })
+}
+
+/// The set's release-groups annotation.
+async fn release_groups(ns: &TestNs) -> anyhow::Result<Option<Value>> {
+    let set = ns.api::<DisaggregatedSet>().get(SET).await?;
+    Ok(set
+        .annotations()
+        .get(RELEASE_GROUPS)
+        .map(|v| serde_json::from_str(v))
+        .transpose()?)
+}
+
+/// `set` with the decode role's `scaling.mode` (`None`: the field removed, Static).
+fn decode_scaling(set: &Value, mode: Option<&str>) -> Value {
+    let mut set = set.clone();
+    for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
+        if role["name"] == "decode" {
+            match mode {
+                Some(mode) => role["scaling"] = json!({"mode": mode}),
+                None => {
+                    if let Some(r) = role.as_object_mut() {
+                        r.remove("scaling");
+                    }
+                }
+            }
+        }
+    }
+    set
+}
+
+#[test]
+fn rollout_disaggregatedset_a_role_scaled_externally_mid_release_holds_the_step()
+-> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("pd-external", |ns| async move {
+            let p = paused_pair_release(&ns, |b| with_image(b, "vllm:2")).await?;
+            let v2 = with_image(&p.base, "vllm:2");
+            ensure!(
+                release_groups(&ns).await? == Some(json!({"decode": 1, "prefill": 1})),
+                "step 1's batch"
+            );
+            // Decode handed to an HPA mid-release: the step's share of it no longer means
+            // anything, so the release holds and says so.
+            apply_set(&ns, &decode_scaling(&v2, Some("External"))).await?;
+            // Both the release's message and the one `kubectl get rollout` shows.
+            wait_rollout_named(&ns, ROLLOUT, "names the External role", |r| {
+                canary_message(r).contains("role decode is scaled externally")
+                    && r.status
+                        .as_ref()
+                        .and_then(|s| s.message.as_deref())
+                        .is_some_and(|m| {
+                            m.contains("manually confirm")
+                                && m.contains("role decode is scaled externally")
+                        })
+            })
+            .await?;
+            wait_for_all(&ns.api::<Event>(), "", WAIT, |events| {
+                events.iter().any(|e| {
+                    e.involved_object.kind.as_deref() == Some("BatchRelease")
+                        && e.reason.as_deref() == Some("RoleScaledExternally")
+                        && e.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("role decode"))
+                })
+            })
+            .await
+            .context("a RoleScaledExternally Warning naming the role")?;
+            // Approved: step 2's batch is not written while decode is External.
+            approve_named(&ns, ROLLOUT).await?;
+            wait_for(
+                &ns.api::<BatchRelease>(),
+                ROLLOUT,
+                WAIT,
+                |br: Option<&BatchRelease>| {
+                    br.is_some_and(|br| {
+                        br.spec.release_plan.batch_partition == Some(1)
+                            && br.status.as_ref().is_some_and(|s| {
+                                s.observed_generation == br.metadata.generation
+                                    && s.message
+                                        .as_deref()
+                                        .is_some_and(|m| m.contains("scaled externally"))
+                            })
+                    })
+                },
+            )
+            .await
+            .context("the BatchRelease holds step 2's batch")?;
+            ensure!(
+                release_groups(&ns).await? == Some(json!({"decode": 1, "prefill": 1})),
+                "no batch is written while held: {:?}",
+                release_groups(&ns).await?
+            );
+            let r = ns.api::<Rollout>().get(ROLLOUT).await?;
+            ensure!(
+                step(&r).0 == 2 && step(&r).1 != "Completed",
+                "step 2 holds: {:?}",
+                step(&r)
+            );
+            // Static again: the release goes on and finishes.
+            apply_set(&ns, &decode_scaling(&v2, None)).await?;
+            wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
+            ensure!(wait_one_revision(&ns, Some(&p.stable)).await? == p.canary);
+            Ok(())
+        })
+    })
 }

@@ -29,6 +29,8 @@ pub struct SetObserved {
     pub slices: i32,
     /// Its roles in spec order: (name, replicas per slice).
     pub roles: Vec<(String, i32)>,
+    /// Roles with `scaling.mode: External` (their replicas are a scaler's, not the spec's).
+    pub external: Vec<String>,
     /// Revision of its role templates as they are now.
     pub update_revision: String,
     /// The hold annotation (the revision it ran when the release began).
@@ -331,6 +333,10 @@ pub fn plan(
         }
         None => None,
     };
+    if !set.external.is_empty() {
+        hold_for_external_roles(br, common, &stored, set, &released, written, now);
+        return out;
+    }
     let groups = match batch_groups(&share, &set.roles, written) {
         Ok(groups) => groups,
         Err(msg) => {
@@ -368,6 +374,66 @@ pub fn plan(
     }
     record(br, &mut out.common, &stored, batch, &groups, &p, now);
     out
+}
+
+/// Why a release holds while roles of the set are scaled externally (`external`, at least
+/// one), holding at `batch` (0-based).
+pub fn external_roles_message(external: &[String], batch: usize) -> String {
+    let (noun, verb) = if external.len() == 1 {
+        ("role", "is")
+    } else {
+        ("roles", "are")
+    };
+    format!(
+        "{noun} {} {verb} scaled externally (scaling.mode: External): a pair's step is a share \
+         of every role's spec.replicas, which an External role does not follow (its \
+         DisaggregatedSetRoleScaler, driven by an HPA, counts the new pair's groups too), so \
+         the release holds at batch {} with the groups it has; set scaling.mode: Static on the \
+         role to go on, or roll back",
+        external.join(", "),
+        batch + 1
+    )
+}
+
+/// A role scaled externally mid-release: no new batch is written, the batch already written
+/// keeps being read (a role of the new pair losing its last ready group still takes the pair
+/// out of traffic), and the status and a Warning name the roles.
+fn hold_for_external_roles(
+    br: &BatchRelease,
+    out: &mut BatchReleasePlan,
+    stored: &BatchReleaseStatus,
+    set: &SetObserved,
+    released: &str,
+    written: Option<&Groups>,
+    now: Timestamp,
+) {
+    let held = stored.canary_status.as_ref().map_or(0, |c| c.current_batch);
+    let held = usize::try_from(held).unwrap_or(0);
+    let why = external_roles_message(&set.external, held);
+    let progress = written.map(|groups| {
+        let p = pair_progress(
+            set,
+            released,
+            groups,
+            br.spec.release_plan.failure_threshold.as_ref(),
+        );
+        record(br, out, stored, held, groups, &p, now);
+        out.status.message.take().unwrap_or_default()
+    });
+    if !stored
+        .message
+        .as_deref()
+        .is_some_and(|m| m.starts_with(why.as_str()))
+    {
+        out.events.push(EventSpec::warning(
+            event::ROLE_SCALED_EXTERNALLY,
+            why.clone(),
+        ));
+    }
+    out.status.message = Some(match progress {
+        Some(p) if !p.is_empty() => format!("{why}; {p}"),
+        _ => why,
+    });
 }
 
 /// Writes the batch's progress into the status (Kruise's canaryStatus shape), with an Event

@@ -93,6 +93,7 @@ fn set(slices: i32, children: Vec<RoleLws>) -> SetObserved {
         hold: Some("old".into()),
         release_groups: None,
         in_place: false,
+        external: Vec::new(),
         children,
     }
 }
@@ -397,4 +398,109 @@ fn blue_green_promotion_grows_every_role_whole_while_held_then_completes() {
             "{policy} held {held}"
         );
     }
+}
+
+#[test]
+fn a_role_scaled_externally_mid_release_holds_the_batch_and_says_so() {
+    let now = Timestamp::UNIX_EPOCH;
+    let written = groups(&[("prefill", 1), ("decode", 1)]);
+    let new_pair = |decode_ready| {
+        vec![
+            child(0, "prefill", "old", 2, 2),
+            child(0, "decode", "old", 2, 2),
+            child(0, "prefill", "new", 1, 1),
+            child(0, "decode", "new", 1, decode_ready),
+        ]
+    };
+    let mut observed = set(1, new_pair(1));
+    observed.release_groups = Some(Ok(written.clone()));
+    observed.external = vec!["decode".into()];
+    // Batch 1 was ready; the step moved on to batch 2 after decode turned External.
+    let stored = json!({"updateRevision": "new", "phase": "Progressing",
+        "canaryStatus": {"currentBatch": 0, "currentBatchState": "Ready",
+            "updatedReplicas": 1, "updatedReadyReplicas": 1}});
+    // (batchPartition, decode's new groups ready, what the status must say)
+    type Case = (i32, i32, &'static [&'static str]);
+    let table: [Case; 3] = [
+        (
+            1,
+            1,
+            &[
+                "role decode is scaled externally",
+                "holds at batch 1",
+                "Static",
+            ],
+        ),
+        (0, 1, &["role decode is scaled externally", "batch 1"]),
+        // The new pair loses decode meanwhile: still read, still said.
+        (
+            1,
+            0,
+            &[
+                "role decode is scaled externally",
+                "role decode has no ready group",
+            ],
+        ),
+    ];
+    for (partition, decode_ready, says) in table {
+        let mut obs = observed.clone();
+        obs.children = new_pair(decode_ready);
+        let p = plan(
+            &br(Some(partition), stored.clone()),
+            PairStyle::Beside,
+            Some(&obs),
+            now,
+        );
+        assert_eq!(p.release_groups, None, "no batch is written while held");
+        let c = p.common.status.canary_status.clone().unwrap();
+        assert_eq!(c.current_batch, 0, "the batch held is the one written");
+        assert_eq!(c.updated_ready_replicas, decode_ready);
+        let message = p.common.status.message.clone().unwrap();
+        for part in says {
+            assert!(message.contains(part), "{message} lacks {part}");
+        }
+        assert!(
+            p.common
+                .events
+                .iter()
+                .any(|e| e.reason == "RoleScaledExternally" && e.note.contains("role decode")),
+            "{:?}",
+            p.common.events
+        );
+        // Said once: the same hold again is no new Warning.
+        let mut again = br(Some(partition), stored.clone());
+        again.status = Some(p.common.status.clone());
+        let p = plan(&again, PairStyle::Beside, Some(&obs), now);
+        assert!(
+            p.common
+                .events
+                .iter()
+                .all(|e| e.reason != "RoleScaledExternally"),
+            "{:?}",
+            p.common.events
+        );
+    }
+    // External before anything was written: nothing is, and the status says why.
+    let mut fresh = set(1, vec![]);
+    fresh.external = vec!["prefill".into(), "decode".into()];
+    let p = plan(
+        &br(Some(0), json!({})),
+        PairStyle::Beside,
+        Some(&fresh),
+        now,
+    );
+    assert_eq!(p.release_groups, None);
+    let message = p.common.status.message.unwrap();
+    assert!(
+        message.contains("roles prefill, decode are scaled externally"),
+        "{message}"
+    );
+    // Static again: the next batch is written.
+    let mut back = observed.clone();
+    back.external.clear();
+    let p = plan(&br(Some(1), stored), PairStyle::Beside, Some(&back), now);
+    assert_eq!(
+        p.release_groups,
+        Some(groups(&[("prefill", 2), ("decode", 2)]))
+    );
 }

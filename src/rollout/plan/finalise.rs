@@ -134,8 +134,13 @@ fn route_traffic_to_new(d: &mut Draft<'_>) -> bool {
             workload.replicas,
         );
         let message = format!(
-            "Rollout has been completed and some closing work is being done: the new side grows              to {want} groups before traffic moves to it ({ready}/{want} ready)"
+            "Rollout has been completed and some closing work is being done: the new side grows \
+             to {want} groups before traffic moves to it ({ready}/{want} ready)"
         );
+        let message = match super::steps::external_hold(d) {
+            Some(why) => format!("{message}; {why}"),
+            None => message,
+        };
         let now = d.now;
         status::progressing_message(d.status(), message, now);
         return false;

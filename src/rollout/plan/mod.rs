@@ -22,6 +22,7 @@ pub mod deadline;
 pub mod events;
 pub mod finalise;
 pub mod hash;
+pub mod pair_service;
 pub mod partition;
 pub mod phase;
 pub mod reason;

@@ -384,8 +384,9 @@ fn progressing(d: &mut Draft<'_>, w: &StableWorkload) {
     }
 }
 
-/// A fresh sub-status for this revision; waits for the traffic objects to exist and for
-/// Kruise's 3 seconds (the Rollout spec may trail the workload change by a moment).
+/// A fresh sub-status for this revision; waits for the traffic objects to exist (a pair's
+/// Service to select one role of the set) and for Kruise's 3 seconds (the Rollout spec may
+/// trail the workload change by a moment).
 fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
     let now = d.now;
     let n = routing::steps(d.obs).len();
@@ -412,9 +413,9 @@ fn initializing(d: &mut Draft<'_>, w: &StableWorkload) -> bool {
         });
     }
     if let Some(r) = routing::routing(d.obs)
-        && !d.traffic.missing.is_empty()
+        && d.traffic.blocked()
     {
-        routing::report_missing(d);
+        routing::report_blocked(d);
         // Users' traffic objects are not watched: look again after a grace period, or the
         // release never notices the object being created.
         let grace = r

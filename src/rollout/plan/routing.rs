@@ -38,6 +38,9 @@ pub struct TrafficState {
     pub ready: bool,
     /// Objects `trafficRoutings` names that do not exist, e.g. `Service vllm`.
     pub missing: Vec<String>,
+    /// Why the Service a pair's `trafficRoutings` names is not a role Service of the set
+    /// ([`super::pair_service`]): nothing is written to it and the release does not move.
+    pub invalid: Option<String>,
     /// The stored status's intent and the traffic plan for it, reused when the new status asks
     /// the same.
     stored: Option<(TrafficIntent, TrafficPlan)>,
@@ -48,8 +51,16 @@ impl Default for TrafficState {
         Self {
             ready: true,
             missing: Vec::new(),
+            invalid: None,
             stored: None,
         }
+    }
+}
+
+impl TrafficState {
+    /// An object is missing or the pair's Service is not one of the set's: the release waits.
+    pub fn blocked(&self) -> bool {
+        !self.missing.is_empty() || self.invalid.is_some()
     }
 }
 
@@ -58,16 +69,19 @@ pub fn observed(obs: &RolloutObserved) -> TrafficState {
     let (Some(routing_ref), Some(objects)) = (routing(obs), obs.traffic.as_ref()) else {
         return TrafficState::default();
     };
+    let invalid = pair_service_problem(obs, objects);
     let stored = obs.rollout.status.clone().unwrap_or_default();
     let Some(intent) = intent_for(obs, &stored) else {
         // Nothing asked yet (a release about to start): what a release needs must exist.
         return TrafficState {
             missing: named_but_absent(routing_ref, objects),
+            invalid,
             ..TrafficState::default()
         };
     };
     let plan = crate::traffic::plan::plan(routing_ref, &intent, objects, &owner(&obs.rollout));
     TrafficState {
+        invalid,
         ready: plan.in_place,
         missing: plan
             .problems
@@ -79,6 +93,19 @@ pub fn observed(obs: &RolloutObserved) -> TrafficState {
             .collect(),
         stored: Some((intent, plan)),
     }
+}
+
+/// Why the Service in `objects` is not a role Service of the DisaggregatedSet `obs` releases
+/// (`None` for an LWS, or without the set or the Service).
+fn pair_service_problem(
+    obs: &RolloutObserved,
+    objects: &crate::traffic::observe::TrafficObserved,
+) -> Option<String> {
+    let set = obs
+        .workload
+        .as_ref()
+        .filter(|w| w.kind == WorkloadKind::DisaggregatedSet)?;
+    super::pair_service::problem(objects.stable_service.as_ref()?, &set.name, &set.roles)
 }
 
 /// The objects `routing_ref` names that are not there (`Service vllm`, `HTTPRoute vllm`).
@@ -118,6 +145,10 @@ pub fn writes(
     else {
         return Vec::new();
     };
+    if state.invalid.is_some() && *intent != TrafficIntent::Restored {
+        // Never pin or copy a Service that is not the set's: it may be another set's entry.
+        return Vec::new();
+    }
     match &state.stored {
         Some((stored, plan)) if stored == intent => plan.writes.clone(),
         _ => crate::traffic::plan::plan(routing_ref, intent, objects, &owner(&obs.rollout)).writes,
@@ -365,8 +396,8 @@ pub fn settled(d: &mut Draft<'_>) -> bool {
         .unwrap_or(DEFAULT_GRACE_SECONDS)
         .max(0);
     let wait = std::time::Duration::from_secs(u64::try_from(grace.max(1)).unwrap_or(1));
-    if !d.traffic.missing.is_empty() {
-        report_missing(d);
+    if d.traffic.blocked() {
+        report_blocked(d);
         d.requeue(wait);
         return false;
     }
@@ -391,12 +422,22 @@ pub fn settled(d: &mut Draft<'_>) -> bool {
     }
 }
 
-/// Condition message and Warning event for trafficRoutings objects that do not exist.
-pub fn report_missing(d: &mut Draft<'_>) {
-    let message = format!(
-        "trafficRoutings: {} not found",
-        d.traffic.missing.join(", ")
-    );
+/// Condition message and Warning event for trafficRoutings objects that do not exist, or for
+/// a pair's Service that is not a role Service of the set.
+pub fn report_blocked(d: &mut Draft<'_>) {
+    let (reason, message) = match &d.traffic.invalid {
+        Some(why) => (
+            crate::rollout::names::event::TRAFFIC_ROUTING_INVALID,
+            format!("trafficRoutings: {why}"),
+        ),
+        None => (
+            crate::rollout::names::event::TRAFFIC_ROUTING_NOT_FOUND,
+            format!(
+                "trafficRoutings: {} not found",
+                d.traffic.missing.join(", ")
+            ),
+        ),
+    };
     let stored = d
         .obs
         .rollout
@@ -404,10 +445,7 @@ pub fn report_missing(d: &mut Draft<'_>) {
         .as_ref()
         .and_then(|s| s.message.clone());
     if stored.as_deref() != Some(message.as_str()) {
-        d.event(EventSpec::warning(
-            crate::rollout::names::event::TRAFFIC_ROUTING_NOT_FOUND,
-            message.clone(),
-        ));
+        d.event(EventSpec::warning(reason, message.clone()));
     }
     let now = d.now;
     status::progressing_message(d.status(), message, now);

@@ -6,7 +6,7 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::api::rollout::{CanaryStatus, RolloutCondition, RolloutStatus};
+use crate::api::rollout::{CanaryStatus, RolloutCondition, RolloutStatus, StepState};
 use crate::rollout::names::condition;
 
 /// The condition of `type_`, if present.
@@ -138,12 +138,16 @@ pub fn mirror_step(status: &mut RolloutStatus) {
     }
 }
 
-/// Keeps the stored `canaryReplicas` and `canaryStatus.message` when they are all that changed:
-/// they follow the canary LWS group by group (`steps::sync_batch_release`), and written on their
-/// own they were a status patch for every group created. They are written with the next change
-/// a reader acts on — a step or state, the phase, a condition or message, a group becoming
-/// ready (`canaryReadyReplicas` is never held back) — so `kubectl get` shows them fresh at
-/// every step state, and a stalled batch shows them with the message naming its groups.
+/// Keeps the stored `canaryReplicas` and `canaryStatus.message` when they are all that changed
+/// while a step's batch comes up (StepUpgrade): then they follow the canary LWS group by group
+/// (`steps::sync_batch_release`), and written on their own they were a status patch for every
+/// group created. They are written with the next change a reader acts on — a step or state,
+/// the phase, a condition or message, a group becoming ready (`canaryReadyReplicas` is never
+/// held back) — so `kubectl get` shows them fresh at every step state, and a stalled batch
+/// shows them with the message naming its groups. At any other state the batch is not coming
+/// up, so a new `canaryStatus.message` is the BatchRelease saying something new — a pair
+/// release holding on a role scaled externally while the Rollout waits at a paused step — and
+/// is written at once; only a lone `canaryReplicas` change is still held back.
 pub fn hold_progress(stored: Option<&RolloutStatus>, new: &mut RolloutStatus) {
     let Some(stored) = stored else {
         return;
@@ -154,10 +158,13 @@ pub fn hold_progress(stored: Option<&RolloutStatus>, new: &mut RolloutStatus) {
     if was.canary_ready_replicas != now.canary_ready_replicas {
         return;
     }
+    let upgrading = now.common.current_step_state == StepState::StepUpgrade;
     let mut held = new.clone();
     if let Some(c) = held.canary_status.as_mut() {
         c.canary_replicas = was.canary_replicas;
-        c.common.message = was.common.message.clone();
+        if upgrading {
+            c.common.message = was.common.message.clone();
+        }
     }
     if held == *stored {
         *new = held;
@@ -178,4 +185,68 @@ pub fn remaining(since: Option<&Time>, seconds: i64, now: Timestamp) -> Option<D
     let deadline = since.checked_add(SignedDuration::from_secs(seconds)).ok()?;
     let left = now.duration_until(deadline);
     (left > SignedDuration::ZERO).then(|| left.unsigned_abs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stored status at `state` with 1 group of the canary, ready.
+    fn at(state: StepState) -> RolloutStatus {
+        let mut s = RolloutStatus::default();
+        let c = canary(&mut s);
+        c.common.current_step_index = 1;
+        c.common.current_step_state = state;
+        c.common.message = Some("BatchRelease is at state Ready, rollout-id r, step 1".into());
+        c.canary_replicas = 1;
+        c.canary_ready_replicas = 1;
+        s
+    }
+
+    #[test]
+    fn progress_is_held_back_only_while_a_batch_comes_up() {
+        let holds = "BatchRelease is at state Ready, rollout-id r, step 1: role decode is scaled \
+                     externally";
+        // (step state, a new sub-status message, new canaryReplicas, new ready ones,
+        //  what is written: (canaryReplicas, message is the new one))
+        type Case = (StepState, Option<&'static str>, i32, i32, (i32, bool));
+        let table: [Case; 8] = [
+            // A batch coming up: a group created, or the message following it, waits.
+            (StepState::StepUpgrade, None, 2, 1, (1, false)),
+            (StepState::StepUpgrade, Some(holds), 2, 1, (1, false)),
+            // ... until a group is ready: all of it is written.
+            (StepState::StepUpgrade, Some(holds), 2, 2, (2, true)),
+            // Paused at a step: the BatchRelease saying something new is written at once
+            // (with the count beside it), a lone count still waits.
+            (StepState::StepPaused, Some(holds), 1, 1, (1, true)),
+            (StepState::StepPaused, Some(holds), 2, 1, (2, true)),
+            (StepState::StepPaused, None, 2, 1, (1, false)),
+            (StepState::StepReady, Some(holds), 1, 1, (1, true)),
+            (StepState::Completed, Some(holds), 1, 1, (1, true)),
+        ];
+        for (state, message, replicas, ready, (want_replicas, new_message)) in table {
+            let stored = at(state.clone());
+            let mut new = stored.clone();
+            let c = canary(&mut new);
+            if let Some(m) = message {
+                c.common.message = Some(m.into());
+            }
+            c.canary_replicas = replicas;
+            c.canary_ready_replicas = ready;
+            hold_progress(Some(&stored), &mut new);
+            let c = new.canary_status.clone().unwrap();
+            let case = format!("{state} {message:?} {replicas}/{ready}");
+            assert_eq!(c.canary_replicas, want_replicas, "{case}");
+            assert_eq!(
+                c.common.message.as_deref() == Some(holds),
+                new_message,
+                "{case}: {:?}",
+                c.common.message
+            );
+            // Nothing held back means nothing to write: the status is the stored one.
+            if want_replicas == 1 && !new_message && ready == 1 {
+                assert_eq!(new, stored, "{case}");
+            }
+        }
+    }
 }

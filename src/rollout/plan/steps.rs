@@ -18,7 +18,7 @@ use crate::release::{
     progress::{BatchProgress, batch_state, progress},
 };
 use crate::rollout::names::event;
-use crate::rollout::observe::BatchReleaseSummary;
+use crate::rollout::observe::{BatchReleaseSummary, WorkloadKind};
 
 use super::analysis::{self, StepVerdict};
 use super::{BatchReleaseAction, Draft, routing, status};
@@ -457,15 +457,18 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
         analysis::paused(d, index, steps, &why);
         return false;
     }
+    let hold = external_hold(d);
+    let held = |message: String| match &hold {
+        Some(why) => format!("{message}; {why}"),
+        None => message,
+    };
     let Some(seconds) = step.pause.as_ref().and_then(|p| p.duration) else {
-        status::progressing_message(d.status(), status::needs_approval(index, steps), now);
+        let message = held(status::needs_approval(index, steps));
+        status::progressing_message(d.status(), message, now);
         return false;
     };
-    status::progressing_message(
-        d.status(),
-        status::waiting_duration(index, steps, seconds),
-        now,
-    );
+    let message = held(status::waiting_duration(index, steps, seconds));
+    status::progressing_message(d.status(), message, now);
     let since = status::canary(d.status()).common.last_update_time.clone();
     match status::remaining(since.as_ref(), i64::from(seconds), now) {
         Some(left) => {
@@ -474,4 +477,26 @@ fn pause_over(d: &mut Draft<'_>, step: &CanaryStep, index: i32, steps: usize) ->
         }
         None => true,
     }
+}
+
+/// A pair release holds while a role of the set is scaled externally (its BatchRelease writes
+/// no new batch, `batchrelease::pair`): what the Rollout's message adds at a paused step or a
+/// blue-green switch, where nothing else would name it — approving the step only reaches the
+/// next batch, which holds too. `None` for an LWS or a set without an External role.
+pub fn external_hold(d: &Draft<'_>) -> Option<String> {
+    let w = d
+        .obs
+        .workload
+        .as_ref()
+        .filter(|w| w.kind == WorkloadKind::DisaggregatedSet)?;
+    let (noun, verb) = match w.external_roles.as_slice() {
+        [] => return None,
+        [_] => ("role", "is"),
+        _ => ("roles", "are"),
+    };
+    Some(format!(
+        "the release holds: {noun} {} {verb} scaled externally (scaling.mode: External), so \
+         no new batch is written until scaling.mode is Static again",
+        w.external_roles.join(", ")
+    ))
 }

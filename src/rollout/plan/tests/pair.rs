@@ -13,7 +13,11 @@ use crate::traffic::intent::{Leaders, TrafficIntent};
 
 /// The issue's three steps, releasing the set `vllm` (the world's workload, as a set).
 fn pair_world() -> World {
-    let mut w = World::new(three_steps());
+    as_pair(World::new(three_steps()))
+}
+
+/// `w`'s release, of the set `vllm` (the world's workload, as a set), its template changed.
+fn as_pair(mut w: World) -> World {
     w.obs.rollout.spec.workload_ref = ObjectRef {
         api_version: "disaggregatedset.x-k8s.io/v1".into(),
         kind: "DisaggregatedSet".into(),
@@ -22,11 +26,80 @@ fn pair_world() -> World {
     let s = w.obs.workload.as_mut().unwrap();
     s.kind = WorkloadKind::DisaggregatedSet;
     s.pair_rolled = Some(true);
+    s.roles = vec!["prefill".into(), "decode".into()];
+    w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
     w.reconcile();
     assert_eq!(w.status().phase.as_str(), "Healthy");
     w.change_template("rev2");
     w.obs.workload.as_mut().unwrap().pair_rolled = Some(false);
     w
+}
+
+/// The user's Service selecting the set `vllm`'s leaders of `role`.
+fn role_service(role: &str) -> k8s_openapi::api::core::v1::Service {
+    crate::traffic::fixtures::service(serde_json::json!({
+        "disaggregatedset.x-k8s.io/name": "vllm",
+        "disaggregatedset.x-k8s.io/role": role,
+    }))
+}
+
+#[test]
+fn a_service_the_set_has_no_role_for_holds_the_release_with_a_message_and_an_event() {
+    // (style, its world)
+    let table = [
+        ("canary", pair_world()),
+        ("partition", partition_pair_world()),
+        ("blue-green", blue_green_pair_world()),
+    ];
+    for (style, mut w) in table {
+        w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("embed"));
+        let before = w.obs.traffic.clone();
+        let p = w.reconcile();
+        let message = w.status().message.unwrap_or_default();
+        for part in [
+            "Service",
+            "role embed",
+            "DisaggregatedSet vllm",
+            "prefill, decode",
+        ] {
+            assert!(message.contains(part), "{style}: {message} lacks {part}");
+        }
+        assert!(
+            p.events
+                .iter()
+                .any(|e| e.severity == crate::k8s::events::Severity::Warning
+                    && e.reason == crate::rollout::names::event::TRAFFIC_ROUTING_INVALID
+                    && e.note.contains("role embed")),
+            "{style}: {:?}",
+            p.events
+        );
+        // Nothing moves and nothing is written to the Service, however often it is
+        // reconciled; the Warning is not repeated.
+        for _ in 0..3 {
+            w.advance(5);
+            let p = w.reconcile();
+            assert!(
+                p.traffic_writes.is_empty(),
+                "{style}: {:?}",
+                p.traffic_writes
+            );
+            assert!(
+                p.events
+                    .iter()
+                    .all(|e| e.reason != crate::rollout::names::event::TRAFFIC_ROUTING_INVALID),
+                "{style}"
+            );
+            assert_eq!(
+                p.batch_release,
+                crate::rollout::plan::BatchReleaseAction::Keep,
+                "{style}"
+            );
+        }
+        assert_eq!(w.obs.traffic, before, "{style}");
+        // The Service fixed: the release goes on.
+        w.obs.traffic.as_mut().unwrap().stable_service = Some(role_service("prefill"));
+        w.until("step 1 paused", at_state("StepPaused", 1));
+    }
 }
 
 /// (stable side, new side, canary weight) of the last traffic the plans asked for.
@@ -159,6 +232,14 @@ fn partition_pair_world() -> World {
     w
 }
 
+/// The blue-green example's steps: every group of each role at 0%, then the switch to 100%.
+fn blue_green_pair_world() -> World {
+    as_pair(World::blue_green(vec![
+        step(pct("100%"), Some("0%"), None),
+        step(pct("100%"), Some("100%"), None),
+    ]))
+}
+
 /// The BatchRelease's current batch (0-based) as the last plan left its spec.
 fn batch(w: &World) -> Option<i32> {
     w.obs
@@ -241,4 +322,64 @@ fn a_partition_step_leaving_the_stable_pair_a_group_keeps_the_previous_split_whi
         25,
         "the stable pair keeps groups: the previous split"
     );
+}
+
+#[test]
+fn a_paused_pair_release_names_a_role_scaled_externally_in_every_style() {
+    // What the BatchRelease says while it holds (`batchrelease::pair`), shortened.
+    let holds = "role decode is scaled externally (scaling.mode: External): ... so the \
+                 release holds at batch 1 with the groups it has; batch 1 (decode 1, prefill 1) \
+                 is Ready";
+    // (style, its world)
+    let table = [
+        ("canary", pair_world()),
+        ("partition", partition_pair_world()),
+        ("blue-green", blue_green_pair_world()),
+    ];
+    for (style, mut w) in table {
+        w.until("step 1 paused", at_state("StepPaused", 1));
+        // Decode handed to an HPA while the step waits for approval: the Rollout sees the set
+        // first, then the BatchRelease's status message (nothing else of it) changes.
+        w.obs.workload.as_mut().unwrap().external_roles = vec!["decode".into()];
+        w.reconcile();
+        let paused = w.status();
+        w.obs.batch_release.as_mut().unwrap().status.message = Some(holds.into());
+        let p = crate::rollout::plan::plan(&w.obs, w.now);
+        let field = crate::rollout::plan::style::in_flight(&w.obs.rollout).status_field();
+        let c = crate::rollout::plan::substatus::working(p.status.clone(), field)
+            .canary_status
+            .unwrap();
+        assert_eq!(
+            (
+                c.common.current_step_index,
+                c.common.current_step_state.as_str()
+            ),
+            (1, "StepPaused"),
+            "{style}: the step still waits"
+        );
+        let sub = c.common.message.unwrap_or_default();
+        assert!(
+            sub.contains("role decode is scaled externally"),
+            "{style}: the sub-status message is the BatchRelease's: {sub}"
+        );
+        let top = p.status.message.clone().unwrap_or_default();
+        assert!(
+            top.starts_with("Rollout is in step(1/") && top.contains("manually confirm"),
+            "{style}: still Kruise's pause: {top}"
+        );
+        assert!(
+            top.contains("role decode is scaled externally"),
+            "{style}: kubectl get's MESSAGE says why: {top}"
+        );
+        assert_ne!(
+            p.status, paused,
+            "{style}: the BatchRelease's news is written at once"
+        );
+        // Static again: the message is Kruise's alone.
+        w.obs.workload.as_mut().unwrap().external_roles.clear();
+        w.obs.batch_release.as_mut().unwrap().status.message = None;
+        w.reconcile();
+        let top = w.status().message.unwrap_or_default();
+        assert!(!top.contains("scaled externally"), "{style}: {top}");
+    }
 }
