@@ -96,8 +96,8 @@ struct Args {
     /// S5 and S5 pair: pods per group.
     #[arg(long, default_value_t = 2)]
     release_size: usize,
-    /// S5: the Rollouts' style, `canary`, `partition` or `bluegreen` (S5 pair is canary: the
-    /// only style a pair is released in).
+    /// S5: the Rollouts' style, `canary`, `partition` or `bluegreen` (S5 pair always runs
+    /// canary style, the new pair beside the stable one).
     #[arg(long, default_value = "canary")]
     release_style: String,
     /// Which controllers, in order: ours, upstream.
