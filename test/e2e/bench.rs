@@ -1,6 +1,6 @@
 //! The benchmark harness works (`lws-bench`, run at full size by `test/bench/run.sh`): a tiny
 //! run against both controllers, each on a cluster of its own, yields every figure, S5's release
-//! figures included (ours only). It asserts the harness — never a speed.
+//! figures and a prefill/decode pair's (S5 pair) included (ours only). It asserts the harness — never a speed.
 
 use std::process::Stdio;
 
@@ -33,6 +33,7 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
             format!("--rollouts={rollouts}"),
             "--release-groups=3".into(),
             "--release-size=1".into(),
+            "--scenarios=s1,s2,s3,s4,s5,s5pair".into(),
         ])
         .arg("--manager-bin")
         .arg(crate::harness::manager_bin())
@@ -126,11 +127,26 @@ async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow:
         let by = w["by_resource"].as_object().context("by_resource")?;
         assert!(by.keys().all(|k| !k.starts_with("events")), "{w:#}");
     }
-    assert!(
-        sides[1]["s5"].is_null(),
-        "upstream has no Rollouts: {:#}",
-        sides[1]
-    );
+    // S5 pair, ours only: the same release of prefill/decode sets; every approval is also
+    // seen as both roles' new LWSs written.
+    let pair = &sides[0]["s5pair"];
+    assert_eq!(pair["timed_out"], false, "{pair:#}");
+    assert_eq!(pair["workload"], "pair", "{pair:#}");
+    for k in [
+        "approve_to_write",
+        "approve_to_moved",
+        "approve_to_pair_written",
+    ] {
+        assert_eq!(pair[k]["n"], 2 * rollouts, "{k}: {pair:#}");
+    }
+    assert_eq!(pair["ready_to_step"]["n"], 3 * rollouts, "{pair:#}");
+    for scenario in ["s5", "s5pair"] {
+        assert!(
+            sides[1][scenario].is_null(),
+            "upstream has no Rollouts: {:#}",
+            sides[1]
+        );
+    }
 
     // Each side's cluster stopped: no recorded processes left.
     for side in ["ours", "upstream"] {

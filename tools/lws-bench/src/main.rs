@@ -15,6 +15,8 @@
 //! - S5 release (ours only: upstream LWS has no Rollouts): `--rollouts` canary Rollouts released
 //!   through manual pauses; approve → next write and batch ready → next step write, and the
 //!   manager's writes per step (`release.rs`).
+//! - S5 pair (`s5pair`, ours only): the same release of DisaggregatedSets (a prefill and a
+//!   decode role each), released as one pair; approve → both roles' new LWS written besides.
 //!
 //! `--scenarios` picks which run (S2 needs S1; S4 is read over whichever of S1/S2 ran).
 //!
@@ -81,19 +83,21 @@ struct Args {
     /// Unrelated pods for S3 (0 skips S3).
     #[arg(long, default_value_t = 5_000)]
     noise_pods: usize,
-    /// Which scenarios run: s1..s5 (S2 needs S1).
+    /// Which scenarios run: s1..s5 and s5pair (S2 needs S1; s5pair is not in the default).
     #[arg(long, value_delimiter = ',', default_value = "s1,s2,s3,s4,s5")]
     scenarios: Vec<String>,
-    /// S5: Rollouts released at once (ours only).
+    /// S5 and S5 pair: Rollouts released at once (ours only).
     #[arg(long, default_value_t = 6)]
     rollouts: usize,
-    /// S5: groups of each released LWS (the steps are 1 group, 2 groups, 100%).
+    /// S5: groups of each released LWS (the steps are 1 group, 2 groups, 100%); S5 pair: of
+    /// each role.
     #[arg(long, default_value_t = 3)]
     release_groups: usize,
-    /// S5: pods per group of each released LWS.
+    /// S5 and S5 pair: pods per group.
     #[arg(long, default_value_t = 2)]
     release_size: usize,
-    /// S5: the Rollouts' style, `canary`, `partition` or `bluegreen`.
+    /// S5: the Rollouts' style, `canary`, `partition` or `bluegreen` (S5 pair always runs
+    /// canary style, the new pair beside the stable one).
     #[arg(long, default_value = "canary")]
     release_style: String,
     /// Which controllers, in order: ours, upstream.
@@ -213,6 +217,7 @@ struct SideResult {
     s4_mutating: WebhookLatency,
     s4_validating: Option<WebhookLatency>,
     s5: Option<release::ReleaseResult>,
+    s5pair: Option<release::ReleaseResult>,
 }
 
 #[tokio::main]
@@ -225,8 +230,8 @@ async fn main() -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&args.state_root)?;
     for s in &args.scenarios {
-        if !matches!(s.as_str(), "s1" | "s2" | "s3" | "s4" | "s5") {
-            bail!("--scenarios takes s1..s5, got {s:?}");
+        if !matches!(s.as_str(), "s1" | "s2" | "s3" | "s4" | "s5" | "s5pair") {
+            bail!("--scenarios takes s1..s5 and s5pair, got {s:?}");
         }
     }
     if args.has("s2") && !args.has("s1") {
@@ -324,10 +329,12 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
              {detail}- level: None\n"
         ),
     )?;
-    // S5's LWSs hold at most twice their pods (stable and canary) plus the stable's surge.
+    // S5's LWSs hold at most twice their pods (stable and canary) plus the stable's surge; S5
+    // pair's sets as much per role.
+    let released_workloads = 1 + if args.has("s5pair") { 2 } else { 0 };
     let total_pods = args.lws * args.groups * args.size
         + args.noise_pods
-        + args.rollouts * args.release_groups * args.release_size * 3;
+        + args.rollouts * args.release_groups * args.release_size * 3 * released_workloads;
     let node_pods = (total_pods / 4 + 200).max(110).to_string();
     eprintln!("[bench] starting a fresh cluster in {}", dir.display());
     let mut cluster = Cluster {
@@ -573,25 +580,36 @@ async fn run_side(args: &Args, side: &str) -> anyhow::Result<SideResult> {
 
     watch.stop();
 
-    // ---- S5 release (ours only: upstream LWS has no Rollouts) ----
-    if args.has("s5") && side == "ours" {
+    // ---- S5 release and S5 pair (ours only: upstream LWS has no Rollouts) ----
+    for (scenario, pair) in [("s5", false), ("s5pair", true)] {
+        if !args.has(scenario) || side != "ours" {
+            continue;
+        }
         eprintln!(
-            "[bench] S5: releasing {} Rollouts of {} groups x size {}",
-            args.rollouts, args.release_groups, args.release_size
+            "[bench] {scenario}: releasing {} Rollouts of {} groups x size {}{}",
+            args.rollouts,
+            args.release_groups,
+            args.release_size,
+            if pair { " per role" } else { "" }
         );
         let sizes = release::Sizes {
             rollouts: args.rollouts,
             groups: args.release_groups,
             size: args.release_size,
-            blue_green: args.release_style == "bluegreen",
-            partition: args.release_style == "partition",
+            blue_green: !pair && args.release_style == "bluegreen",
+            partition: !pair && args.release_style == "partition",
+            pair,
         };
         let r = release::run(&client, sizes, timeout, args.concurrency, &audit, &|| {
             proc_.cpu_s()
         })
         .await?;
-        eprintln!("[bench] S5 done in {:.1}s", r.release_s);
-        result.s5 = Some(r);
+        eprintln!("[bench] {scenario} done in {:.1}s", r.release_s);
+        if pair {
+            result.s5pair = Some(r);
+        } else {
+            result.s5 = Some(r);
+        }
     }
 
     match side {
@@ -1435,6 +1453,12 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             args.rollouts, args.release_groups, args.release_size
         ));
     }
+    if args.has("s5pair") {
+        out.push_str(&format!(
+            " S5 pair: {} Rollouts of a DisaggregatedSet, prefill and decode {} groups × size {} each.",
+            args.rollouts, args.release_groups, args.release_size
+        ));
+    }
     out.push_str("\n\n");
     out.push_str(&format!(
         "| figure | ours | upstream {} | ours / upstream |\n|---|---:|---:|---:|\n",
@@ -1466,7 +1490,7 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             opt_ms(v.p99_ms)
         ));
     }
-    if let Some(r) = ours.and_then(|o| o.s5.as_ref()) {
+    for r in ours.into_iter().flat_map(|o| [&o.s5, &o.s5pair]).flatten() {
         out.push_str(&release_rows(r));
     }
     out.push('\n');
@@ -1484,11 +1508,14 @@ fn table(args: &Args, results: &[SideResult]) -> String {
             "{} S2 requests by resource: {:?}\n",
             r.side, r.s2_requests.by_resource
         ));
-        if let Some(rel) = &r.s5 {
+        for rel in [&r.s5, &r.s5pair].into_iter().flatten() {
             for w in &rel.writes {
                 out.push_str(&format!(
-                    "{} S5 step {} writes (all Rollouts): {:?}\n",
-                    r.side, w.step, w.by_resource
+                    "{} {} step {} writes (all Rollouts): {:?}\n",
+                    r.side,
+                    release_label(rel),
+                    w.step,
+                    w.by_resource
                 ));
             }
         }
@@ -1496,20 +1523,36 @@ fn table(args: &Args, results: &[SideResult]) -> String {
     out
 }
 
-/// S5's rows: ours only (upstream LWS has no Rollouts).
+/// The rows' prefix: `S5`, or `S5 pair` for DisaggregatedSets.
+fn release_label(r: &release::ReleaseResult) -> &'static str {
+    if r.workload == "pair" {
+        "S5 pair"
+    } else {
+        "S5"
+    }
+}
+
+/// S5's rows (and S5 pair's): ours only (upstream LWS has no Rollouts).
 fn release_rows(r: &release::ReleaseResult) -> String {
     let none = "– (no Rollouts)";
+    let pair = r.workload == "pair";
+    let s5 = release_label(r);
     let mut out = String::new();
     let mut row = |label: String, v: String| {
-        out.push_str(&format!("| {label} | {v} | {none} | |\n"));
+        out.push_str(&format!("| {s5} {label} | {v} | {none} | |\n"));
     };
     row(
         format!(
-            "S5 release of {} {} Rollouts ({} groups × size {}, {} steps), until all Completed (s{})",
+            "release of {} {} Rollouts ({} groups × size {}{}, {} steps), until all Completed (s{})",
             r.rollouts,
             r.style,
             r.groups,
             r.size,
+            if pair {
+                " of prefill and of decode"
+            } else {
+                ""
+            },
             r.steps,
             if r.timed_out {
                 "; > = did not finish"
@@ -1521,25 +1564,45 @@ fn release_rows(r: &release::ReleaseResult) -> String {
     );
     let d = |x: &Dist| format!("{:.0} / {:.0} (n={})", x.p50_ms, x.p99_ms, x.n);
     row(
-        "S5 approve → next BatchRelease/canary LWS write, p50 / p99 (ms)".into(),
+        if pair {
+            "approve → next BatchRelease/release-groups/new LWS write, p50 / p99 (ms)"
+        } else {
+            "approve → next BatchRelease/canary LWS write, p50 / p99 (ms)"
+        }
+        .into(),
         d(&r.approve_to_write),
     );
     row(
-        "S5 canary batch ready → Rollout's next step write, p50 / p99 (ms)".into(),
+        if pair {
+            "new pair's batch ready (both roles) → Rollout's next step write, p50 / p99 (ms)"
+        } else {
+            "canary batch ready → Rollout's next step write, p50 / p99 (ms)"
+        }
+        .into(),
         d(&r.ready_to_step),
     );
     if let Some(moved) = &r.approve_to_moved {
         row(
-            "S5 approve → the release partition that moves the next groups written, p50 / p99 (ms)"
-                .into(),
+            if pair {
+                "approve → the set's release-groups written, p50 / p99 (ms)"
+            } else {
+                "approve → the release partition that moves the next groups written, p50 / p99 (ms)"
+            }
+            .into(),
             d(moved),
         );
     }
-    row("S5 controller CPU (s)".into(), format!("{:.2}", r.cpu_s));
+    if let Some(written) = &r.approve_to_pair_written {
+        row(
+            "approve → both roles' new LWS written (the later), p50 / p99 (ms)".into(),
+            d(written),
+        );
+    }
+    row("controller CPU (s)".into(), format!("{:.2}", r.cpu_s));
     for w in &r.writes {
         row(
             format!(
-                "S5 {}{}: writes per Rollout by the release controllers / by the LWS controller",
+                "{}{}: writes per Rollout by the release controllers / by the {}",
                 if w.step > r.steps {
                     "promotion".to_string()
                 } else {
@@ -1549,6 +1612,11 @@ fn release_rows(r: &release::ReleaseResult) -> String {
                     " (with finalising)"
                 } else {
                     ""
+                },
+                if pair {
+                    "DisaggregatedSet and LWS controllers"
+                } else {
+                    "LWS controller"
                 }
             ),
             format!("{:.1} / {:.1}", w.release_per_rollout, w.lws_per_rollout),

@@ -14,9 +14,17 @@
 //!
 //! and counts the manager's writes per step and Rollout from the audit log (create, update,
 //! patch, delete; Events and Leases left out), split at the instants the bench approved.
+//!
+//! S5 pair (`--scenarios s5pair`) runs the same release on DisaggregatedSets instead: each a
+//! prefill and a decode role of `--release-groups` groups × `--release-size` pods, released as
+//! one pair by a canary Rollout with the same steps (a step's groups are of each role). There
+//! the release writes the batch on the set (`release-groups`) and the set's controller scales
+//! the new revision's LWS of each role, so it measures besides: approve → the set's
+//! `release-groups` written, and approve → both roles' new LWS written (the later of the two);
+//! a batch is ready when both roles' new LWSs are.
 
 use std::{
-    collections::{BTreeMap, HashMap},
+    collections::{BTreeMap, BTreeSet, HashMap},
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -25,10 +33,13 @@ use anyhow::{Context, bail};
 use futures::{StreamExt, TryStreamExt, future, stream};
 use kube::{
     Api, Client, ResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    api::{ApiResource, DynamicObject, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{BatchRelease, LeaderWorkerSet, Rollout};
+use lws_rollout::api::disaggregatedset::{
+    RELEASE_GROUPS_ANNOTATION, REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL,
+};
+use lws_rollout::api::{BatchRelease, DisaggregatedSet, LeaderWorkerSet, Rollout};
 use lws_rollout::lws::labels::RELEASE_PARTITION;
 use serde::Serialize;
 use serde_json::json;
@@ -43,6 +54,8 @@ const CANARY_LABEL: &str = "rollouts.kruise.io/canary-deployment";
 /// The steps: 1 group, 2 groups, everything; a manual pause after the first two (canary) or
 /// after all three (blue-green).
 const STEPS: usize = 3;
+/// A DisaggregatedSet's roles, released as one pair.
+const ROLES: [&str; 2] = ["prefill", "decode"];
 
 #[derive(Debug, Clone, Copy)]
 pub struct Sizes {
@@ -53,11 +66,38 @@ pub struct Sizes {
     pub blue_green: bool,
     /// Partition-style canary Rollouts (no second LWS).
     pub partition: bool,
+    /// DisaggregatedSets (a prefill/decode pair, `groups` groups per role) released by canary
+    /// Rollouts, instead of LWSs.
+    pub pair: bool,
 }
 
 impl Sizes {
     fn pauses(&self) -> usize {
         if self.blue_green { STEPS } else { STEPS - 1 }
+    }
+
+    /// The bench's names for its workloads and Rollouts: `<prefix>-NNNN`.
+    fn prefix(&self) -> &'static str {
+        if self.pair { "pair" } else { "rel" }
+    }
+
+    fn style(&self) -> &'static str {
+        if self.blue_green {
+            "bluegreen"
+        } else if self.partition {
+            "partition"
+        } else {
+            "canary"
+        }
+    }
+
+    /// The kind released, as the API server knows it.
+    fn workload(&self) -> ApiResource {
+        if self.pair {
+            ApiResource::erase::<DisaggregatedSet>(&())
+        } else {
+            ApiResource::erase::<LeaderWorkerSet>(&())
+        }
     }
 
     /// The sub-status kubectl-kruise approves.
@@ -75,11 +115,13 @@ impl Sizes {
 pub struct StepWrites {
     /// 1-based step; the last one includes the finalising (stable LWS released, canary removed).
     pub step: usize,
-    /// Writes to the Rollout, its BatchRelease and the LWS specs (canary and stable), per
-    /// Rollout: the release controllers' own writes.
+    /// Writes to the Rollout, its BatchRelease and the LWS specs (canary and stable) — for a
+    /// pair the set itself instead (its LWSs are its controller's) — per Rollout: the release
+    /// controllers' own writes.
     pub release_per_rollout: f64,
     /// Everything else the manager wrote for that Rollout's objects (the LWS controller making
-    /// the canary's StatefulSets and Services, LWS status), per Rollout.
+    /// the canary's StatefulSets and Services, LWS status; for a pair also the set's
+    /// controller scaling its LWSs and the set's status), per Rollout.
     pub lws_per_rollout: f64,
     /// `resource[/subresource] verb` → count, over all Rollouts.
     pub by_resource: BTreeMap<String, u64>,
@@ -87,8 +129,10 @@ pub struct StepWrites {
 
 #[derive(Debug, Default, Clone, Serialize)]
 pub struct ReleaseResult {
-    /// `canary` or `bluegreen`.
+    /// `canary`, `partition` or `bluegreen`.
     pub style: String,
+    /// `lws`, or `pair` (DisaggregatedSets of a prefill and a decode role, `groups` each).
+    pub workload: String,
     pub rollouts: usize,
     pub groups: usize,
     pub size: usize,
@@ -99,9 +143,12 @@ pub struct ReleaseResult {
     pub release_s: f64,
     pub approve_to_write: Dist,
     /// Partition style: approve → the user's LWS's next release partition (the write that
-    /// lets the next groups move).
+    /// lets the next groups move); pair: approve → the set's next `release-groups`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub approve_to_moved: Option<Dist>,
+    /// Pair: approve → both roles' new LWS written (the later of the two first writes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approve_to_pair_written: Option<Dist>,
     pub ready_to_step: Dist,
     pub cpu_s: f64,
     pub writes: Vec<StepWrites>,
@@ -129,12 +176,38 @@ struct State {
     canary_ready: HashMap<String, bool>,
     /// Rollout name → instants its canary LWS turned ready.
     ready_at: HashMap<String, Vec<Instant>>,
-    /// Partition style: the release partition last seen per LWS, and per BatchRelease the
-    /// batch last seen Ready.
+    /// The annotation that moves the next groups, last seen per workload (partition style:
+    /// the user's LWS's release partition; pair: the set's `release-groups`), and per
+    /// BatchRelease the batch last seen Ready (partition style).
     partitions: HashMap<String, String>,
     ready_batches: HashMap<String, i32>,
-    /// LWS name → instants a new release partition was first seen on it.
+    /// Workload name → instants a new such annotation was first seen on it.
     moved_at: HashMap<String, Vec<Instant>>,
+    /// Pair: a set's LWS name → (set, role, revision).
+    pair_lws: HashMap<String, (String, String, String)>,
+    /// Pair: set → the revision it ran before the template change (recorded by the bench
+    /// before it changes the template; every other revision's LWSs are the new pair's).
+    stable_revisions: HashMap<String, String>,
+    /// Pair: set → role → instants a new generation of the role's new LWS was first seen.
+    role_writes: HashMap<String, BTreeMap<String, Vec<Instant>>>,
+    /// Pair: set → whether every role's new LWS was last seen with all its groups ready.
+    pair_ready: HashMap<String, bool>,
+}
+
+impl State {
+    /// The single revision every role of `set` runs, once the bench has seen all of them.
+    fn settled_revision(&self, set: &str) -> Option<String> {
+        let seen: BTreeSet<(&str, &str)> = self
+            .pair_lws
+            .values()
+            .filter(|(s, ..)| s == set)
+            .map(|(_, role, rev)| (role.as_str(), rev.as_str()))
+            .collect();
+        let revisions: BTreeSet<&str> = seen.iter().map(|(_, rev)| *rev).collect();
+        let all_roles = ROLES.iter().all(|r| seen.iter().any(|(role, _)| role == r));
+        (all_roles && revisions.len() == 1)
+            .then(|| revisions.into_iter().next().unwrap_or_default().to_string())
+    }
 }
 
 /// Runs S5 against a cluster whose manager is `cpu_s`'s process; `audit` is its audit log.
@@ -146,12 +219,15 @@ pub async fn run(
     audit: &Audit,
     cpu_s: &dyn Fn() -> anyhow::Result<f64>,
 ) -> anyhow::Result<ReleaseResult> {
-    let names: Vec<String> = (0..sizes.rollouts).map(|i| format!("rel-{i:04}")).collect();
-    let lws_api: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), NS);
+    let names: Vec<String> = (0..sizes.rollouts)
+        .map(|i| format!("{}-{i:04}", sizes.prefix()))
+        .collect();
+    let workload_api: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), NS, &sizes.workload());
     let ro_api: Api<Rollout> = Api::namespaced(client.clone(), NS);
     let state = Arc::new(Mutex::new(State::default()));
     let changed = Arc::new(Notify::new());
-    let tasks = start_watches(client, &state, &changed, sizes.partition);
+    let tasks = start_watches(client, &state, &changed, sizes);
     wait(
         &state,
         &changed,
@@ -161,17 +237,18 @@ pub async fn run(
     )
     .await?;
 
-    // Stable LWSs Available, then their Rollouts Healthy (the LWS webhook must know a Rollout
-    // controls the LWS before its template changes).
+    // Stable workloads Available, then their Rollouts Healthy (the webhook must know a Rollout
+    // controls the workload before its template changes).
     stream::iter(names.iter().cloned())
         .map(|name| {
-            let (lws, ro) = (lws_api.clone(), ro_api.clone());
+            let (workload, ro) = (workload_api.clone(), ro_api.clone());
             async move {
-                let obj: LeaderWorkerSet =
-                    serde_json::from_value(lws_manifest(&name, sizes, IMAGE_V1))?;
-                lws.create(&PostParams::default(), &obj)
+                let obj: DynamicObject =
+                    serde_json::from_value(workload_manifest(&name, sizes, IMAGE_V1))?;
+                workload
+                    .create(&PostParams::default(), &obj)
                     .await
-                    .with_context(|| format!("creating LWS {name}"))?;
+                    .with_context(|| format!("creating {name}"))?;
                 let r: Rollout = serde_json::from_value(rollout_manifest(&name, sizes))?;
                 ro.create(&PostParams::default(), &r)
                     .await
@@ -196,20 +273,37 @@ pub async fn run(
         },
     )
     .await?;
+    if sizes.pair {
+        // Every LWS a set runs now is its stable pair's; those of any other revision are the
+        // new pair's.
+        wait(
+            &state,
+            &changed,
+            timeout,
+            "S5 pair: both roles of every set seen",
+            |s| names.iter().all(|n| s.settled_revision(n).is_some()),
+        )
+        .await?;
+        let mut s = state.lock().expect("state");
+        for n in &names {
+            let revision = s.settled_revision(n).unwrap_or_default();
+            s.stable_revisions.insert(n.clone(), revision);
+        }
+    }
 
-    // The release: a new image on every LWS; each Rollout approved at each pause.
+    // The release: a new image on every workload; each Rollout approved at each pause.
     let cpu0 = cpu_s()?;
     let a0 = audit.offset();
     let t0 = Instant::now();
     stream::iter(names.iter().cloned())
         .map(|name| {
-            let lws = lws_api.clone();
+            let workload = workload_api.clone();
             async move {
-                let patch = json!({"spec": {"leaderWorkerTemplate": {"workerTemplate": {"spec": {
-                    "containers": [{"name": "model", "image": IMAGE_V2}]}}}}});
-                lws.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                let patch = json!({"spec": workload_manifest(&name, sizes, IMAGE_V2)["spec"]});
+                workload
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
-                    .with_context(|| format!("updating LWS {name}"))?;
+                    .with_context(|| format!("updating {name}"))?;
                 anyhow::Ok(())
             }
         })
@@ -251,16 +345,29 @@ pub async fn run(
     let s = state.lock().expect("state");
     let mut approve_to_write = Vec::new();
     let mut approve_to_moved = Vec::new();
+    let mut approve_to_pair_written = Vec::new();
     let mut ready_to_step = Vec::new();
+    let no_roles = BTreeMap::new();
     for name in &names {
         let writes = s.spec_writes.get(name).map(Vec::as_slice).unwrap_or(&[]);
         let moved = s.moved_at.get(name).map(Vec::as_slice).unwrap_or(&[]);
+        let roles = s.role_writes.get(name).unwrap_or(&no_roles);
         for (at, _) in approvals.get(name).into_iter().flatten() {
             if let Some(w) = writes.iter().find(|w| *w > at) {
                 approve_to_write.push(w.duration_since(*at));
             }
             if let Some(m) = moved.iter().find(|m| *m > at) {
                 approve_to_moved.push(m.duration_since(*at));
+            }
+            // Each role's first write after the approval; the pair is written with the later.
+            let firsts: Vec<Instant> = ROLES
+                .iter()
+                .filter_map(|role| roles.get(*role)?.iter().find(|w| *w > at).copied())
+                .collect();
+            if firsts.len() == ROLES.len()
+                && let Some(last) = firsts.iter().max()
+            {
+                approve_to_pair_written.push(last.duration_since(*at));
             }
         }
         let changes = s
@@ -306,7 +413,7 @@ pub async fn run(
             return;
         }
         let name = obj["name"].as_str().unwrap_or_default();
-        // The bench's names are `rel-NNNN` and everything made for one starts with its name.
+        // The bench's names are `<prefix>-NNNN` and everything made for one starts with its name.
         let Some(owner) = names
             .iter()
             .find(|n| name == n.as_str() || name.starts_with(&format!("{n}-")))
@@ -324,8 +431,14 @@ pub async fn run(
             format!("{resource}/{sub} {verb}")
         };
         *w.by_resource.entry(key).or_default() += 1;
+        // A pair's LWSs are its set's controller's; the release writes the set.
+        let released = if sizes.pair {
+            "disaggregatedsets"
+        } else {
+            "leaderworkersets"
+        };
         let release = matches!(resource, "rollouts" | "batchreleases")
-            || (resource == "leaderworkersets" && sub.is_empty());
+            || (resource == released && sub.is_empty());
         if release {
             w.release_per_rollout += 1.0;
         } else {
@@ -338,14 +451,8 @@ pub async fn run(
     }
 
     Ok(ReleaseResult {
-        style: if sizes.blue_green {
-            "bluegreen"
-        } else if sizes.partition {
-            "partition"
-        } else {
-            "canary"
-        }
-        .into(),
+        style: sizes.style().into(),
+        workload: if sizes.pair { "pair" } else { "lws" }.into(),
         rollouts: sizes.rollouts,
         groups: sizes.groups,
         size: sizes.size,
@@ -353,7 +460,8 @@ pub async fn run(
         timed_out,
         release_s,
         approve_to_write: dist(approve_to_write),
-        approve_to_moved: sizes.partition.then(|| dist(approve_to_moved)),
+        approve_to_moved: (sizes.partition || sizes.pair).then(|| dist(approve_to_moved)),
+        approve_to_pair_written: sizes.pair.then(|| dist(approve_to_pair_written)),
         ready_to_step: dist(ready_to_step),
         cpu_s: cpu,
         writes,
@@ -435,12 +543,13 @@ fn start_watches(
     client: &Client,
     state: &Arc<Mutex<State>>,
     changed: &Arc<Notify>,
-    partition: bool,
+    sizes: Sizes,
 ) -> Vec<tokio::task::JoinHandle<()>> {
+    let partition = sizes.partition;
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), NS);
     let brs: Api<BatchRelease> = Api::namespaced(client.clone(), NS);
     let lws: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), NS);
-    vec![
+    let mut tasks = vec![
         spawn(rollouts, state, changed, |s, r: &Rollout, now| {
             let name = r.name_any();
             let status = r.status.clone().unwrap_or_default();
@@ -473,13 +582,9 @@ fn start_watches(
                 .find(|o| o.kind == "Rollout")
                 .map(|o| o.name.clone())
                 .unwrap_or_else(|| b.name_any());
-            new_generation(
-                s,
-                &format!("br/{}", b.name_any()),
-                b.metadata.generation,
-                owner.clone(),
-                now,
-            );
+            if new_generation(s, &format!("br/{}", b.name_any()), b.metadata.generation) {
+                s.spec_writes.entry(owner.clone()).or_default().push(now);
+            }
             // Partition style has no canary LWS: its batch is ready when the BatchRelease,
             // reading the moved groups, says so.
             let batch = b.status.as_ref().and_then(|st| st.canary_status.as_ref());
@@ -493,6 +598,9 @@ fn start_watches(
             }
         }),
         spawn(lws, state, changed, |s, l: &LeaderWorkerSet, now| {
+            if let Some(set) = l.labels().get(SET_NAME_LABEL).cloned() {
+                return on_pair_lws(s, l, set, now);
+            }
             let Some(stable) = l.labels().get(CANARY_LABEL).cloned() else {
                 // A user's LWS: in partition style the release moves its groups by a new
                 // release partition (an annotation: no new generation).
@@ -506,39 +614,86 @@ fn start_watches(
                 return;
             };
             let name = l.name_any();
-            let key = format!("lws/{name}");
-            new_generation(s, &key, l.metadata.generation, stable.clone(), now);
-            let want = l.spec.replicas.unwrap_or(1);
-            let ready = l
-                .status
-                .as_ref()
-                .and_then(|st| st.ready_replicas)
-                .unwrap_or(0);
-            // At least as many ready as asked for: a canary giving groups back at the end
-            // (spec first, then its status) is not a batch turning ready again.
-            let is_ready = want > 0 && ready >= want;
+            if new_generation(s, &format!("lws/{name}"), l.metadata.generation) {
+                s.spec_writes.entry(stable.clone()).or_default().push(now);
+            }
+            let is_ready = all_groups_ready(l);
             let was = s.canary_ready.insert(name, is_ready).unwrap_or(false);
             if is_ready && !was {
                 s.ready_at.entry(stable).or_default().push(now);
             }
         }),
-    ]
+    ];
+    if sizes.pair {
+        // The release moves a pair's next groups by the set's release-groups (an annotation:
+        // no new generation).
+        let sets: Api<DisaggregatedSet> = Api::namespaced(client.clone(), NS);
+        tasks.push(spawn(
+            sets,
+            state,
+            changed,
+            |s, d: &DisaggregatedSet, now| {
+                let name = d.name_any();
+                if let Some(groups) = d.annotations().get(RELEASE_GROUPS_ANNOTATION)
+                    && s.partitions.insert(name.clone(), groups.clone()).as_ref() != Some(groups)
+                {
+                    s.spec_writes.entry(name.clone()).or_default().push(now);
+                    s.moved_at.entry(name).or_default().push(now);
+                }
+            },
+        ));
+    }
+    tasks
 }
 
-/// Records `now` as a spec write of `rollout` when `key` shows a generation not seen before.
-fn new_generation(
-    s: &mut State,
-    key: &str,
-    generation: Option<i64>,
-    rollout: String,
-    now: Instant,
-) {
-    let generation = generation.unwrap_or(0);
-    if s.generations.get(key).is_some_and(|g| *g >= generation) {
+/// At least as many groups ready as asked for: a canary giving groups back at the end (spec
+/// first, then its status) is not a batch turning ready again.
+fn all_groups_ready(l: &LeaderWorkerSet) -> bool {
+    let want = l.spec.replicas.unwrap_or(1);
+    let ready = l.status.as_ref().and_then(|st| st.ready_replicas);
+    want > 0 && ready.unwrap_or(0) >= want
+}
+
+/// One of a set's LWSs seen: once the bench has recorded the set's stable revision, an LWS of
+/// another revision is the new pair's role; its new generations are the pair's writes, and the
+/// pair's batch is ready when every role's new LWS is.
+fn on_pair_lws(s: &mut State, l: &LeaderWorkerSet, set: String, now: Instant) {
+    let name = l.name_any();
+    let label = |key: &str| l.labels().get(key).cloned().unwrap_or_default();
+    let (role, revision) = (label(ROLE_LABEL), label(REVISION_LABEL));
+    s.pair_lws
+        .insert(name.clone(), (set.clone(), role.clone(), revision.clone()));
+    let Some(stable) = s.stable_revisions.get(&set).cloned() else {
+        return;
+    };
+    if revision == stable {
         return;
     }
+    if new_generation(s, &format!("lws/{name}"), l.metadata.generation) {
+        s.spec_writes.entry(set.clone()).or_default().push(now);
+        let roles = s.role_writes.entry(set.clone()).or_default();
+        roles.entry(role).or_default().push(now);
+    }
+    s.canary_ready.insert(name, all_groups_ready(l));
+    let complete = ROLES.iter().all(|want| {
+        s.pair_lws.iter().any(|(n, (st, role, rev))| {
+            *st == set && role == want && *rev != stable && s.canary_ready.get(n) == Some(&true)
+        })
+    });
+    let was = s.pair_ready.insert(set.clone(), complete).unwrap_or(false);
+    if complete && !was {
+        s.ready_at.entry(set).or_default().push(now);
+    }
+}
+
+/// Whether `key` shows a generation not seen before (recorded).
+fn new_generation(s: &mut State, key: &str, generation: Option<i64>) -> bool {
+    let generation = generation.unwrap_or(0);
+    if s.generations.get(key).is_some_and(|g| *g >= generation) {
+        return false;
+    }
     s.generations.insert(key.to_string(), generation);
-    s.spec_writes.entry(rollout).or_default().push(now);
+    true
 }
 
 fn spawn<K>(
@@ -579,12 +734,25 @@ where
     })
 }
 
-fn lws_manifest(name: &str, sizes: Sizes, image: &str) -> serde_json::Value {
+/// The released workload at `image`: an LWS, or a set of a prefill and a decode role of the
+/// same shape. Its `spec` is also the template change's merge patch.
+fn workload_manifest(name: &str, sizes: Sizes, image: &str) -> serde_json::Value {
+    let lws_spec = json!({"replicas": sizes.groups, "leaderWorkerTemplate": {"size": sizes.size,
+        "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}});
+    let ar = sizes.workload();
+    let spec = if sizes.pair {
+        let roles: Vec<_> = ROLES
+            .iter()
+            .map(|role| json!({"name": role, "spec": lws_spec}))
+            .collect();
+        json!({ "roles": roles })
+    } else {
+        lws_spec
+    };
     json!({
-        "apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+        "apiVersion": ar.api_version, "kind": ar.kind,
         "metadata": {"name": name},
-        "spec": {"replicas": sizes.groups, "leaderWorkerTemplate": {"size": sizes.size,
-            "workerTemplate": {"spec": {"containers": [{"name": "model", "image": image}]}}}}
+        "spec": spec
     })
 }
 
@@ -602,11 +770,12 @@ fn rollout_manifest(name: &str, sizes: Sizes) -> serde_json::Value {
             {"replicas": "100%"},
         ]}})
     };
+    let ar = sizes.workload();
     json!({
         "apiVersion": "rollouts.kruise.io/v1beta1", "kind": "Rollout",
         "metadata": {"name": name},
         "spec": {
-            "workloadRef": {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "name": name},
+            "workloadRef": {"apiVersion": ar.api_version, "kind": ar.kind, "name": name},
             "strategy": strategy
         }
     })
