@@ -2,7 +2,8 @@
 //! applied as shipped) against the real control plane, under requests through the proxy when
 //! the traffic layer runs: step 1 runs one new group of each role beside the whole stable pair,
 //! the new pair gets its share only once both of its roles are ready, approval finishes the
-//! release with the set's own rolling update, and not one request fails. Bad input: a 0-group
+//! release with the set's own rolling update, and not one request fails; with two slices, every
+//! slice takes the same step. Bad input: a 0-group
 //! step is refused at admission; a set scaled to zero,
 //! and a trafficRouting naming a Service that does not exist, are a Warning Event and the
 //! Rollout's message, not a stall.
@@ -15,16 +16,16 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     ResourceExt,
-    api::{Patch, PatchParams, PostParams},
+    api::{ListParams, Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{DisaggregatedSet, Rollout};
+use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet, Rollout};
 use serde_json::{Value, json};
 
 use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
 use crate::rollout_support::pair::{
-    GROUPS, REVISION_LABEL, ROLLOUT, ROUTE, SERVICE, SET, apply_set, canary_weight, example,
-    pair_lws, wait_one_revision, with_image,
+    GROUPS, REVISION_LABEL, ROLE_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set,
+    canary_weight, example, pair_lws, wait_one_revision, wait_one_revision_in, with_image,
 };
 use crate::rollout_support::{
     WAIT, approve_named, create_rollout, create_route_to, finished, host, on_big_stack, paused_at,
@@ -221,6 +222,118 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
                 all.assert_no_failures("the whole release")?;
                 eprintln!("pair release under load: {}", all.summary());
             }
+            Ok(())
+        })
+    })
+}
+
+/// The set's LWSs as (slice, role, revision, spec replicas, ready groups), sorted.
+async fn lws_by_slice(ns: &TestNs) -> anyhow::Result<Vec<(String, String, String, i32, i32)>> {
+    let mut out: Vec<_> = ns
+        .api::<LeaderWorkerSet>()
+        .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
+        .await?
+        .items
+        .iter()
+        .map(|l| {
+            let label = |k: &str| l.labels().get(k).cloned().unwrap_or_default();
+            (
+                label(lws_rollout::api::disaggregatedset::SLICE_LABEL),
+                label(ROLE_LABEL),
+                label(REVISION_LABEL),
+                l.spec.replicas.unwrap_or(1),
+                l.status
+                    .as_ref()
+                    .and_then(|s| s.ready_replicas)
+                    .unwrap_or(0),
+            )
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// A set of two slices released by the example's Rollout: every slice takes the same step (one
+/// new group of each role in each slice at step 1), the route gives the new pair weight only
+/// once every role of every slice has a ready group, the canary's ready count is its complete
+/// pairs (in each slice the fewest ready groups of any role, summed over the slices), and
+/// approval ends with every slice on the new revision.
+#[test]
+fn rollout_disaggregatedset_slices_take_each_step_together() -> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("rollout-pd-slices", |ns| async move {
+            const SLICES: usize = 2;
+            let (set, service, rollout) = example()?;
+            let mut set = with_image(&set, "vllm:1");
+            set["spec"]["slices"] = json!(SLICES);
+            apply_set(&ns, &set).await?;
+            let stable = wait_one_revision_in(&ns, SLICES, None).await?;
+            let svc: Service = serde_json::from_value(service)?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &svc)
+                .await?;
+            create_route_to(&ns, ROUTE, SERVICE).await?;
+            create_rollout(&ns, &rollout).await?;
+
+            let (guard, first_weight) = first_weight_seen(&ns, stable.clone());
+            let mut next = with_image(&set, "vllm:2");
+            next["spec"]["slices"] = json!(SLICES);
+            apply_set(&ns, &next).await?;
+            let r = wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+            let lws = lws_by_slice(&ns).await?;
+            let (held, new): (Vec<_>, Vec<_>) = lws.iter().partition(|l| l.2 == stable);
+            ensure!(
+                held.len() == 2 * SLICES
+                    && held.iter().all(|l| l.3 == GROUPS && l.4 == GROUPS)
+                    && new.len() == 2 * SLICES
+                    && new.iter().all(|l| l.3 == 1 && l.4 == 1),
+                "step 1: in each slice the stable pair keeps {GROUPS} groups per role and the \
+                 new pair has one ready group per role: {lws:?}"
+            );
+            let slices_seen: std::collections::BTreeSet<_> = new.iter().map(|l| &l.0).collect();
+            ensure!(
+                slices_seen.len() == SLICES,
+                "the new pair runs in every slice: {lws:?}"
+            );
+            let canary = r
+                .status
+                .as_ref()
+                .and_then(|s| s.canary_status.clone())
+                .context("canaryStatus")?;
+            ensure!(
+                canary.canary_ready_replicas == SLICES as i32,
+                "one complete new pair ready in each slice, counted over the slices: {canary:?}"
+            );
+            wait_for(
+                &ns.api::<HttpRoute>(),
+                ROUTE,
+                WAIT,
+                |r: Option<&HttpRoute>| r.is_some_and(|r| canary_weight(r) == 20),
+            )
+            .await?;
+            guard.await?;
+            let at_first_weight = first_weight.lock().unwrap().clone().unwrap_or_default();
+            ensure!(
+                at_first_weight.len() == 2 * SLICES
+                    && at_first_weight.iter().all(|(_, ready)| *ready >= 1),
+                "the route gave the new pair weight before every role of every slice was \
+                 ready: {at_first_weight:?}"
+            );
+
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
+            wait_one_revision_in(&ns, SLICES, Some(&stable)).await?;
+            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
+            ensure!(
+                !set_now
+                    .annotations()
+                    .contains_key("rollouts.kruise.io/stable-revision")
+                    && !set_now
+                        .annotations()
+                        .contains_key("lws-rollout.x-k8s.io/release-groups"),
+                "hold and release-groups lifted: {:?}",
+                set_now.annotations()
+            );
             Ok(())
         })
     })

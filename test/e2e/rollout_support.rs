@@ -748,6 +748,15 @@ pub mod pair {
     /// Waits until the set runs one revision (not `not`), every role at [`GROUPS`] ready
     /// groups; returns it.
     pub async fn wait_one_revision(ns: &TestNs, not: Option<&str>) -> anyhow::Result<String> {
+        wait_one_revision_in(ns, 1, not).await
+    }
+
+    /// [`wait_one_revision`] for a set of `slices` slices: every role of every slice.
+    pub async fn wait_one_revision_in(
+        ns: &TestNs,
+        slices: usize,
+        not: Option<&str>,
+    ) -> anyhow::Result<String> {
         let lws = wait_for_all(
             &ns.api::<LeaderWorkerSet>(),
             &format!("{SET_LABEL}={SET}"),
@@ -757,7 +766,7 @@ pub mod pair {
                     .iter()
                     .filter_map(|l| l.labels().get(REVISION_LABEL))
                     .collect();
-                all.len() == 2
+                all.len() == 2 * slices
                     && revisions.len() == 1
                     && revisions.iter().all(|r| Some(r.as_str()) != not)
                     && all.iter().all(|l| {
