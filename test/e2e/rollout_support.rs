@@ -120,7 +120,7 @@ pub fn blue_green_rollout(steps: Value, routing: Option<Value>) -> Value {
 /// second when the machine is idle, but not always while the suite's concurrent tests keep both
 /// cores busy; a test asserts the release's order (traffic first, then removal), not the
 /// proxy's speed.
-pub const GRACE_SECONDS: u32 = 2;
+pub const GRACE_SECONDS: u32 = 3;
 
 /// The routing through [`SERVICE`] and [`ROUTE`], with the tests' grace period.
 pub fn gateway_routing() -> Value {
