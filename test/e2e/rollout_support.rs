@@ -117,9 +117,10 @@ pub fn blue_green_rollout(steps: Value, routing: Option<Value>) -> Value {
 
 /// The grace period of the tests' traffic routings: the time a release waits after a traffic
 /// change before it removes what the old routes served. Traefik applies a change well within a
-/// second when the machine is idle, but not always while the suite's concurrent tests keep both
-/// cores busy; a test asserts the release's order (traffic first, then removal), not the
-/// proxy's speed.
+/// second when the machine is idle, but can take two while the suite's concurrent tests keep
+/// both cores busy (and the grace counts from the release's decision, before its route write
+/// returns); a test asserts the release's order (traffic first, then removal), not the proxy's
+/// speed.
 pub const GRACE_SECONDS: u32 = 3;
 
 /// The routing through [`SERVICE`] and [`ROUTE`], with the tests' grace period.
