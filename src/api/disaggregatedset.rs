@@ -107,6 +107,15 @@ pub struct DisaggregatedSetSpec {
 }
 
 impl DisaggregatedSetSpec {
+    /// The names of the roles whose replicas come from their DisaggregatedSetRoleScaler.
+    pub fn external_roles(&self) -> Vec<String> {
+        self.roles
+            .iter()
+            .filter(|r| r.external())
+            .map(|r| r.name.clone())
+            .collect()
+    }
+
     /// `spec.slices`, 1 when unset.
     pub fn slices(&self) -> i32 {
         self.slices.unwrap_or(1).max(1)

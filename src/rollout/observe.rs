@@ -555,12 +555,6 @@ pub fn pair_workload<'a>(
         pair_rolled: Some(rolled),
         pair_whole: whole && !set.spec.roles.is_empty(),
         roles: set.spec.roles.iter().map(|r| r.name.clone()).collect(),
-        external_roles: set
-            .spec
-            .roles
-            .iter()
-            .filter(|r| r.external())
-            .map(|r| r.name.clone())
-            .collect(),
+        external_roles: set.spec.external_roles(),
     }
 }

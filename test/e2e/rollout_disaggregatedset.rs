@@ -16,16 +16,16 @@ use gateway_api::apis::standard::httproutes::HttpRoute;
 use k8s_openapi::api::core::v1::Service;
 use kube::{
     ResourceExt,
-    api::{ListParams, Patch, PatchParams, PostParams},
+    api::{Patch, PatchParams, PostParams},
     runtime::{WatchStreamExt, watcher},
 };
-use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet, Rollout};
+use lws_rollout::api::{DisaggregatedSet, Rollout};
 use serde_json::{Value, json};
 
 use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
 use crate::rollout_support::pair::{
-    GROUPS, REVISION_LABEL, ROLE_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set,
-    canary_weight, example, pair_lws, wait_one_revision, wait_one_revision_in, with_image,
+    GROUPS, REVISION_LABEL, ROLLOUT, ROUTE, SERVICE, SET, apply_set, canary_weight, example,
+    pair_lws, pair_lws_by_slice, wait_one_revision, wait_one_revision_in, with_image,
 };
 use crate::rollout_support::{
     WAIT, approve_named, create_rollout, create_route_to, finished, host, on_big_stack, paused_at,
@@ -98,6 +98,18 @@ pub(crate) async fn pair_traffic(
             .is_some_and(|l| l.starts_with(&format!("{SET}-0-")) && l != stable_prefill)
     });
     Ok(Some(ReleaseTraffic::start(&t, plain, None, RATE, is_new)))
+}
+
+/// Fails unless the set's hold and its release-groups are gone.
+async fn hold_lifted(ns: &TestNs) -> anyhow::Result<()> {
+    let set = ns.api::<DisaggregatedSet>().get(SET).await?;
+    let annotations = set.annotations();
+    ensure!(
+        !annotations.contains_key("rollouts.kruise.io/stable-revision")
+            && !annotations.contains_key("lws-rollout.x-k8s.io/release-groups"),
+        "hold and release-groups lifted: {annotations:?}"
+    );
+    Ok(())
 }
 
 #[test]
@@ -188,17 +200,7 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
             approve_named(&ns, ROLLOUT).await?;
             wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
             let new_revision = wait_one_revision(&ns, Some(&stable)).await?;
-            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
-            ensure!(
-                !set_now
-                    .annotations()
-                    .contains_key("rollouts.kruise.io/stable-revision")
-                    && !set_now
-                        .annotations()
-                        .contains_key("lws-rollout.x-k8s.io/release-groups"),
-                "hold and release-groups lifted: {:?}",
-                set_now.annotations()
-            );
+            hold_lifted(&ns).await?;
             let svc_now = ns.api::<Service>().get(SERVICE).await?;
             ensure!(
                 svc_now.spec.and_then(|s| s.selector) == users_selector,
@@ -225,32 +227,6 @@ fn rollout_disaggregatedset_example_releases_the_pair_in_lockstep_losing_no_requ
             Ok(())
         })
     })
-}
-
-/// The set's LWSs as (slice, role, revision, spec replicas, ready groups), sorted.
-async fn lws_by_slice(ns: &TestNs) -> anyhow::Result<Vec<(String, String, String, i32, i32)>> {
-    let mut out: Vec<_> = ns
-        .api::<LeaderWorkerSet>()
-        .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
-        .await?
-        .items
-        .iter()
-        .map(|l| {
-            let label = |k: &str| l.labels().get(k).cloned().unwrap_or_default();
-            (
-                label(lws_rollout::api::disaggregatedset::SLICE_LABEL),
-                label(ROLE_LABEL),
-                label(REVISION_LABEL),
-                l.spec.replicas.unwrap_or(1),
-                l.status
-                    .as_ref()
-                    .and_then(|s| s.ready_replicas)
-                    .unwrap_or(0),
-            )
-        })
-        .collect();
-    out.sort();
-    Ok(out)
 }
 
 /// A set of two slices released by the example's Rollout: every slice takes the same step (one
@@ -280,7 +256,7 @@ fn rollout_disaggregatedset_slices_take_each_step_together() -> anyhow::Result<(
             next["spec"]["slices"] = json!(SLICES);
             apply_set(&ns, &next).await?;
             let r = wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
-            let lws = lws_by_slice(&ns).await?;
+            let lws = pair_lws_by_slice(&ns).await?;
             let (held, new): (Vec<_>, Vec<_>) = lws.iter().partition(|l| l.2 == stable);
             ensure!(
                 held.len() == 2 * SLICES
@@ -323,17 +299,7 @@ fn rollout_disaggregatedset_slices_take_each_step_together() -> anyhow::Result<(
             approve_named(&ns, ROLLOUT).await?;
             wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
             wait_one_revision_in(&ns, SLICES, Some(&stable)).await?;
-            let set_now = ns.api::<DisaggregatedSet>().get(SET).await?;
-            ensure!(
-                !set_now
-                    .annotations()
-                    .contains_key("rollouts.kruise.io/stable-revision")
-                    && !set_now
-                        .annotations()
-                        .contains_key("lws-rollout.x-k8s.io/release-groups"),
-                "hold and release-groups lifted: {:?}",
-                set_now.annotations()
-            );
+            hold_lifted(&ns).await?;
             Ok(())
         })
     })

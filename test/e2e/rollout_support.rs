@@ -724,6 +724,19 @@ pub mod pair {
 
     /// The set's LWSs as (role, revision, spec replicas, ready groups), sorted.
     pub async fn pair_lws(ns: &TestNs) -> anyhow::Result<Vec<(String, String, i32, i32)>> {
+        let mut out: Vec<_> = pair_lws_by_slice(ns)
+            .await?
+            .into_iter()
+            .map(|(_, role, revision, replicas, ready)| (role, revision, replicas, ready))
+            .collect();
+        out.sort();
+        Ok(out)
+    }
+
+    /// The set's LWSs as (slice, role, revision, spec replicas, ready groups), sorted.
+    pub async fn pair_lws_by_slice(
+        ns: &TestNs,
+    ) -> anyhow::Result<Vec<(String, String, String, i32, i32)>> {
         let mut out: Vec<_> = ns
             .api::<LeaderWorkerSet>()
             .list(&ListParams::default().labels(&format!("{SET_LABEL}={SET}")))
@@ -731,9 +744,11 @@ pub mod pair {
             .items
             .iter()
             .map(|l| {
+                let label = |k: &str| l.labels().get(k).cloned().unwrap_or_default();
                 (
-                    l.labels().get(ROLE_LABEL).cloned().unwrap_or_default(),
-                    l.labels().get(REVISION_LABEL).cloned().unwrap_or_default(),
+                    label(lws_rollout::api::disaggregatedset::SLICE_LABEL),
+                    label(ROLE_LABEL),
+                    label(REVISION_LABEL),
                     l.spec.replicas.unwrap_or(1),
                     l.status
                         .as_ref()

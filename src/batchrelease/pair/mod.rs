@@ -84,13 +84,7 @@ pub fn set_observed<'a>(
             .iter()
             .map(|r| (r.name.clone(), r.replicas()))
             .collect(),
-        external: set
-            .spec
-            .roles
-            .iter()
-            .filter(|r| r.external())
-            .map(|r| r.name.clone())
-            .collect(),
+        external: set.spec.external_roles(),
         update_revision: crate::disaggregatedset::revision::revision(&set.spec.roles)
             .unwrap_or_default(),
         hold: annotations
