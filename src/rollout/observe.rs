@@ -78,8 +78,11 @@ pub struct StableWorkload {
     pub current_revision: String,
     /// Revision key of `spec.leaderWorkerTemplate` as it is now.
     pub update_revision: String,
-    /// `spec.replicas` (groups).
+    /// `spec.replicas` (groups; a DisaggregatedSet's complete pairs, summed over its slices).
     pub replicas: i32,
+    /// Slices the groups are spread over, a release's step taking its share of each on its
+    /// own: a DisaggregatedSet's `spec.slices`, 1 for an LWS (0, as 1, in a default value).
+    pub slices: i32,
     /// `status.readyReplicas` (groups with every pod ready).
     pub ready_replicas: i32,
     /// `status.updatedReplicas` (groups on `update_revision`).
@@ -443,6 +446,7 @@ fn stable_workload(
             .unwrap_or_else(|| update_revision.clone()),
         update_revision,
         replicas: lws.spec.replicas.unwrap_or(1),
+        slices: 1,
         ready_replicas: status.ready_replicas.unwrap_or(0),
         updated_replicas: status.updated_replicas.unwrap_or(0),
         hold,
@@ -539,6 +543,7 @@ pub fn pair_workload<'a>(
             .unwrap_or_else(|| update_revision.clone()),
         update_revision,
         replicas,
+        slices,
         ready_replicas: ready,
         updated_replicas: updated,
         release_groups: set

@@ -27,6 +27,7 @@ pub mod partition;
 pub mod phase;
 pub mod reason;
 pub mod routing;
+pub mod share;
 pub mod status;
 pub mod steps;
 pub mod style;

@@ -15,7 +15,7 @@ use crate::api::rollout::{
     CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState, TrafficRoutingRef,
 };
 use crate::k8s::events::EventSpec;
-use crate::release::{groups::desired_groups, names::canary_name, progress::CanaryCounts};
+use crate::release::{names::canary_name, progress::CanaryCounts};
 use crate::rollout::observe::owner;
 use crate::rollout::observe::{RolloutObserved, WorkloadKind};
 use crate::traffic::{
@@ -26,6 +26,7 @@ use crate::traffic::{
 
 use super::Draft;
 use super::reason::{self as finalise, Reason, TrafficStage};
+use super::share::StableSize;
 use super::status;
 use super::style::Style;
 
@@ -269,7 +270,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         TrafficStage::Restored => TrafficIntent::Restored,
         // The switch waits until the new side can serve what the user's LWS serves.
         TrafficStage::ToNew if switching && !new_side_whole(obs, workload.replicas) => {
-            step_intent(obs, status, workload.replicas, live, &release)
+            step_intent(obs, status, StableSize::of(workload), live, &release)
         }
         TrafficStage::ToNew => TrafficIntent::Release {
             stable_lws: second.clone(),
@@ -278,7 +279,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         },
         // A step that already runs without the split stays without it.
         TrafficStage::ToStable
-            if step_intent(obs, status, workload.replicas, live, &release)
+            if step_intent(obs, status, StableSize::of(workload), live, &release)
                 == TrafficIntent::Restored =>
         {
             TrafficIntent::Restored
@@ -286,7 +287,7 @@ pub fn intent_for(obs: &RolloutObserved, status: &RolloutStatus) -> Option<Traff
         TrafficStage::ToStable => TrafficIntent::ToStable {
             stable_lws: stable.clone(),
         },
-        TrafficStage::Step => step_intent(obs, status, workload.replicas, live, &release),
+        TrafficStage::Step => step_intent(obs, status, StableSize::of(workload), live, &release),
     })
 }
 
@@ -317,7 +318,7 @@ pub fn new_side_whole(obs: &RolloutObserved, replicas: i32) -> bool {
 fn step_intent(
     obs: &RolloutObserved,
     status: &RolloutStatus,
-    stable_replicas: i32,
+    stable: StableSize,
     live: Option<&CanaryCounts>,
     release: &dyn Fn(CanaryRoute) -> TrafficIntent,
 ) -> TrafficIntent {
@@ -339,32 +340,22 @@ fn step_intent(
         // leaves the stable side nothing to serve with. Everything goes to the new side's
         // ready groups from the moment the step starts, so the last stable groups move only
         // once no request is sent to them (the step waits for this route and its grace
-        // before its batch), and no share is left to an empty stable side after.
-        _ if style == Style::Partition && empties_stable(step, stable_replicas) => {
-            CanaryRoute::all()
-        }
+        // before its batch), and no share is left to an empty stable side after. A set's
+        // step takes its share of each slice ([`StableSize`]): `replicas: 2` of two slices of
+        // two pairs moves all four.
+        _ if style == Style::Partition && stable.emptied_by(step) => CanaryRoute::all(),
         StepState::BeforeStepUpgrade | StepState::StepUpgrade => index
             .checked_sub(2)
             .and_then(|prev| steps.get(prev))
             .filter(|prev| style.routes(prev))
-            .filter(|prev| {
-                let wanted = prev
-                    .replicas
-                    .as_ref()
-                    .map_or(0, |r| desired_groups(r, stable_replicas));
-                wanted <= ready
-            })
+            .filter(|prev| stable.step_groups(prev) <= ready)
             .map_or_else(CanaryRoute::none, CanaryRoute::for_step),
         _ => CanaryRoute::for_step(step),
     };
     let (route, ready) = match live {
         Some(counts) => {
             let serving = counts.ready.min(counts.spec_replicas).max(0);
-            let groups = step
-                .replicas
-                .as_ref()
-                .map_or(0, |r| desired_groups(r, stable_replicas));
-            (route.scaled_to(serving, groups), serving)
+            (route.scaled_to(serving, stable.step_groups(step)), serving)
         }
         None => (route, ready),
     };
@@ -373,16 +364,6 @@ fn step_intent(
     } else {
         route
     })
-}
-
-/// Whether `step` moves every group the stable side has (`stable_replicas`, a pair's complete
-/// pairs): in partition style the stable side is then left with none.
-fn empties_stable(step: &CanaryStep, stable_replicas: i32) -> bool {
-    stable_replicas > 0
-        && step
-            .replicas
-            .as_ref()
-            .is_some_and(|r| desired_groups(r, stable_replicas) >= stable_replicas)
 }
 
 /// Whether the traffic the status being built asks for is in place and has had its grace

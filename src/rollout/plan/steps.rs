@@ -21,6 +21,7 @@ use crate::rollout::names::event;
 use crate::rollout::observe::{BatchReleaseSummary, WorkloadKind};
 
 use super::analysis::{self, StepVerdict};
+use super::share::StableSize;
 use super::{BatchReleaseAction, Draft, routing, status};
 use crate::k8s::events::EventSpec;
 
@@ -33,11 +34,10 @@ pub fn natural_next(current: i32, steps: usize) -> i32 {
     }
 }
 
-/// Groups a step asks for against the stable LWS's replicas.
-pub fn step_groups(step: &CanaryStep, stable_replicas: i32) -> i32 {
-    step.replicas
-        .as_ref()
-        .map_or(0, |r| desired_groups(r, stable_replicas))
+/// Groups a step asks for against the stable side, counted as the canary's groups are (a
+/// set's share is taken in each slice: [`StableSize`]).
+pub fn step_groups(step: &CanaryStep, stable: StableSize) -> i32 {
+    stable.step_groups(step)
 }
 
 pub(super) fn stable_replicas(d: &Draft<'_>) -> i32 {
@@ -60,7 +60,7 @@ pub fn correct_next(d: &mut Draft<'_>) {
 pub fn jump(d: &mut Draft<'_>) -> bool {
     let steps = routing::steps(d.obs);
     let n = steps.len();
-    let replicas = stable_replicas(d);
+    let stable = StableSize::observed(d.obs);
     let now = d.now;
     let c = status::canary(d.status());
     let target = c.common.next_step_index;
@@ -71,7 +71,7 @@ pub fn jump(d: &mut Draft<'_>) -> bool {
     let idx = usize::try_from(target - 1).unwrap_or(0);
     c.common.current_step_index = target;
     c.common.next_step_index = natural_next(target, n);
-    c.common.current_step_state = if step_groups(&steps[idx], replicas) == c.canary_replicas {
+    c.common.current_step_state = if step_groups(&steps[idx], stable) == c.canary_replicas {
         StepState::StepTrafficRouting
     } else {
         StepState::BeforeStepUpgrade
@@ -84,14 +84,14 @@ pub fn jump(d: &mut Draft<'_>) -> bool {
 /// groups cover what the BatchRelease's current batch already has.
 pub fn plan_changed(d: &mut Draft<'_>) {
     let steps = routing::steps(d.obs);
-    let replicas = stable_replicas(d);
+    let stable = StableSize::observed(d.obs);
     let have = d.obs.batch_release.as_ref().map(|br| {
         let plan = &br.spec.release_plan;
         let batches = plan.batches.clone().unwrap_or_default();
         let at = usize::try_from(plan.batch_partition.unwrap_or(0)).unwrap_or(0);
         batches
             .get(at.min(batches.len().saturating_sub(1)))
-            .map_or(0, |b| desired_groups(&b.canary_replicas, replicas))
+            .map_or(0, |b| stable.groups(&b.canary_replicas))
     });
     let hash = d.hash.clone();
     let now = d.now;
@@ -107,7 +107,7 @@ pub fn plan_changed(d: &mut Draft<'_>) {
             let mut target = i32::try_from(steps.len()).unwrap_or(1);
             for i in order {
                 target = i32::try_from(i + 1).unwrap_or(1);
-                if have <= step_groups(&steps[i], replicas) {
+                if have <= step_groups(&steps[i], stable) {
                     break;
                 }
             }

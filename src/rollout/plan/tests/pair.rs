@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
 use super::at_state;
 use super::world::{World, pct, step, three_steps};
-use crate::api::rollout::ObjectRef;
+use crate::api::rollout::{CanaryStep, ObjectRef};
 use crate::rollout::observe::WorkloadKind;
 use crate::rollout::plan::{BatchReleaseAction, HoldAction, accept};
 use crate::traffic::intent::{Leaders, TrafficIntent};
@@ -322,6 +322,112 @@ fn a_partition_step_leaving_the_stable_pair_a_group_keeps_the_previous_split_whi
         25,
         "the stable pair keeps groups: the previous split"
     );
+}
+
+/// A partition-style release of a set of `slices` slices of `per_slice` pairs, in `steps`.
+fn sliced_partition_pair_world(slices: i32, per_slice: i32, steps: Vec<CanaryStep>) -> World {
+    let mut w = World::new(steps);
+    w.obs
+        .rollout
+        .spec
+        .strategy
+        .canary
+        .as_mut()
+        .unwrap()
+        .enable_extra_workload_for_canary = false;
+    let s = w.obs.workload.as_mut().unwrap();
+    s.slices = slices;
+    s.replicas = slices * per_slice;
+    s.ready_replicas = s.replicas;
+    s.updated_replicas = s.replicas;
+    as_pair(w)
+}
+
+/// The canary weight the route had when the plan asked the BatchRelease for the last step's
+/// batch, every step before it approved.
+fn weight_when_the_last_batch_moves(w: &mut World) -> Option<i32> {
+    let n = routing_steps(w);
+    for index in 1..n {
+        w.until("step paused", at_state("StepPaused", index));
+        w.approve();
+    }
+    let last = i32::try_from(n - 1).unwrap();
+    for _ in 0..20 {
+        let before = weight(w);
+        let p = w.reconcile();
+        if let BatchReleaseAction::Apply(br) = &p.batch_release
+            && br.spec.release_plan.batch_partition == Some(last)
+        {
+            return Some(before);
+        }
+        if let Some(d) = p.requeue_after {
+            w.advance(i64::try_from(d.as_secs().max(1)).unwrap());
+        }
+    }
+    None
+}
+
+fn routing_steps(w: &World) -> i32 {
+    i32::try_from(crate::rollout::plan::routing::steps(&w.obs).len()).unwrap()
+}
+
+/// A set's step takes its share of every slice (`batchrelease::pair`), while the Rollout's
+/// counts are pairs summed over slices: a step that moves every stable group of every slice
+/// sends everything to the new pair before its groups move, whatever the slices; a step that
+/// leaves each slice a stable group keeps the previous split while it moves.
+#[test]
+fn a_partition_step_moving_every_slices_last_stable_groups_sends_them_nothing_first() {
+    let int = IntOrString::Int;
+    // (slices, pairs per slice, steps (replicas, traffic), weight while the last batch moves)
+    let table = [
+        (1, 2, vec![(int(1), "50%"), (int(2), "100%")], 100),
+        (2, 2, vec![(int(1), "50%"), (int(2), "100%")], 100),
+        (1, 4, vec![(int(1), "25%"), (int(2), "50%")], 25),
+        (2, 3, vec![(int(1), "30%"), (int(2), "60%")], 30),
+        (
+            2,
+            3,
+            vec![(int(1), "30%"), (int(2), "60%"), (int(3), "100%")],
+            100,
+        ),
+        (2, 2, vec![(pct("50%"), "50%"), (pct("100%"), "100%")], 100),
+        // 60% of a slice's two pairs is both of them, rounded up in each slice.
+        (2, 2, vec![(pct("25%"), "25%"), (pct("60%"), "60%")], 100),
+        (1, 4, vec![(pct("25%"), "25%"), (pct("60%"), "60%")], 25),
+    ];
+    for (slices, per_slice, steps, want) in table {
+        let case = format!("{slices} slice(s) of {per_slice}, steps {steps:?}");
+        let steps = steps
+            .into_iter()
+            .map(|(replicas, traffic)| step(replicas, Some(traffic), None))
+            .collect();
+        let mut w = sliced_partition_pair_world(slices, per_slice, steps);
+        assert_eq!(
+            weight_when_the_last_batch_moves(&mut w),
+            Some(want),
+            "{case}"
+        );
+        if want == 100 {
+            // The stable side stays without traffic to the end of the step.
+            let done = |w: &World| {
+                matches!(
+                    w.canary().common.current_step_state.as_str(),
+                    "StepPaused" | "Completed"
+                )
+            };
+            for _ in 0..40 {
+                if done(&w) {
+                    break;
+                }
+                let p = w.reconcile();
+                assert_eq!(weight(&w), 100, "{case}: at {:?}", w.at());
+                if let Some(d) = p.requeue_after {
+                    w.advance(i64::try_from(d.as_secs().max(1)).unwrap());
+                }
+            }
+            assert!(done(&w), "{case}: the step never ended; at {:?}", w.at());
+        }
+    }
 }
 
 #[test]

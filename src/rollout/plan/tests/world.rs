@@ -330,6 +330,14 @@ impl World {
     /// canary LWS scaled to the batch (its status caught up) and the BatchRelease's status.
     fn run_batch_release(&mut self) {
         let replicas = self.obs.workload.as_ref().map_or(0, |w| w.replicas);
+        // A set's BatchRelease gives every role of every slice the share of that slice's
+        // groups (`batchrelease::pair`): its counts are complete pairs summed over slices.
+        let slices = self
+            .obs
+            .workload
+            .as_ref()
+            .filter(|w| w.kind == crate::rollout::observe::WorkloadKind::DisaggregatedSet)
+            .map(|w| w.slices.max(1));
         let releasing = self.canary().canary_revision;
         let healthy = self.canary_healthy;
         let finalises = self.br_finalises;
@@ -360,10 +368,13 @@ impl World {
             return;
         };
         let batches = br.spec.release_plan.batches.clone().unwrap_or_default();
-        let want = desired_groups(
-            &batches[usize::try_from(partition).unwrap()].canary_replicas,
-            replicas,
-        );
+        let share = &batches[usize::try_from(partition).unwrap()].canary_replicas;
+        let want = match slices {
+            Some(slices) => {
+                slices * crate::batchrelease::pair::plan::role_groups(share, replicas / slices)
+            }
+            None => desired_groups(share, replicas),
+        };
         let have = br
             .status
             .canary_status
