@@ -14,7 +14,10 @@ use crate::api::rollout::{
     CanaryStep, CanaryStrategy, ObjectRef, Rollout, RolloutPause, RolloutSpec, RolloutStrategy,
     TrafficRoutingRef,
 };
-use crate::release::{groups::desired_groups, progress::CanaryCounts};
+use crate::release::{
+    groups::{desired_groups, scaled},
+    progress::CanaryCounts,
+};
 use crate::rollout::names;
 use crate::rollout::observe::{BatchReleaseSummary, RolloutObserved, RunSummary, StableWorkload};
 use crate::rollout::plan::{BatchReleaseAction, FinalizerAction, HoldAction, RolloutPlan, plan};
@@ -331,7 +334,8 @@ impl World {
     fn run_batch_release(&mut self) {
         let replicas = self.obs.workload.as_ref().map_or(0, |w| w.replicas);
         // A set's BatchRelease gives every role of every slice the share of that slice's
-        // groups (`batchrelease::pair`): its counts are complete pairs summed over slices.
+        // groups, rounded up, at least one (`batchrelease::pair::plan::role_groups`, which
+        // this layer may not import): its counts are complete pairs summed over slices.
         let slices = self
             .obs
             .workload
@@ -371,7 +375,9 @@ impl World {
         let share = &batches[usize::try_from(partition).unwrap()].canary_replicas;
         let want = match slices {
             Some(slices) => {
-                slices * crate::batchrelease::pair::plan::role_groups(share, replicas / slices)
+                let per_slice = replicas / slices;
+                let groups = scaled(share, per_slice).unwrap_or(0);
+                slices * groups.clamp(1.min(per_slice), per_slice)
             }
             None => desired_groups(share, replicas),
         };
