@@ -351,7 +351,7 @@ fn weight_when_the_last_batch_moves(w: &mut World) -> Option<i32> {
         w.until("step paused", at_state("StepPaused", index));
         w.approve();
     }
-    let last = i32::try_from(n - 1).unwrap();
+    let last = n - 1;
     for _ in 0..20 {
         let before = weight(w);
         let p = w.reconcile();
