@@ -139,8 +139,10 @@ fn rollout_disaggregatedset_partition_int_steps_with_slices_lose_no_request() ->
             }
 
             // Step 2 moves every stable group of every slice: everything goes to the new pair
-            // before they go.
+            // before they go. Its int is not "100%", so it pauses too.
             let (going_watch, going) = watch_going(&ns, &stable);
+            approve_named(&ns, ROLLOUT).await?;
+            wait_rollout_named(&ns, ROLLOUT, "paused at step 2", paused_at(2)).await?;
             approve_named(&ns, ROLLOUT).await?;
             wait_rollout_named(&ns, ROLLOUT, "finished", finished("True")).await?;
             wait_one_revision_in(&ns, SLICES, Some(&stable)).await?;
