@@ -18,7 +18,7 @@ use lws_rollout::{
     api::{DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset::SET_NAME_LABEL},
     batchrelease::names::CANARY_LABEL,
     cli::{
-        self, actions,
+        self, actions, pair_revert,
         status::{self, Verdict},
         summary, traffic,
     },
@@ -197,6 +197,12 @@ async fn run(args: Args) -> anyhow::Result<u8> {
                     .await
                     .context("patching the Rollout's status")?;
                 println!("rollout.rollouts.kruise.io/{name} rolled back to step {step}");
+            } else if rollout.spec.workload_ref.is_disaggregated_set() {
+                let revision = undo_pair_template(&client, &ns, &rollout).await?;
+                println!(
+                    "disaggregatedset.disaggregatedset.x-k8s.io/{} role templates reverted to revision {revision}; rollout.rollouts.kruise.io/{name} cancels the release",
+                    rollout.spec.workload_ref.name
+                );
             } else {
                 let revision = undo_template(&client, &ns, &rollout).await?;
                 println!(
@@ -448,6 +454,32 @@ async fn undo_template(client: &Client, ns: &str, rollout: &Rollout) -> anyhow::
     Ok(key)
 }
 
+/// `undo` of a pair release without --fast: writes the held pair's role templates, read back
+/// from its LWSs, into the DisaggregatedSet and returns the revision.
+async fn undo_pair_template(
+    client: &Client,
+    ns: &str,
+    rollout: &Rollout,
+) -> anyhow::Result<String> {
+    let sets: Api<DisaggregatedSet> = Api::namespaced(client.clone(), ns);
+    let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
+    let name = &rollout.spec.workload_ref.name;
+    let set = sets
+        .get(name)
+        .await
+        .with_context(|| format!("disaggregatedset {ns}/{name}"))?;
+    let lws = lwss
+        .list(&ListParams::default().labels(&format!("{SET_NAME_LABEL}={name}")))
+        .await?
+        .items;
+    let (patch, revision) = pair_revert::pair_template_revert_patch(&set, &lws)?;
+    let patch: json_patch::Patch = serde_json::from_value(patch)?;
+    sets.patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .with_context(|| format!("reverting the role templates of disaggregatedset {ns}/{name}"))?;
+    Ok(revision)
+}
+
 async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
     let rollouts: Api<Rollout> = Api::namespaced(client.clone(), ns);
     let lwss: Api<LeaderWorkerSet> = Api::namespaced(client.clone(), ns);
@@ -456,6 +488,24 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
         .await
         .with_context(|| format!("rollout {ns}/{name}"))?;
     let workload = &rollout.spec.workload_ref.name;
+    let traffic = traffic_lines(client, ns, &rollout).await?;
+    if rollout.spec.workload_ref.is_disaggregated_set() {
+        let sets: Api<DisaggregatedSet> = Api::namespaced(client.clone(), ns);
+        let set = sets.get_opt(workload).await?;
+        let lws = lwss
+            .list(&ListParams::default().labels(&format!("{SET_NAME_LABEL}={workload}")))
+            .await?
+            .items;
+        let sides = set.as_ref().map(|s| status::pair_sides(&rollout, s, &lws));
+        return Ok(summary::render(&summary::SummaryInput {
+            rollout: &rollout,
+            workload: summary::Sides::Pair {
+                set: set.as_ref(),
+                sides: sides.as_ref(),
+            },
+            traffic,
+        }));
+    }
     let stable = lwss.get_opt(workload).await?;
     let canary = lwss
         .list(&ListParams::default().labels(&format!("{CANARY_LABEL}={workload}")))
@@ -463,6 +513,23 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
         .items
         .into_iter()
         .max_by_key(|l| l.creation_timestamp());
+    Ok(summary::render(&summary::SummaryInput {
+        rollout: &rollout,
+        workload: summary::Sides::Lws {
+            stable: stable.as_ref(),
+            canary: canary.as_ref(),
+        },
+        traffic,
+    }))
+}
+
+/// The traffic split of the Rollout's first trafficRouting as it is in the cluster: where it
+/// was read from and its lines (`None`: no trafficRoutings).
+async fn traffic_lines(
+    client: &Client,
+    ns: &str,
+    rollout: &Rollout,
+) -> anyhow::Result<Option<(String, Vec<String>)>> {
     let strategy = &rollout.spec.strategy;
     let routing = strategy
         .canary
@@ -504,10 +571,5 @@ async fn summary_text(client: &Client, ns: &str, name: &str) -> anyhow::Result<S
             }
         }
     };
-    Ok(summary::render(&summary::SummaryInput {
-        rollout: &rollout,
-        stable: stable.as_ref(),
-        canary: canary.as_ref(),
-        traffic,
-    }))
+    Ok(traffic)
 }

@@ -4,6 +4,7 @@
 //! objects read from the cluster, so it is unit-tested without one. See `docs/kubectl-lws.md`.
 
 pub mod actions;
+pub mod pair_revert;
 pub mod status;
 pub mod summary;
 pub mod traffic;

@@ -9,10 +9,14 @@ use kube::ResourceExt;
 
 use super::{
     actions::steps,
-    status::{StepView, current_step, line, step_traffic, step_view},
+    status::{
+        PairSides, StepView, Workload, current_step, line, line_of, step_traffic, step_view,
+        step_view_of,
+    },
 };
 use crate::{
-    api::{LeaderWorkerSet, Rollout},
+    api::{DisaggregatedSet, LeaderWorkerSet, Rollout, disaggregatedset::HELD_REVISION_ANNOTATION},
+    batchrelease::pair::plan::role_groups,
     lws::labels::RELEASE_PARTITION,
     release::groups::desired_groups,
     rollout::names::STABLE_REVISION,
@@ -22,12 +26,25 @@ use crate::{
 pub struct SummaryInput<'a> {
     /// The Rollout.
     pub rollout: &'a Rollout,
-    /// Its workload, if it exists.
-    pub stable: Option<&'a LeaderWorkerSet>,
-    /// The canary LWS of the release in flight, if any.
-    pub canary: Option<&'a LeaderWorkerSet>,
+    /// Its workload's sides.
+    pub workload: Sides<'a>,
     /// Which object the split was read from (`HTTPRoute vllm`), and its lines.
     pub traffic: Option<(String, Vec<String>)>,
+}
+
+/// The workload's sides as read.
+pub enum Sides<'a> {
+    /// An LWS release: the workload, if it exists, and the canary LWS of the release in
+    /// flight, if any.
+    Lws {
+        stable: Option<&'a LeaderWorkerSet>,
+        canary: Option<&'a LeaderWorkerSet>,
+    },
+    /// A pair release: the DisaggregatedSet, if it exists, and both sides of each role.
+    Pair {
+        set: Option<&'a DisaggregatedSet>,
+        sides: Option<&'a PairSides>,
+    },
 }
 
 /// The summary text.
@@ -36,44 +53,31 @@ pub fn render(input: &SummaryInput<'_>) -> String {
     let mut out = String::new();
     let ns = r.namespace().unwrap_or_default();
     let _ = writeln!(out, "Rollout {ns}/{}", r.name_any());
-    let _ = writeln!(out, "  {}", line(r, input.stable));
-    let view = step_view(r, input.stable);
-    let _ = writeln!(out, "Workload LeaderWorkerSet {}", r.spec.workload_ref.name);
-    match input.stable {
-        Some(lws) => {
-            let _ = writeln!(out, "  stable: {}", groups(lws));
-            if let Some(hold) = lws.annotations().get(STABLE_REVISION) {
-                let _ = writeln!(out, "  held on revision {hold} ({STABLE_REVISION})");
-            }
+    let (view, per_role) = match input.workload {
+        Sides::Lws { stable, canary } => {
+            let _ = writeln!(out, "  {}", line(r, stable));
+            lws_sides(&mut out, r, stable, canary);
+            let groups: Box<dyn Fn(&IntOrString) -> String> = match stable {
+                Some(l) => {
+                    let total = l.spec.replicas.unwrap_or(1);
+                    Box::new(move |v| desired_groups(v, total).to_string())
+                }
+                None => Box::new(|_| "?".into()),
+            };
+            (step_view(r, stable), groups)
         }
-        None => {
-            let _ = writeln!(out, "  stable: not found");
+        Sides::Pair { set, sides } => {
+            let _ = writeln!(out, "  {}", line_of(r, sides.map(Workload::Pair)));
+            pair_sides(&mut out, r, set, sides);
+            let groups: Box<dyn Fn(&IntOrString) -> String> = match set {
+                Some(set) => Box::new(move |v| pair_groups(set, v)),
+                None => Box::new(|_| "?".into()),
+            };
+            (step_view_of(r, sides.map(|s| s.pairs)), groups)
         }
-    }
-    let in_place = input
-        .stable
-        .and_then(|lws| Some((lws, lws.annotations().get(RELEASE_PARTITION)?)));
-    match (input.canary, in_place) {
-        (Some(lws), _) => {
-            let _ = writeln!(out, "  canary: {} ({})", groups(lws), lws.name_any());
-        }
-        // Partition style: the new side is the user's own groups from the release partition up.
-        (None, Some((lws, partition))) => {
-            let last = lws.spec.replicas.unwrap_or(1) - 1;
-            let _ = writeln!(
-                out,
-                "  canary: in place, groups {partition}..{last} of {} move to the new template \
-                 ({RELEASE_PARTITION}: {partition})",
-                lws.name_any()
-            );
-        }
-        (None, None) => {
-            let _ = writeln!(out, "  canary: none");
-        }
-    }
+    };
     let _ = writeln!(out, "Steps:");
     let _ = writeln!(out, "       STEP  REPLICAS  GROUPS  TRAFFIC       PAUSE");
-    let stable_replicas = input.stable.map(|l| l.spec.replicas.unwrap_or(1));
     for (i, step) in steps(r).iter().enumerate() {
         let n = i as i32 + 1;
         let marker = if n == view.index { "->" } else { "  " };
@@ -82,10 +86,7 @@ pub fn render(input: &SummaryInput<'_>) -> String {
             Some(IntOrString::String(s)) => s.clone(),
             None => "-".into(),
         };
-        let groups = match (&step.replicas, stable_replicas) {
-            (Some(v), Some(total)) => desired_groups(v, total).to_string(),
-            _ => "?".into(),
-        };
+        let groups = step.replicas.as_ref().map_or_else(|| "?".into(), &per_role);
         let pause = match step.pause.as_ref().map(|p| p.duration) {
             None => "-".to_string(),
             Some(None) => "approval".to_string(),
@@ -117,6 +118,100 @@ pub fn render(input: &SummaryInput<'_>) -> String {
         }
     }
     out
+}
+
+/// The workload block of an LWS release: the stable LWS and the canary side.
+fn lws_sides(
+    out: &mut String,
+    r: &Rollout,
+    stable: Option<&LeaderWorkerSet>,
+    canary: Option<&LeaderWorkerSet>,
+) {
+    let _ = writeln!(out, "Workload LeaderWorkerSet {}", r.spec.workload_ref.name);
+    match stable {
+        Some(lws) => {
+            let _ = writeln!(out, "  stable: {}", groups(lws));
+            if let Some(hold) = lws.annotations().get(STABLE_REVISION) {
+                let _ = writeln!(out, "  held on revision {hold} ({STABLE_REVISION})");
+            }
+        }
+        None => {
+            let _ = writeln!(out, "  stable: not found");
+        }
+    }
+    let in_place = stable.and_then(|lws| Some((lws, lws.annotations().get(RELEASE_PARTITION)?)));
+    match (canary, in_place) {
+        (Some(lws), _) => {
+            let _ = writeln!(out, "  canary: {} ({})", groups(lws), lws.name_any());
+        }
+        // Partition style: the new side is the user's own groups from the release partition up.
+        (None, Some((lws, partition))) => {
+            let last = lws.spec.replicas.unwrap_or(1) - 1;
+            let _ = writeln!(
+                out,
+                "  canary: in place, groups {partition}..{last} of {} move to the new template \
+                 ({RELEASE_PARTITION}: {partition})",
+                lws.name_any()
+            );
+        }
+        (None, None) => {
+            let _ = writeln!(out, "  canary: none");
+        }
+    }
+}
+
+/// The workload block of a pair release: the set, its hold and both sides of each role.
+fn pair_sides(
+    out: &mut String,
+    r: &Rollout,
+    set: Option<&DisaggregatedSet>,
+    sides: Option<&PairSides>,
+) {
+    let _ = writeln!(
+        out,
+        "Workload DisaggregatedSet {}",
+        r.spec.workload_ref.name
+    );
+    let Some(set) = set else {
+        let _ = writeln!(out, "  not found");
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "  {} pairs in {} slice(s); GROUPS below are per slice, by role ({})",
+        sides.map_or(0, |s| s.pairs),
+        set.spec.slices(),
+        set.spec
+            .roles
+            .iter()
+            .map(|r| r.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    if let Some(hold) = set.annotations().get(HELD_REVISION_ANNOTATION) {
+        let _ = writeln!(
+            out,
+            "  held on revision {hold} ({HELD_REVISION_ANNOTATION})"
+        );
+    }
+    for role in sides.map_or(&[][..], |s| &s.roles[..]) {
+        let _ = writeln!(
+            out,
+            "  {}: stable {}/{} groups ready, new {}/{} groups ready",
+            role.role, role.stable_ready, role.stable, role.canary_ready, role.canary
+        );
+    }
+}
+
+/// A step's groups of each role in one slice, `1,2` in the set's role order: its share of
+/// each role, at least one group of each (as the BatchRelease writes them).
+fn pair_groups(set: &DisaggregatedSet, share: &IntOrString) -> String {
+    set.spec
+        .roles
+        .iter()
+        .map(|role| role_groups(share, role.replicas()).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 fn state_note(view: &StepView) -> String {
@@ -151,8 +246,10 @@ mod tests {
         canary.metadata.name = Some("vllm-canary-abc".into());
         let text = render(&SummaryInput {
             rollout: &r,
-            stable: Some(&stable),
-            canary: Some(&canary),
+            workload: Sides::Lws {
+                stable: Some(&stable),
+                canary: Some(&canary),
+            },
             traffic: Some((
                 "HTTPRoute vllm".into(),
                 vec!["rule 0: canary 50% (vllm 50, vllm-canary 50)".into()],
@@ -185,8 +282,10 @@ Traffic (HTTPRoute vllm):
             .insert(RELEASE_PARTITION.into(), "3".into());
         let text = render(&SummaryInput {
             rollout: &r,
-            stable: Some(&stable),
-            canary: None,
+            workload: Sides::Lws {
+                stable: Some(&stable),
+                canary: None,
+            },
             traffic: None,
         });
         assert!(
@@ -203,13 +302,66 @@ Traffic (HTTPRoute vllm):
         let r = rollout(serde_json::json!(null));
         let text = render(&SummaryInput {
             rollout: &r,
-            stable: None,
-            canary: None,
+            workload: Sides::Lws {
+                stable: None,
+                canary: None,
+            },
             traffic: None,
         });
         assert!(text.contains("stable: not found"), "{text}");
         assert!(text.contains("canary: none"), "{text}");
         assert!(text.contains("   1     1         ?  "), "{text}");
         assert!(text.contains("Traffic: no trafficRoutings"), "{text}");
+    }
+
+    #[test]
+    fn a_pair_release_shows_both_sides_of_each_role_and_its_groups_per_role() {
+        let mut r = rollout(progressing(1, "StepPaused", 1));
+        r.spec.workload_ref.kind = "DisaggregatedSet".into();
+        r.spec.workload_ref.name = "pd".into();
+        let set: DisaggregatedSet = serde_json::from_value(serde_json::json!({
+            "apiVersion": "disaggregatedset.x-k8s.io/v1", "kind": "DisaggregatedSet",
+            "metadata": {"name": "pd", "namespace": "demo",
+                "annotations": {"rollouts.kruise.io/stable-revision": "aaaa1111"}},
+            "spec": {"roles": [
+                {"name": "prefill", "spec": {"replicas": 2, "leaderWorkerTemplate": {
+                    "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}},
+                {"name": "decode", "spec": {"replicas": 4, "leaderWorkerTemplate": {
+                    "workerTemplate": {"spec": {"containers": [{"name": "c", "image": "a"}]}}}}}
+            ]}
+        }))
+        .unwrap();
+        let role = |name: &str, stable, canary_ready| crate::cli::status::RoleSides {
+            role: name.into(),
+            stable_ready: stable,
+            stable,
+            canary_ready,
+            canary: 1,
+        };
+        let sides = PairSides {
+            held: true,
+            pairs: 2,
+            roles: vec![role("prefill", 2, 1), role("decode", 4, 0)],
+        };
+        let text = render(&SummaryInput {
+            rollout: &r,
+            workload: Sides::Pair {
+                set: Some(&set),
+                sides: Some(&sides),
+            },
+            traffic: None,
+        });
+        for want in [
+            "Workload DisaggregatedSet pd",
+            "  2 pairs in 1 slice(s); GROUPS below are per slice, by role (prefill, decode)",
+            "  held on revision aaaa1111 (rollouts.kruise.io/stable-revision)",
+            "  prefill: stable 2/2 groups ready, new 1/1 groups ready",
+            "  decode: stable 4/4 groups ready, new 0/1 groups ready",
+            "  ->   1     1         1,1     20%           approval   StepPaused",
+            "       2     50%       1,2     50%           60s",
+            "       3     100%      2,4     100%          -",
+        ] {
+            assert!(text.contains(want), "{want:?} in:\n{text}");
+        }
     }
 }

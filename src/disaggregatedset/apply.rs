@@ -20,14 +20,16 @@ use crate::{
     },
 };
 
-/// Carries `plan` out for `set`.
+/// Carries `plan` out for `set`. Returns the names of the LWSs it changed, for the reconcile
+/// to recognise its own writes in the cache (`k8s::written`).
 pub async fn apply(
     applier: &Applier,
     events: &Events,
     set: &DisaggregatedSet,
     plan: &Plan,
-) -> Result<(), ApiError> {
+) -> Result<Vec<String>, ApiError> {
     let ns = set.namespace().unwrap_or_default();
+    let mut changed = Vec::new();
     for scaler in &plan.create_scalers {
         if let Created::Created(_) = applier.create_if_absent(scaler).await? {
             let note = format!(
@@ -70,7 +72,9 @@ pub async fn apply(
     // Groups given up first: a partition-style release swaps the held pair's groups for the
     // new pair's, and the new ones are asked for only after the old ones were let go.
     for s in plan.scale.iter().filter(|s| s.replicas < s.from) {
-        scale(applier, events, set, &ns, s).await?;
+        if scale(applier, events, set, &ns, s).await? {
+            changed.push(s.name.clone());
+        }
     }
     let mut created = false;
     let mut refused: Option<String> = None;
@@ -78,6 +82,7 @@ pub async fn apply(
         match applier.create_if_absent(&c.lws).await {
             Ok(Created::Created(_)) => {
                 created = true;
+                changed.push(c.lws.name_any());
                 events.publish(set, &c.event).await;
             }
             Ok(Created::AlreadyExists) => {}
@@ -104,9 +109,12 @@ pub async fn apply(
                 &json!({"metadata": {"annotations": {INITIAL_REPLICAS_ANNOTATION: a.replicas.to_string()}}}),
             )
             .await?;
+        changed.push(a.name.clone());
     }
     for s in plan.scale.iter().filter(|s| s.replicas >= s.from) {
-        scale(applier, events, set, &ns, s).await?;
+        if scale(applier, events, set, &ns, s).await? {
+            changed.push(s.name.clone());
+        }
     }
     let mut deleted = false;
     for d in &plan.delete {
@@ -115,6 +123,7 @@ pub async fn apply(
             .await?;
         if outcome == Deleted::Deleted {
             deleted = true;
+            changed.push(d.name.clone());
             let note = format!("Deleted drained LWS {}", d.name);
             events
                 .publish(
@@ -185,17 +194,18 @@ pub async fn apply(
         }
     }
     events.publish_all(set, &plan.events).await;
-    Ok(())
+    Ok(changed)
 }
 
-/// One scale: a JSON patch testing the replicas it was planned from (and the uid).
+/// One scale: a JSON patch testing the replicas it was planned from (and the uid). Whether it
+/// took effect.
 async fn scale(
     applier: &Applier,
     events: &Events,
     set: &DisaggregatedSet,
     ns: &str,
     s: &super::plan::Scale,
-) -> Result<(), ApiError> {
+) -> Result<bool, ApiError> {
     let mut ops = vec![json!({"op": "test", "path": "/spec/replicas", "value": s.from})];
     if let Some(uid) = &s.uid {
         ops.push(json!({"op": "test", "path": "/metadata/uid", "value": uid}));
@@ -207,11 +217,13 @@ async fn scale(
         .json_patch::<LeaderWorkerSet>(ns, &s.name, patch)
         .await
     {
-        Ok(()) => events.publish(set, &s.event).await,
+        Ok(()) => {
+            events.publish(set, &s.event).await;
+            Ok(true)
+        }
         // The LWS moved on (or is another incarnation) since the plan: the next reconcile
         // plans from what it is now.
-        Err(err) if matches!(err.failure(), Failure::Refused(_) | Failure::NotFound) => {}
-        Err(err) => return Err(err),
+        Err(err) if matches!(err.failure(), Failure::Refused(_) | Failure::NotFound) => Ok(false),
+        Err(err) => Err(err),
     }
-    Ok(())
 }

@@ -7,6 +7,7 @@ use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
+use kube::ResourceExt;
 use kube::runtime::{
     Controller,
     controller::{Action, Config as ControllerConfig},
@@ -24,6 +25,7 @@ use crate::{
         metrics::ControllerMetrics,
         runner::Runner,
         watch::{SharedCache, store_ready},
+        written::{Written, key},
     },
 };
 
@@ -33,6 +35,10 @@ pub struct Context {
     events: Events,
     stores: observe::Stores,
     runner: Runner<DisaggregatedSet>,
+    /// The LWS versions our recent writes replaced: a reconcile woken by another event a
+    /// moment after a write would plan from the version it replaced and send it again (a
+    /// create answered 409, a delete 404, a scale whose test fails).
+    written: Written,
 }
 
 /// The caches the DisaggregatedSet controller reads and is woken by.
@@ -66,6 +72,7 @@ pub fn run(
         events: Events::new(client, "lws-rollout"),
         stores: stores.clone(),
         runner: Runner::new("disaggregatedset", metrics.clone()),
+        written: Written::default(),
     });
     let (by_lws, by_service, by_scaler) = (
         stores.sets.clone(),
@@ -116,13 +123,33 @@ async fn reconcile(set: Arc<DisaggregatedSet>, ctx: Arc<Context>) -> Result<Acti
     ctx.runner.reconcile(&set, caches, steps(&set, &ctx)).await
 }
 
-/// The steps of one reconcile: observe → plan → apply.
+/// The steps of one reconcile: observe → plan → (unless the plan would repeat a write the
+/// cache has not shown yet) apply.
 async fn steps(set: &DisaggregatedSet, ctx: &Context) -> Result<Action, ApiError> {
     let observed = observe::observe(&ctx.stores, set);
     let now =
         k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
     let plan = plan::plan(set, &observed, &now);
-    apply::apply(&ctx.applier, &ctx.events, set, &plan).await?;
+    let ns = set.namespace().unwrap_or_default();
+    let cached = |name: &str| {
+        observed
+            .lws
+            .iter()
+            .find(|l| l.metadata.name.as_deref() == Some(name))
+            .and_then(|l| l.resource_version())
+            .unwrap_or_default()
+    };
+    // The watch event of that write wakes this set again by itself.
+    if let Some(wait) = plan.lws_written().find_map(|name| {
+        ctx.written
+            .stale(&key::<LeaderWorkerSet>(&ns, name), &cached(name))
+    }) {
+        return Ok(Action::requeue(wait));
+    }
+    for name in apply::apply(&ctx.applier, &ctx.events, set, &plan).await? {
+        ctx.written
+            .record(&key::<LeaderWorkerSet>(&ns, &name), &cached(&name), None);
+    }
     Ok(match plan.requeue {
         Some(wait) => Action::requeue(wait),
         None => Action::await_change(),

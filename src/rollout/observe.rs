@@ -101,6 +101,10 @@ pub struct StableWorkload {
     pub pair_rolled: Option<bool>,
     /// A DisaggregatedSet: the release-groups annotation is on it (lifted with the hold).
     pub release_groups: bool,
+    /// A DisaggregatedSet: a revision other than the held one and the template's still asks
+    /// for groups (the second revision of a release restarted on a third template, not yet
+    /// drained).
+    pub other_revision_groups: bool,
     /// A DisaggregatedSet: every role of every slice runs `update_revision` at its full
     /// replicas, all ready (whatever else runs): the new pair a blue-green switch may go to.
     pub pair_whole: bool,
@@ -459,6 +463,7 @@ fn stable_workload(
         kind: WorkloadKind::LeaderWorkerSet,
         pair_rolled: None,
         release_groups: false,
+        other_revision_groups: false,
         pair_whole: false,
         roles: Vec::new(),
         external_roles: Vec::new(),
@@ -531,6 +536,12 @@ pub fn pair_workload<'a>(
         })
         .map(|l| label(l, ds::REVISION_LABEL));
     rolled &= older.is_none();
+    let other_revision_groups = children.iter().any(|l| {
+        let revision = label(l, ds::REVISION_LABEL);
+        revision != update_revision
+            && Some(&revision) != hold.as_ref()
+            && l.spec.replicas.unwrap_or(1) > 0
+    });
     let generation = set.metadata.generation.unwrap_or_default();
     StableWorkload {
         name,
@@ -549,6 +560,7 @@ pub fn pair_workload<'a>(
         release_groups: set
             .annotations()
             .contains_key(ds::RELEASE_GROUPS_ANNOTATION),
+        other_revision_groups,
         hold,
         release_partition: None,
         rollout_id: set

@@ -57,6 +57,7 @@ mod rollout_deadline;
 mod rollout_disaggregatedset;
 mod rollout_disaggregatedset_faults;
 mod rollout_disaggregatedset_slices;
+mod rollout_disaggregatedset_style_faults;
 mod rollout_disaggregatedset_styles;
 mod rollout_neighbours;
 mod rollout_partition;

@@ -1,6 +1,8 @@
 //! Real releases driven from the command line: Kruise's own kubectl-kruise approves, pauses and
 //! resumes a release of an LWS; kubectl-lws watches releases to their end (exit 0 on success,
-//! 2 on a cancel) and drives approve, pause, resume, a fast jump back and a rollback.
+//! 2 on a cancel) and drives approve, pause, resume, a fast jump back and a rollback; of a
+//! prefill/decode pair, `summary` shows both sides of each role and `undo` puts the set's role
+//! templates back to the held pair's.
 
 use std::time::Duration;
 
@@ -14,7 +16,9 @@ use crate::{
     harness::with_ns,
     lws_support::{create_available, lws},
     rollout_support::{
-        condition, create_rollout, paused_at, phase, step, wait_released, wait_rollout,
+        condition, create_rollout, create_route_to, finished, on_big_stack,
+        pair::{ROLLOUT, ROUTE, SERVICE, SET, apply_set, example, wait_one_revision, with_image},
+        paused_at, phase, step, wait_released, wait_rollout, wait_rollout_named,
     },
     rollout_tools::{
         KRUISE_BIN_ENV, StatusWatch, images, kubectl_lws, kubectl_plugin, rollout, run, run_ok,
@@ -255,4 +259,77 @@ async fn kubectl_lws_summary_shows_the_split_of_the_live_route_and_fast_undo_fol
         Ok(())
     })
     .await
+}
+
+/// A pair release from the command line: `summary` shows the set, its hold and both sides of
+/// each role; plain `undo` writes the held pair's role templates, read back from its LWSs, into
+/// the set, so the release is cancelled and only the stable pair is left, on its own image;
+/// a second `undo` finds nothing to undo.
+#[test]
+fn kubectl_lws_summary_and_undo_of_a_pair_release() -> anyhow::Result<()> {
+    on_big_stack(|| {
+        with_ns("cli-pair", |ns| async move {
+            let n = ns.name.clone();
+            let lws_bin = kubectl_lws();
+            let (base, service, pair_rollout) = example()?;
+            apply_set(&ns, &with_image(&base, "vllm:1")).await?;
+            let stable = wait_one_revision(&ns, None).await?;
+            let svc: Service = serde_json::from_value(service)?;
+            ns.api::<Service>()
+                .create(&PostParams::default(), &svc)
+                .await?;
+            create_route_to(&ns, ROUTE, SERVICE).await?;
+            create_rollout(&ns, &pair_rollout).await?;
+            apply_set(&ns, &with_image(&base, "vllm:2")).await?;
+            wait_rollout_named(&ns, ROLLOUT, "paused at step 1", paused_at(1)).await?;
+
+            let summary = run_ok(lws_bin, &n, &["rollout", "summary", ROLLOUT]).await?;
+            for want in [
+                format!("Workload DisaggregatedSet {SET}"),
+                format!("held on revision {stable}"),
+                "prefill: stable 2/2 groups ready, new 1/1 groups ready".to_string(),
+                "decode: stable 2/2 groups ready, new 1/1 groups ready".to_string(),
+                "->   1".to_string(),
+            ] {
+                assert!(summary.contains(&want), "{want:?} in:\n{summary}");
+            }
+
+            let out = run_ok(lws_bin, &n, &["rollout", "undo", ROLLOUT]).await?;
+            assert!(
+                out.contains(&format!("role templates reverted to revision {stable}")),
+                "{out}"
+            );
+            let r = wait_rollout_named(&ns, ROLLOUT, "cancelled", finished("False")).await?;
+            assert_eq!(phase(&r), "Healthy");
+            assert_eq!(
+                wait_one_revision(&ns, None).await?,
+                stable,
+                "only the stable pair is left"
+            );
+            let set = ns
+                .api::<lws_rollout::api::DisaggregatedSet>()
+                .get(SET)
+                .await?;
+            let images: Vec<_> = set
+                .spec
+                .roles
+                .iter()
+                .filter_map(|r| r.spec.as_ref())
+                .flat_map(|s| s.leader_worker_template.worker_template.spec.iter())
+                .flat_map(|p| p.containers.iter().filter_map(|c| c.image.clone()))
+                .collect();
+            assert!(
+                !images.is_empty() && images.iter().all(|i| i == "vllm:1"),
+                "{images:?}"
+            );
+
+            let out = run(lws_bin, &n, &["rollout", "undo", ROLLOUT]).await?;
+            assert_eq!(out.status.code(), Some(1));
+            assert!(
+                String::from_utf8_lossy(&out.stderr).contains("nothing to undo"),
+                "{out:?}"
+            );
+            Ok(())
+        })
+    })
 }

@@ -59,7 +59,7 @@ struct Paused {
 
 /// `set` on `image` with the decode role's pods held back by [`HOLD_GATE`] until a
 /// [`GateKeeper`] lets them start.
-fn gated_decode(set: &Value, image: &str) -> Value {
+pub(crate) fn gated_decode(set: &Value, image: &str) -> Value {
     let mut set = with_image(set, image);
     for role in set["spec"]["roles"].as_array_mut().into_iter().flatten() {
         if role["name"] == "decode" {
@@ -111,7 +111,7 @@ async fn paused_pair_release(
 
 /// Every uid each pod of `revision` of the set ever had: a name with two uids is a group that
 /// was restarted.
-fn track_pods(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Seen) {
+pub(crate) fn track_pods(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Seen) {
     track(
         ns.api::<Pod>(),
         &format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}"),
@@ -187,7 +187,7 @@ fn drained_together_after_traffic(drained: &Drained, revision: &str) -> anyhow::
 }
 
 /// Waits until no LWS of `revision` is left.
-async fn wait_revision_gone(ns: &TestNs, revision: &str) -> anyhow::Result<()> {
+pub(crate) async fn wait_revision_gone(ns: &TestNs, revision: &str) -> anyhow::Result<()> {
     wait_for_all(
         &ns.api::<LeaderWorkerSet>(),
         &format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}"),
@@ -236,7 +236,7 @@ async fn release_undone(ns: &TestNs, p: &Paused) -> anyhow::Result<()> {
 }
 
 /// No pod of `revision` was ever recreated (a group restart recreates its pods by name).
-fn none_restarted(seen: &Seen, what: &str) -> anyhow::Result<()> {
+pub(crate) fn none_restarted(seen: &Seen, what: &str) -> anyhow::Result<()> {
     let restarted = more_uids_than(seen, 1);
     ensure!(restarted.is_empty(), "{what} pods restarted: {restarted:?}");
     ensure!(!seen.lock().unwrap().is_empty(), "{what} pods were watched");
@@ -426,13 +426,29 @@ fn rollout_disaggregatedset_third_template_starts_over_draining_the_second() -> 
     })
 }
 
-/// The Rollout's canary message.
-fn canary_message(r: &Rollout) -> String {
-    r.status
-        .as_ref()
-        .and_then(|s| s.canary_status.as_ref())
-        .and_then(|c| c.common.message.clone())
+/// The release's message (`canaryStatus.message`, or `blueGreenStatus.message`).
+pub(crate) fn canary_message(r: &Rollout) -> String {
+    crate::rollout_support::common(r)
+        .and_then(|c| c.message.clone())
         .unwrap_or_default()
+}
+
+/// Deletes the leader pod of every group of the LWS `lws`: each group restarts (and, with new
+/// pods held by [`HOLD_GATE`], stays unready).
+pub(crate) async fn kill_leaders(ns: &TestNs, lws: &str) -> anyhow::Result<()> {
+    let pods = ns
+        .api::<Pod>()
+        .list(&ListParams::default().labels(&format!(
+            "leaderworkerset.sigs.k8s.io/name={lws},leaderworkerset.sigs.k8s.io/worker-index=0"
+        )))
+        .await?;
+    ensure!(!pods.items.is_empty(), "{lws} has leaders");
+    for pod in &pods.items {
+        ns.api::<Pod>()
+            .delete(&pod.name_any(), &DeleteParams::default())
+            .await?;
+    }
+    Ok(())
 }
 
 /// One `kubectl lws rollout status` line of the pair (no watch).
@@ -464,19 +480,7 @@ fn rollout_disaggregatedset_losing_a_role_takes_the_pair_out_of_traffic() -> any
             );
             // From now on new pods stay Pending: kill the new pair's decode groups.
             drop(gates);
-            let decode = format!("{SET}-0-{}-decode", p.canary);
-            let pods = ns
-                .api::<Pod>()
-                .list(&ListParams::default().labels(&format!(
-                    "leaderworkerset.sigs.k8s.io/name={decode},leaderworkerset.sigs.k8s.io/worker-index=0"
-                )))
-                .await?;
-            ensure!(!pods.items.is_empty(), "the new decode has leaders");
-            for pod in &pods.items {
-                ns.api::<Pod>()
-                    .delete(&pod.name_any(), &DeleteParams::default())
-                    .await?;
-            }
+            kill_leaders(&ns, &format!("{SET}-0-{}-decode", p.canary)).await?;
             // Out of traffic at once, and the Rollout says which role.
             wait_canary_weight(&ns, 0).await?;
             wait_rollout_named(&ns, ROLLOUT, "names the decode role", |r| {
@@ -616,14 +620,44 @@ fn rollout_disaggregatedset_argocd_health_follows_the_pair_release() -> anyhow::
     })
 }
 
-/// What the crash test watches: every uid of the set's LWSs and pods, the BatchReleases and
-/// the Services. Dropping it stops the watches.
-struct Watched {
+/// What a crash test watches: every uid of the set's LWSs and of its pods of the stable
+/// revision, the BatchReleases and the Services. Dropping it stops the watches.
+pub(crate) struct Watched {
     lws: Seen,
-    stable_pods: Seen,
+    pub(crate) stable_pods: Seen,
     brs: Seen,
     services: Seen,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl Watched {
+    /// Starts watching the set's objects in `ns`, `stable` its stable revision.
+    pub(crate) fn start(ns: &TestNs, stable: &str) -> Self {
+        let (t1, lws) = track(ns.api::<LeaderWorkerSet>(), &format!("{SET_LABEL}={SET}"));
+        let (t2, stable_pods) = track_pods(ns, stable);
+        let (t3, brs) = track(ns.api::<BatchRelease>(), "");
+        let (t4, services) = track(ns.api::<Service>(), "");
+        Watched {
+            lws,
+            stable_pods,
+            brs,
+            services,
+            tasks: vec![t1, t2, t3, t4],
+        }
+    }
+
+    /// No LWS, BatchRelease or Service was created twice under one name.
+    pub(crate) fn nothing_twice(&self) -> anyhow::Result<()> {
+        for (kind, seen) in [
+            ("LWS", &self.lws),
+            ("BatchRelease", &self.brs),
+            ("Service", &self.services),
+        ] {
+            let twice = more_uids_than(seen, 1);
+            ensure!(twice.is_empty(), "{kind} created twice: {twice:?}");
+        }
+        Ok(())
+    }
 }
 
 impl Drop for Watched {
@@ -649,19 +683,7 @@ async fn crash_at_every_phase() -> anyhow::Result<()> {
         .await?;
     create_route_to(&ns, crate::rollout_support::pair::ROUTE, SERVICE).await?;
     create_rollout(&ns, &rollout).await?;
-    let watched = {
-        let (t1, lws) = track(ns.api::<LeaderWorkerSet>(), &format!("{SET_LABEL}={SET}"));
-        let (t2, stable_pods) = track_pods(&ns, &stable);
-        let (t3, brs) = track(ns.api::<BatchRelease>(), "");
-        let (t4, services) = track(ns.api::<Service>(), "");
-        Watched {
-            lws,
-            stable_pods,
-            brs,
-            services,
-            tasks: vec![t1, t2, t3, t4],
-        }
-    };
+    let watched = Watched::start(&ns, &stable);
 
     // While the canary roles are being created: killed as the first LWS of the new revision
     // appears.
@@ -726,14 +748,7 @@ async fn crash_at_every_phase() -> anyhow::Result<()> {
     .context("the canary Service is gone")?;
     ensure!(cc.manager_running(), "the manager kept running");
 
-    for (kind, seen) in [
-        ("LWS", &watched.lws),
-        ("BatchRelease", &watched.brs),
-        ("Service", &watched.services),
-    ] {
-        let twice = more_uids_than(seen, 1);
-        ensure!(twice.is_empty(), "{kind} created twice: {twice:?}");
-    }
+    watched.nothing_twice()?;
     none_restarted(&watched.stable_pods, "stable")?;
     drop(watched);
     cc.finish();

@@ -30,8 +30,9 @@ use kube::{
 };
 use lws_rollout::api::{DisaggregatedSet, LeaderWorkerSet};
 
-use crate::harness::{TestNs, wait_for, wait_for_all, with_ns};
+use crate::harness::{TestNs, wait_for, with_ns};
 use crate::rollout_disaggregatedset::{first_weight_seen, pair_traffic};
+use crate::rollout_disaggregatedset_faults::wait_revision_gone;
 use crate::rollout_support::pair::{
     GROUPS, REVISION_LABEL, ROLE_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set,
     canary_weight, canary_weight_now, example_at, pair_lws, wait_canary_weight, wait_one_revision,
@@ -42,7 +43,7 @@ use crate::rollout_support::{
     wait_rollout_named,
 };
 
-const PARTITION_EXAMPLE: &str = "examples/rollout-disaggregatedset-partition.yaml";
+pub(crate) const PARTITION_EXAMPLE: &str = "examples/rollout-disaggregatedset-partition.yaml";
 const RELEASE_STYLE: &str = "lws-rollout.x-k8s.io/release-style";
 
 /// The most groups any role asked for at once (its LWSs' `spec.replicas` summed over
@@ -87,7 +88,10 @@ fn watch_peak_groups(ns: &TestNs) -> (PeakGroups, tokio::task::JoinHandle<()>) {
 }
 
 /// The set's pods of `revision`, by name, with their uids.
-async fn pods_of(ns: &TestNs, revision: &str) -> anyhow::Result<BTreeMap<String, String>> {
+pub(crate) async fn pods_of(
+    ns: &TestNs,
+    revision: &str,
+) -> anyhow::Result<BTreeMap<String, String>> {
     Ok(ns
         .api::<Pod>()
         .list(
@@ -105,7 +109,7 @@ async fn pods_of(ns: &TestNs, revision: &str) -> anyhow::Result<BTreeMap<String,
 /// gone), with the route's canary weight read right then.
 type Gone = Arc<Mutex<BTreeMap<String, (Instant, i64)>>>;
 
-fn watch_going(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Gone) {
+pub(crate) fn watch_going(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Gone) {
     let seen: Gone = Arc::default();
     let out = seen.clone();
     let ns = ns.clone();
@@ -141,7 +145,7 @@ fn watch_going(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Gon
 
 /// Both roles of `revision` went (within a few seconds of each other: one reconcile, never
 /// role by role), each while the route gave the new side `weight`.
-fn went_together_at(gone: &Gone, revision: &str, weight: i64) -> anyhow::Result<()> {
+pub(crate) fn went_together_at(gone: &Gone, revision: &str, weight: i64) -> anyhow::Result<()> {
     let g = gone.lock().unwrap().clone();
     ensure!(
         g.len() == 2,
@@ -159,19 +163,6 @@ fn went_together_at(gone: &Gone, revision: &str, weight: i64) -> anyhow::Result<
             "{role} of {revision} went while the route gave the new pair {w}, not {weight}"
         );
     }
-    Ok(())
-}
-
-/// Waits until no LWS of `revision` is left.
-async fn wait_revision_gone(ns: &TestNs, revision: &str) -> anyhow::Result<()> {
-    wait_for_all(
-        &ns.api::<LeaderWorkerSet>(),
-        &format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}"),
-        WAIT,
-        |l| l.is_empty(),
-    )
-    .await
-    .with_context(|| format!("every LWS of revision {revision} is gone"))?;
     Ok(())
 }
 
@@ -224,7 +215,7 @@ async fn all_on_the_new_pair(
 }
 
 /// The revision a Rollout releases.
-fn canary_revision(r: &lws_rollout::api::Rollout) -> anyhow::Result<String> {
+pub(crate) fn canary_revision(r: &lws_rollout::api::Rollout) -> anyhow::Result<String> {
     let status = r.status.as_ref().context("status")?;
     status
         .canary_status
@@ -349,7 +340,7 @@ fn rollout_disaggregatedset_partition_moves_groups_between_pairs_losing_no_reque
     })
 }
 
-const BLUE_GREEN_EXAMPLE: &str = "examples/rollout-disaggregatedset-bluegreen.yaml";
+pub(crate) const BLUE_GREEN_EXAMPLE: &str = "examples/rollout-disaggregatedset-bluegreen.yaml";
 
 #[test]
 fn rollout_disaggregatedset_blue_green_switches_to_a_whole_pair_losing_no_request()
@@ -442,15 +433,16 @@ fn rollout_disaggregatedset_blue_green_switches_to_a_whole_pair_losing_no_reques
 }
 
 /// The set at rest on `vllm:1` from the example at `path`, its Service, the route and the
-/// Rollout, requests flowing; then `vllm:2`, waited to step `step`'s pause with the new pair
-/// given `weight`. Returns (the set on `vllm:1`, the stable revision, the new one, the user's
+/// Rollout, requests flowing; then the template `v2` makes of it (`vllm:2`), waited to step
+/// `step`'s pause with the new pair given `weight`. Returns (the set on `vllm:1`, the stable revision, the new one, the user's
 /// selector, the requests).
-async fn paused_release(
+pub(crate) async fn paused_release(
     ns: &TestNs,
     path: &str,
     step: i32,
     weight: i64,
     what: &str,
+    v2: impl FnOnce(&serde_json::Value) -> serde_json::Value,
 ) -> anyhow::Result<(
     serde_json::Value,
     String,
@@ -470,7 +462,7 @@ async fn paused_release(
     create_route_to(ns, ROUTE, SERVICE).await?;
     create_rollout(ns, &rollout).await?;
     let traffic = pair_traffic(ns, &stable, what).await?;
-    apply_set(ns, &with_image(&set, "vllm:2")).await?;
+    apply_set(ns, &v2(&v1)).await?;
     for at in 1..=step {
         let r =
             wait_rollout_named(ns, ROLLOUT, &format!("paused at step {at}"), paused_at(at)).await?;
@@ -543,7 +535,10 @@ fn rollout_disaggregatedset_partition_revert_gives_the_groups_back_after_traffic
         with_ns("pd-partition-revert", |ns| async move {
             let what = "pair partition release reverted";
             let (v1, stable, canary, users_selector, traffic) =
-                paused_release(&ns, PARTITION_EXAMPLE, 1, 50, what).await?;
+                paused_release(&ns, PARTITION_EXAMPLE, 1, 50, what, |s| {
+                    with_image(s, "vllm:2")
+                })
+                .await?;
             // The stable pair's groups still serving at step 1: never restarted.
             let serving = pods_of(&ns, &stable).await?;
             ensure!(!serving.is_empty(), "the stable pair still serves");
@@ -569,7 +564,10 @@ fn rollout_disaggregatedset_blue_green_revert_after_the_switch_goes_back_to_the_
             let what = "pair blue-green release reverted after the switch";
             // Step 2: the switch done, the new pair serving everything.
             let (v1, stable, canary, users_selector, traffic) =
-                paused_release(&ns, BLUE_GREEN_EXAMPLE, 2, 100, what).await?;
+                paused_release(&ns, BLUE_GREEN_EXAMPLE, 2, 100, what, |s| {
+                    with_image(s, "vllm:2")
+                })
+                .await?;
             let stable_pods = pods_of(&ns, &stable).await?;
             reverted(&ns, &v1, &stable, &canary, &users_selector, traffic, what).await?;
             let after = pods_of(&ns, &stable).await?;

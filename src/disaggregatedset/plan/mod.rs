@@ -174,6 +174,18 @@ pub struct Plan {
     pub requeue: Option<Duration>,
 }
 
+impl Plan {
+    /// The LWSs this plan writes (creates, annotates, scales, deletes), by name.
+    pub fn lws_written(&self) -> impl Iterator<Item = &str> {
+        self.create
+            .iter()
+            .map(|c| c.lws.metadata.name.as_deref().unwrap_or_default())
+            .chain(self.annotate.iter().map(|a| a.name.as_str()))
+            .chain(self.scale.iter().map(|s| s.name.as_str()))
+            .chain(self.delete.iter().map(|d| d.name.as_str()))
+    }
+}
+
 /// How long to wait for a new revision's LWSs to become ready before looking again (their
 /// status changes wake the set anyway; this is the safety net, as upstream's 1 s requeue).
 pub const STABILITY_RECHECK: Duration = Duration::from_secs(5);

@@ -67,7 +67,17 @@ pub fn run(d: &mut Draft<'_>, why: Reason) -> bool {
                 if moved {
                     d.plan.hold = HoldAction::ReturnMoved;
                 }
-                d.obs.batch_release.is_none() && !moved
+                // ...and the next release waits until they are drained: its own
+                // release-groups, on the set before the held pair is back at its size (partition
+                // style gives the second revision's groups back to it first), would keep the
+                // set from ever draining the second revision (it drains no other revision
+                // while a release may route to it).
+                let draining = why == Reason::Continuous
+                    && d.obs
+                        .workload
+                        .as_ref()
+                        .is_some_and(|w| w.other_revision_groups);
+                d.obs.batch_release.is_none() && !moved && !draining
             }
             // A value this version does not know (hand-edited): start the order again, as
             // Kruise does, and say so.

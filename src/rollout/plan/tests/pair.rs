@@ -219,6 +219,47 @@ fn a_third_template_takes_the_release_groups_back_only_once_the_traffic_is_on_st
     assert_eq!(weight(&w), 5);
 }
 
+#[test]
+fn a_third_template_starts_over_only_once_the_second_revisions_groups_are_drained() {
+    // (style, its world): partition style gives the second revision's groups back to the held
+    // pair first, so they outlive the release-groups by as long as the held groups take to
+    // come back; a new release's groups written meanwhile would keep them running.
+    let table = [
+        ("canary", pair_world()),
+        ("partition", partition_pair_world()),
+        ("blue-green", blue_green_pair_world()),
+    ];
+    for (style, mut w) in table {
+        w.until("step 1 paused", at_state("StepPaused", 1));
+        w.change_template("rev3");
+        let set = w.obs.workload.as_mut().unwrap();
+        set.release_groups = true;
+        set.other_revision_groups = true;
+        w.until("the release-groups taken back", |w| {
+            w.plans
+                .last()
+                .is_some_and(|p| p.hold == HoldAction::ReturnMoved)
+        });
+        for _ in 0..3 {
+            let p = w.reconcile();
+            assert!(
+                !matches!(p.batch_release, BatchReleaseAction::Apply(_)),
+                "{style}: no BatchRelease for the third template while the second drains"
+            );
+        }
+        assert_eq!(
+            w.canary().common.finalising_step,
+            crate::api::rollout::FinalisingStep::ReleaseWorkloadControl,
+            "{style}: the restart waits for the second revision's groups"
+        );
+        assert_eq!(weight(&w), 0, "{style}: the stable pair has the traffic");
+        w.obs.workload.as_mut().unwrap().other_revision_groups = false;
+        w.until("restarted at step 1", |w| {
+            at_state("StepPaused", 1)(w) && w.canary().canary_revision == "rev3"
+        });
+    }
+}
+
 /// The partition example's steps (one group of each role at 50%, then everything at 100%),
 /// partition style: the new pair takes the stable pair's groups.
 fn partition_pair_world() -> World {
