@@ -16,8 +16,8 @@ use crate::{
         disaggregatedset::{REVISION_LABEL, ROLE_LABEL, SET_NAME_LABEL},
         rollout::{CanaryStep, FinalisingStep, Phase, RolloutStatus, StepState},
     },
-    release::groups::desired_groups,
     rollout::names::{STABLE_REVISION, condition, reason},
+    rollout::plan::share::StableSize,
 };
 
 /// What `rollout status` does after an observation.
@@ -52,11 +52,17 @@ impl Workload<'_> {
         }
     }
 
-    /// What a step's share is of: an LWS's groups, a pair's complete pairs.
-    fn replicas(&self) -> i32 {
+    /// What a step's share is of: an LWS's groups, a pair's complete pairs (over its slices).
+    fn size(&self) -> StableSize {
         match self {
-            Workload::Lws(l) => l.spec.replicas.unwrap_or(1),
-            Workload::Pair(p) => p.pairs,
+            Workload::Lws(l) => StableSize {
+                replicas: l.spec.replicas.unwrap_or(1),
+                slices: 1,
+            },
+            Workload::Pair(p) => StableSize {
+                replicas: p.pairs,
+                slices: p.slices,
+            },
         }
     }
 }
@@ -69,6 +75,8 @@ pub struct PairSides {
     pub held: bool,
     /// The set's size in pairs: per slice, the fewest groups any role has, summed over slices.
     pub pairs: i32,
+    /// The set's slices: a step takes its share of each.
+    pub slices: i32,
     /// Per role, in the set's order.
     pub roles: Vec<RoleSides>,
 }
@@ -136,6 +144,7 @@ pub fn pair_sides(rollout: &Rollout, set: &DisaggregatedSet, lws: &[LeaderWorker
     PairSides {
         held: workload.hold.is_some(),
         pairs: workload.replicas,
+        slices: workload.slices,
         roles,
     }
 }
@@ -238,12 +247,12 @@ pub struct StepView {
 
 /// The current step of the Rollout, with groups resolved against the stable LWS's replicas.
 pub fn step_view(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> StepView {
-    step_view_of(rollout, lws.map(|l| l.spec.replicas.unwrap_or(1)))
+    step_view_of(rollout, lws.map(|l| Workload::Lws(l).size()))
 }
 
-/// The current step of the Rollout, with groups resolved against the workload's `replicas`
-/// (`None`: unknown, the workload missing).
-pub fn step_view_of(rollout: &Rollout, stable_replicas: Option<i32>) -> StepView {
+/// The current step of the Rollout, with groups resolved against the workload's size, as the
+/// Rollout counts them (`None`: unknown, the workload missing).
+pub fn step_view_of(rollout: &Rollout, stable: Option<StableSize>) -> StepView {
     let status = rollout.status.clone().unwrap_or_default();
     let common = status
         .canary_status
@@ -262,7 +271,7 @@ pub fn step_view_of(rollout: &Rollout, stable_replicas: Option<i32>) -> StepView
         .unwrap_or(0);
     let canary_desired = current_step(steps, index).and_then(|s| {
         let replicas = s.replicas.as_ref()?;
-        Some(desired_groups(replicas, stable_replicas?))
+        Some(stable?.groups(replicas))
     });
     StepView {
         index,
@@ -322,7 +331,7 @@ pub fn line(rollout: &Rollout, lws: Option<&LeaderWorkerSet>) -> String {
 /// canary 1/1 | decode stable 2/2 canary 0/1 | <message>`).
 pub fn line_of(rollout: &Rollout, workload: Option<Workload<'_>>) -> String {
     let status = rollout.status.clone().unwrap_or_default();
-    let view = step_view_of(rollout, workload.map(|w| w.replicas()));
+    let view = step_view_of(rollout, workload.map(|w| w.size()));
     let unit = match workload {
         Some(Workload::Pair(_)) => "pairs",
         _ => "groups",

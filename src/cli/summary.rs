@@ -19,7 +19,7 @@ use crate::{
     batchrelease::pair::plan::role_groups,
     lws::labels::RELEASE_PARTITION,
     release::groups::desired_groups,
-    rollout::names::STABLE_REVISION,
+    rollout::{names::STABLE_REVISION, plan::share::StableSize},
 };
 
 /// What the summary is made of, read by the binary.
@@ -73,7 +73,11 @@ pub fn render(input: &SummaryInput<'_>) -> String {
                 Some(set) => Box::new(move |v| pair_groups(set, v)),
                 None => Box::new(|_| "?".into()),
             };
-            (step_view_of(r, sides.map(|s| s.pairs)), groups)
+            let size = sides.map(|s| StableSize {
+                replicas: s.pairs,
+                slices: s.slices,
+            });
+            (step_view_of(r, size), groups)
         }
     };
     let _ = writeln!(out, "Steps:");
@@ -341,6 +345,7 @@ Traffic (HTTPRoute vllm):
         let sides = PairSides {
             held: true,
             pairs: 2,
+            slices: 1,
             roles: vec![role("prefill", 2, 1), role("decode", 4, 0)],
         };
         let text = render(&SummaryInput {

@@ -216,3 +216,17 @@ fn a_pair_release_shows_both_sides_of_every_role() {
         Verdict::Succeeded
     );
 }
+
+#[test]
+fn a_pair_steps_groups_are_taken_in_each_slice() {
+    let (r, _, _) = pair_at_step_one();
+    // Step 1 (`replicas: 1`) of a set of two slices of two pairs: one pair in each slice.
+    let sides = PairSides {
+        held: true,
+        pairs: 4,
+        slices: 2,
+        roles: vec![],
+    };
+    let line = line_of(&r, Some(Workload::Pair(&sides)));
+    assert!(line.contains("canary 0/2 pairs ready"), "{line}");
+}
