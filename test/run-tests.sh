@@ -125,15 +125,11 @@ export LWS_E2E_KUBECONFIG="$KUBECONFIG_FILE" LWS_E2E_BIN_DIR="$BIN" LWS_E2E_UPST
   LWS_E2E_MANAGER_LOG="$STATE/logs/manager.log" LWS_E2E_VOLCANO_CRDS="$VOLCANO_CRDS" \
   LWS_E2E_TIMES="$E2E_TIMES" \
   LWS_ROLLOUT_PODAGENT_BIN="${CARGO_TARGET_DIR:-$REPO/target}/debug/lws-podagent"
-# Five tests at a time on the 2 cores CI has (LWS_E2E_AT_ONCE, test/e2e/harness.rs): most e2e
-# tests wait on the cluster most of the time, and fewer left the cores half idle through the
-# second half of the suite. Tests with a cluster of their own take turns
-# (test/e2e/isolated.rs, LWS_E2E_ISOLATED_AT_ONCE), so the control planes every test waits on
-# are not starved. A test waiting for its turn holds a libtest thread but no place among the
-# five, so libtest gets more threads than that: the waiting tests do not keep the others from
-# running. A caller's settings win.
-export LWS_E2E_AT_ONCE="${LWS_E2E_AT_ONCE:-5}"
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-9}"
+# Five tests at a time on the 2 cores CI has: most e2e tests wait on the cluster most of the
+# time, and fewer left the cores half idle through the second half of the suite. Tests with a
+# cluster of their own take turns (test/e2e/isolated.rs, LWS_E2E_ISOLATED_AT_ONCE), so the
+# control planes every test waits on are not starved. A caller's RUST_TEST_THREADS wins.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-5}"
 # An async e2e test runs its whole future on its test thread's stack, and a debug build's
 # futures are large: 16 MiB rather than libtest's 2 MiB (address space, not memory), so a
 # test that waits on more things does not overflow it.

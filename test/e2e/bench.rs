@@ -14,8 +14,6 @@ use crate::{
 
 #[tokio::test]
 async fn the_benchmark_harness_measures_both_controllers_end_to_end() -> anyhow::Result<()> {
-    // Its clusters take a turn as a test's cluster of its own does.
-    let _turn = crate::isolated::turn().await?;
     let upstream = std::env::var(UPSTREAM_BIN_ENV).with_context(|| {
         format!("{UPSTREAM_BIN_ENV} is not set: run the e2e tests with test/run-tests.sh")
     })?;

@@ -52,58 +52,6 @@ pub fn record_time(what: &str, started: std::time::Instant) {
     }
 }
 
-/// Environment variable bounding how many tests run at once (default 5).
-pub const AT_ONCE_ENV: &str = "LWS_E2E_AT_ONCE";
-
-thread_local! {
-    /// This test's thread holds a [`RunSlot`]: a cluster of its own started inside a test that
-    /// already runs takes no second one.
-    static HOLDS_SLOT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// A place among the tests running at once, held for as long as the test runs.
-///
-/// libtest hands tests to its threads in name order, and a test waiting for a cluster of its
-/// own (test/e2e/isolated.rs) holds its thread while it waits: with as many threads as tests
-/// may run, those waits left the cores idle. `test/run-tests.sh` gives libtest more threads
-/// than this allows to run, so a waiting test costs a thread and nothing else. A test takes
-/// its place once it can start (its namespace, or its cluster's turn), and its clock starts then.
-pub struct RunSlot(Option<tokio::sync::OwnedSemaphorePermit>);
-
-impl Drop for RunSlot {
-    fn drop(&mut self) {
-        if self.0.take().is_some() {
-            HOLDS_SLOT.with(|h| h.set(false));
-        }
-    }
-}
-
-/// Waits for a place among the tests running at once ([`RunSlot`]); at once when this test's
-/// thread already has one. Tests run on current-thread runtimes, so the thread is the test.
-pub async fn run_slot() -> anyhow::Result<RunSlot> {
-    static SLOTS: std::sync::OnceLock<std::sync::Arc<tokio::sync::Semaphore>> =
-        std::sync::OnceLock::new();
-    if HOLDS_SLOT.with(|h| h.get()) {
-        return Ok(RunSlot(None));
-    }
-    let slots = SLOTS
-        .get_or_init(|| {
-            let n = std::env::var(AT_ONCE_ENV)
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .filter(|n| *n > 0)
-                .unwrap_or(5);
-            std::sync::Arc::new(tokio::sync::Semaphore::new(n))
-        })
-        .clone();
-    let permit = slots
-        .acquire_owned()
-        .await
-        .context("waiting for a place among the tests running at once")?;
-    HOLDS_SLOT.with(|h| h.set(true));
-    Ok(RunSlot(Some(permit)))
-}
-
 /// Environment variable naming the manager binary the e2e tests start (`test/run-tests.sh`
 /// sets it to the release build the image ships, `test/image/build-binary.sh`).
 pub const MANAGER_BIN_ENV: &str = "LWS_E2E_MANAGER_BIN";
@@ -173,7 +121,6 @@ where
     F: FnOnce(TestNs) -> Fut,
     Fut: Future<Output = anyhow::Result<()>>,
 {
-    let _slot = run_slot().await?;
     let started = std::time::Instant::now();
     let client = client().await?;
     let name = format!("e2e-{prefix}-{:08x}", rand_u32());

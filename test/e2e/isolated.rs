@@ -46,9 +46,8 @@ pub struct IsolatedCluster {
     failed: bool,
     stopped: bool,
     started: std::time::Instant,
-    /// This cluster's place among those running at once, and its test's among the tests
-    /// running, given back once it is stopped.
-    slot: Option<Turn>,
+    /// This cluster's place among those running at once, given back once it is stopped.
+    slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 /// Environment variable bounding how many clusters of their own tests run at once.
@@ -73,32 +72,14 @@ fn clusters_at_once() -> std::sync::Arc<tokio::sync::Semaphore> {
         .clone()
 }
 
-/// A turn among the clusters of their own (and the test's place among the tests running),
-/// given back when dropped.
-pub struct Turn {
-    _cluster: tokio::sync::OwnedSemaphorePermit,
-    _running: crate::harness::RunSlot,
-}
-
-/// Waits for a turn to run a cluster of one's own: the turn first, then a place among the
-/// tests running, so a test waiting for its turn holds no place another test could run in
-/// (harness::RunSlot). For a test that starts its clusters by other means (the benchmark's).
-pub async fn turn() -> anyhow::Result<Turn> {
-    let cluster = clusters_at_once()
-        .acquire_owned()
-        .await
-        .context("waiting for a place among the isolated clusters")?;
-    Ok(Turn {
-        _cluster: cluster,
-        _running: crate::harness::run_slot().await?,
-    })
-}
-
 impl IsolatedCluster {
     /// Starts a cluster in a fresh temporary directory named after `name` and installs our CRDs.
     /// `env` is passed to `up.sh` (e.g. `LWS_CLUSTER_NODE_PODS`).
     pub async fn start(name: &str, env: &[(&str, &str)]) -> anyhow::Result<Self> {
-        let slot = turn().await?;
+        let slot = clusters_at_once()
+            .acquire_owned()
+            .await
+            .context("waiting for a place among the isolated clusters")?;
         let mut cluster = match Self::start_once(name, env).await {
             // Free ports are probed, then bound: a concurrent cluster can take one in between.
             // The failed attempt has been stopped (Drop); one more try with fresh ports.
