@@ -59,6 +59,8 @@ pub struct Applied {
     pub recheck: bool,
     /// The Services this apply created, by name.
     pub created_services: Vec<String>,
+    /// The group restarts this apply carried out: leader name and its version as cached.
+    pub restarted: Vec<(String, String)>,
 }
 
 /// How one write ended.
@@ -259,6 +261,9 @@ pub async fn apply(
             .await?;
         if deleted == Deleted::Deleted {
             applied.groups_changed = true;
+            applied
+                .restarted
+                .push((restart.leader.clone(), restart.version.clone()));
             events.publish(lws, &restart.event).await;
         }
     }

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use kube::{ResourceExt, runtime::controller::Action};
 
 use super::{
@@ -38,6 +39,8 @@ pub struct Context {
     pub(super) revisions: revision::Memo,
     /// Each LWS's comparisons that the next reconcile may reuse (`lws::remembered`).
     pub(super) remembered: PerUid<Remembered>,
+    /// Leaders deleted to recreate their group, until the cache shows the delete.
+    pub(super) restarting: crate::k8s::written::Written,
 }
 
 impl Context {
@@ -73,6 +76,17 @@ impl Context {
             &lws.namespace().unwrap_or_default(),
             &lws.name_any(),
         );
+        let ns = lws.namespace().unwrap_or_default();
+        observed.restarting_leaders = observed
+            .leaders
+            .iter()
+            .filter(|l| {
+                let key = crate::k8s::written::key::<Pod>(&ns, &l.name_any());
+                let cached = l.resource_version().unwrap_or_default();
+                self.restarting.stale(&key, &cached).is_some()
+            })
+            .map(|l| l.name_any())
+            .collect();
         // A spec that cannot be hashed is left to the plan, which says why.
         observed.spec_revision = self.revisions.of(lws).ok();
         let uid = lws.metadata.uid.as_deref().unwrap_or_default();
@@ -95,6 +109,10 @@ impl Context {
             deref::live_leaders(&self.applier, &ns, &name, &verify),
         );
         let applied = applied?;
+        for (leader, version) in &applied.restarted {
+            self.restarting
+                .record(&crate::k8s::written::key::<Pod>(&ns, leader), version, None);
+        }
         let created = std::time::Instant::now();
         for sts in applied.created_workers.keys() {
             self.expected.created(&ns, sts, created);

@@ -141,6 +141,7 @@ pub fn run(
         expected: Expected::default(),
         revisions: revision::Memo::default(),
         remembered: PerUid::default(),
+        restarting: Default::default(),
     });
     // Every trigger passes through `queued`, so the queue-depth gauge sees what waits.
     let lws_store = caches.lws.store();

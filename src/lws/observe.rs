@@ -90,6 +90,9 @@ pub struct Observed {
     /// The shared Service (named like the LWS) was created a moment ago and the cache does not
     /// show it yet ([`Expected`], under [`shared_service_key`]): not to be created again.
     pub shared_service_pending: bool,
+    /// Leaders we deleted a moment ago to recreate their group, whose cached version is still
+    /// the one that delete replaced (`k8s::written`): not to be deleted again.
+    pub restarting_leaders: BTreeSet<String>,
     /// The spec's revision, when the controller remembers it ([`revision::Memo`]); the plan
     /// computes it otherwise.
     pub spec_revision: Option<Arc<revision::SpecRevision>>,

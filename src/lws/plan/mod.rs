@@ -117,6 +117,9 @@ pub struct Restart {
     pub leader: String,
     /// The incarnation decided on: a successor of the same name is never deleted.
     pub uid: String,
+    /// The leader's version as cached when decided: until the cache moves past it, the
+    /// delete's own watch event has not arrived ([`crate::k8s::written`]).
+    pub version: String,
     /// Published once the leader is being deleted.
     pub event: EventSpec,
 }

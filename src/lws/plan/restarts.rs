@@ -184,8 +184,11 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, plan: &mut Plan) {
     let after_start = after_start(lws);
     for group in groups(observed) {
         let leader = group.leader;
-        if pod::terminating(leader) {
-            continue; // already going: nothing to add
+        // Already going, or our delete of it a moment ago has not reached the cache yet: a
+        // second delete would succeed too (the pod still exists while its workers go) and
+        // report the incident twice.
+        if pod::terminating(leader) || observed.restarting_leaders.contains(&leader.name_any()) {
+            continue;
         }
         if let Some(pod_name) = incident(&group, size, after_start) {
             let Some(uid) = leader.metadata.uid.clone() else {
@@ -194,6 +197,7 @@ pub fn plan(lws: &LeaderWorkerSet, observed: &Observed, plan: &mut Plan) {
             plan.restarts.push(Restart {
                 leader: leader.name_any(),
                 uid,
+                version: leader.resource_version().unwrap_or_default(),
                 event: EventSpec::normal(
                     reasons::RECREATE_GROUP,
                     format!(

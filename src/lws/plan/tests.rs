@@ -982,6 +982,15 @@ fn group_restarts_table() {
             note: None,
         },
         Case {
+            name: "our delete of the leader a moment ago has not reached the cache: once per incident",
+            change: |w| {
+                w.pod_mut("vllm-0-1").metadata.deletion_timestamp = Some(now());
+                w.observed.restarting_leaders.insert("vllm-0".into());
+            },
+            restarts: &[],
+            note: None,
+        },
+        Case {
             name: "a straggler of the previous incarnation does not count",
             change: |w| {
                 let mut straggler = (*w
