@@ -8,7 +8,7 @@
 //! revision — then it is byte for byte what the set ran. Anything else is refused with what to
 //! do instead, never written half-right.
 
-use k8s_openapi::api::core::v1::{PodSpec, PodTemplateSpec};
+use k8s_openapi::api::core::v1::{PodAffinityTerm, PodSpec, PodTemplateSpec};
 use kube::ResourceExt;
 use serde_json::{Value, json};
 
@@ -165,51 +165,46 @@ fn read_back(
 
 /// Takes `added`'s required pod (anti-)affinity terms out of `pod`, and what they leave empty.
 fn remove_terms(pod: &mut PodSpec, added: &PodSpec) {
-    let Some(theirs) = added.affinity.as_ref() else {
+    let (Some(affinity), Some(theirs)) = (pod.affinity.as_mut(), added.affinity.as_ref()) else {
         return;
     };
-    let Some(affinity) = pod.affinity.as_mut() else {
-        return;
-    };
-    let wanted = |t: &Option<Vec<_>>| t.clone().unwrap_or_default();
-    if let Some(a) = affinity.pod_affinity.as_mut() {
-        let gone = wanted(&theirs.pod_affinity.as_ref().and_then(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .clone()
-        }));
-        if let Some(terms) = a
-            .required_during_scheduling_ignored_during_execution
-            .as_mut()
-        {
-            terms.retain(|t| !gone.contains(t));
-            if terms.is_empty() {
-                a.required_during_scheduling_ignored_during_execution = None;
-            }
-        }
-        if *a == Default::default() {
-            affinity.pod_affinity = None;
-        }
-    }
-    if let Some(a) = affinity.pod_anti_affinity.as_mut() {
-        let gone = wanted(&theirs.pod_anti_affinity.as_ref().and_then(|p| {
-            p.required_during_scheduling_ignored_during_execution
-                .clone()
-        }));
-        if let Some(terms) = a
-            .required_during_scheduling_ignored_during_execution
-            .as_mut()
-        {
-            terms.retain(|t| !gone.contains(t));
-            if terms.is_empty() {
-                a.required_during_scheduling_ignored_during_execution = None;
-            }
-        }
-        if *a == Default::default() {
-            affinity.pod_anti_affinity = None;
-        }
-    }
+    without(
+        &mut affinity.pod_affinity,
+        theirs.pod_affinity.as_ref(),
+        |a| &mut a.required_during_scheduling_ignored_during_execution,
+        |a| a.required_during_scheduling_ignored_during_execution.as_ref(),
+    );
+    without(
+        &mut affinity.pod_anti_affinity,
+        theirs.pod_anti_affinity.as_ref(),
+        |a| &mut a.required_during_scheduling_ignored_during_execution,
+        |a| a.required_during_scheduling_ignored_during_execution.as_ref(),
+    );
     if *affinity == Default::default() {
         pod.affinity = None;
+    }
+}
+
+/// `part` without the required terms `theirs` has, and `None` once nothing is left of it.
+fn without<A: Default + PartialEq>(
+    part: &mut Option<A>,
+    theirs: Option<&A>,
+    terms: impl Fn(&mut A) -> &mut Option<Vec<PodAffinityTerm>>,
+    their_terms: impl Fn(&A) -> Option<&Vec<PodAffinityTerm>>,
+) {
+    let Some(a) = part.as_mut() else {
+        return;
+    };
+    let gone = theirs.and_then(&their_terms).cloned().unwrap_or_default();
+    let kept = terms(a);
+    if let Some(list) = kept.as_mut() {
+        list.retain(|t| !gone.contains(t));
+        if list.is_empty() {
+            *kept = None;
+        }
+    }
+    if *a == A::default() {
+        *part = None;
     }
 }
 
