@@ -172,13 +172,19 @@ fn remove_terms(pod: &mut PodSpec, added: &PodSpec) {
         &mut affinity.pod_affinity,
         theirs.pod_affinity.as_ref(),
         |a| &mut a.required_during_scheduling_ignored_during_execution,
-        |a| a.required_during_scheduling_ignored_during_execution.as_ref(),
+        |a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        },
     );
     without(
         &mut affinity.pod_anti_affinity,
         theirs.pod_anti_affinity.as_ref(),
         |a| &mut a.required_during_scheduling_ignored_during_execution,
-        |a| a.required_during_scheduling_ignored_during_execution.as_ref(),
+        |a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        },
     );
     if *affinity == Default::default() {
         pod.affinity = None;

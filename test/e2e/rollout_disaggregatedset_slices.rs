@@ -12,18 +12,13 @@ use std::sync::{Arc, Mutex};
 use anyhow::{Context, ensure};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
-use kube::{
-    ResourceExt,
-    api::PostParams,
-    runtime::{WatchStreamExt, watcher},
-};
-use lws_rollout::api::LeaderWorkerSet;
+use kube::{ResourceExt, api::PostParams};
 use serde_json::json;
 
 use crate::harness::{TestNs, with_ns};
 use crate::rollout_support::pair::{
-    GROUPS, REVISION_LABEL, ROLLOUT, ROUTE, SERVICE, SET, SET_LABEL, apply_set, canary_weight_now,
-    example_at, pair_lws_by_slice, wait_canary_weight, wait_one_revision_in, with_image,
+    GROUPS, ROLLOUT, ROUTE, SERVICE, SET, apply_set, canary_weight_now, example_at,
+    pair_lws_by_slice, wait_canary_weight, wait_one_revision_in, with_image,
 };
 use crate::rollout_support::{
     WAIT, approve_named, create_rollout, create_route_to, finished, host, on_big_stack, paused_at,
@@ -41,25 +36,11 @@ fn watch_going(ns: &TestNs, revision: &str) -> (tokio::task::JoinHandle<()>, Gon
     let seen: Gone = Arc::default();
     let out = seen.clone();
     let ns = ns.clone();
-    let labels = format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}");
+    let going = crate::rollout_support::pair::lws_going(&ns, revision);
     let task = tokio::spawn(async move {
-        let stream = watcher::watcher(
-            ns.api::<LeaderWorkerSet>(),
-            watcher::Config::default().labels(&labels),
-        )
-        .default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(Ok(event)) = stream.next().await {
-            let (lws, going) = match event {
-                watcher::Event::Delete(l) => (l, true),
-                watcher::Event::Apply(l) | watcher::Event::InitApply(l) => {
-                    let going =
-                        l.metadata.deletion_timestamp.is_some() || l.spec.replicas == Some(0);
-                    (l, going)
-                }
-                _ => continue,
-            };
-            if !going || out.lock().unwrap().contains_key(&lws.name_any()) {
+        let mut going = std::pin::pin!(going);
+        while let Some(lws) = going.next().await {
+            if out.lock().unwrap().contains_key(&lws.name_any()) {
                 continue;
             }
             let weight = canary_weight_now(&ns).await.unwrap_or(-1);

@@ -113,26 +113,12 @@ pub(crate) fn watch_going(ns: &TestNs, revision: &str) -> (tokio::task::JoinHand
     let seen: Gone = Arc::default();
     let out = seen.clone();
     let ns = ns.clone();
-    let labels = format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}");
+    let going = crate::rollout_support::pair::lws_going(&ns, revision);
     let task = tokio::spawn(async move {
-        let stream = watcher::watcher(
-            ns.api::<LeaderWorkerSet>(),
-            watcher::Config::default().labels(&labels),
-        )
-        .default_backoff();
-        let mut stream = std::pin::pin!(stream);
-        while let Some(Ok(event)) = stream.next().await {
-            let (lws, going) = match event {
-                watcher::Event::Delete(l) => (l, true),
-                watcher::Event::Apply(l) | watcher::Event::InitApply(l) => {
-                    let going =
-                        l.metadata.deletion_timestamp.is_some() || l.spec.replicas == Some(0);
-                    (l, going)
-                }
-                _ => continue,
-            };
+        let mut going = std::pin::pin!(going);
+        while let Some(lws) = going.next().await {
             let role = lws.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
-            if !going || out.lock().unwrap().contains_key(&role) {
+            if out.lock().unwrap().contains_key(&role) {
                 continue;
             }
             let at = Instant::now();

@@ -658,6 +658,33 @@ pub mod pair {
     use super::WAIT;
     use crate::harness::{TestNs, wait_for_all, yaml_documents};
 
+    /// The LWSs of `revision` of the set as each is seen going (scaled to 0, being deleted,
+    /// or gone), every time it is seen so; the caller keeps the first sight it cares about.
+    pub fn lws_going(
+        ns: &TestNs,
+        revision: &str,
+    ) -> impl futures::Stream<Item = LeaderWorkerSet> + Send + use<> {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let labels = format!("{SET_LABEL}={SET},{REVISION_LABEL}={revision}");
+        watcher::watcher(
+            ns.api::<LeaderWorkerSet>(),
+            watcher::Config::default().labels(&labels),
+        )
+        .default_backoff()
+        .filter_map(|event| async move {
+            match event.ok()? {
+                watcher::Event::Delete(l) => Some(l),
+                watcher::Event::Apply(l) | watcher::Event::InitApply(l)
+                    if l.metadata.deletion_timestamp.is_some() || l.spec.replicas == Some(0) =>
+                {
+                    Some(l)
+                }
+                _ => None,
+            }
+        })
+    }
+
     /// The example's objects' names.
     pub const SET: &str = "pd";
     pub const SERVICE: &str = "pd-prefill";
