@@ -53,31 +53,20 @@ pub fn render(input: &SummaryInput<'_>) -> String {
     let mut out = String::new();
     let ns = r.namespace().unwrap_or_default();
     let _ = writeln!(out, "Rollout {ns}/{}", r.name_any());
-    let (view, per_role) = match input.workload {
+    let view = match input.workload {
         Sides::Lws { stable, canary } => {
             let _ = writeln!(out, "  {}", line(r, stable));
             lws_sides(&mut out, r, stable, canary);
-            let groups: Box<dyn Fn(&IntOrString) -> String> = match stable {
-                Some(l) => {
-                    let total = l.spec.replicas.unwrap_or(1);
-                    Box::new(move |v| desired_groups(v, total).to_string())
-                }
-                None => Box::new(|_| "?".into()),
-            };
-            (step_view(r, stable), groups)
+            step_view(r, stable)
         }
         Sides::Pair { set, sides } => {
             let _ = writeln!(out, "  {}", line_of(r, sides.map(Workload::Pair)));
             pair_sides(&mut out, r, set, sides);
-            let groups: Box<dyn Fn(&IntOrString) -> String> = match set {
-                Some(set) => Box::new(move |v| pair_groups(set, v)),
-                None => Box::new(|_| "?".into()),
-            };
             let size = sides.map(|s| StableSize {
                 replicas: s.pairs,
                 slices: s.slices,
             });
-            (step_view_of(r, size), groups)
+            step_view_of(r, size)
         }
     };
     let _ = writeln!(out, "Steps:");
@@ -90,7 +79,16 @@ pub fn render(input: &SummaryInput<'_>) -> String {
             Some(IntOrString::String(s)) => s.clone(),
             None => "-".into(),
         };
-        let groups = step.replicas.as_ref().map_or_else(|| "?".into(), &per_role);
+        let groups = match (&step.replicas, &input.workload) {
+            (
+                Some(v),
+                Sides::Lws {
+                    stable: Some(l), ..
+                },
+            ) => desired_groups(v, l.spec.replicas.unwrap_or(1)).to_string(),
+            (Some(v), Sides::Pair { set: Some(set), .. }) => pair_groups(set, v),
+            _ => "?".into(),
+        };
         let pause = match step.pause.as_ref().map(|p| p.duration) {
             None => "-".to_string(),
             Some(None) => "approval".to_string(),
